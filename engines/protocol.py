@@ -1,0 +1,109 @@
+"""The engine contract: what third-party engines implement and what the suite and bench call.
+
+Pure Python (no torch): an engine author can import it without any of our dependencies.
+Modelled on the add_request / step / has_work loop of vLLM's LLMEngine.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "Abortable",
+    "Engine",
+    "FinishReason",
+    "InvalidRequest",
+    "Request",
+    "SamplingParams",
+    "SlotIntrospection",
+    "StepOutput",
+]
+
+
+class InvalidRequest(ValueError):
+    """Raised by `add_request` for bad input; the message names the field and the value."""
+
+
+class FinishReason(str, Enum):
+    LENGTH = "length"  # max_tokens generated
+    STOP = "stop"  # a token in stop_token_ids was generated (it IS included in the output)
+    ABORT = "abort"  # abort_request was called
+
+
+# Deliberately unchecked: engines refuse bad values at add_request (engines.validation), and
+# the suite must be able to build bad requests to prove that they do.
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_tokens: int = 16  # >= 1
+    stop_token_ids: tuple[int, ...] = ()
+    temperature: float = 0.0  # 0.0 = greedy
+    seed: int | None = None  # per-request RNG when temperature > 0
+    logprobs: int = 0  # top candidates to return per token (0: none)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop_token_ids, list):
+            object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+
+
+_auto_ids = itertools.count()
+
+
+def _next_request_id() -> int:
+    return next(_auto_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    prompt_token_ids: tuple[int, ...]  # non-empty
+    params: SamplingParams = SamplingParams()
+    request_id: Hashable = field(default_factory=_next_request_id)  # unique per process
+
+    def __post_init__(self) -> None:
+        if isinstance(self.prompt_token_ids, list):
+            object.__setattr__(self, "prompt_token_ids", tuple(self.prompt_token_ids))
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    request_id: Hashable
+    token_ids: tuple[int, ...]  # tokens produced for this request in this step
+    finish_reason: FinishReason | None = None
+    # One mapping per token when params.logprobs > 0: top candidate id -> logprob.
+    top_logprobs: tuple[Mapping[int, float], ...] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    vocab_size: int  # valid token ids are 0 .. vocab_size-1
+    max_model_len: int  # prompt + max_tokens may not exceed it
+
+    def add_request(self, request: Request) -> None: ...
+
+    def step(self) -> list[StepOutput]: ...
+
+    def has_work(self) -> bool: ...  # true while any added request is unfinished
+
+
+@runtime_checkable
+class Abortable(Protocol):
+    # Unknown or finished id: no-op. The request's last output (finish_reason ABORT, possibly
+    # no tokens) comes from a later step(), and its slot is freed like any finished request's.
+    def abort_request(self, request_id: Hashable) -> None: ...
+
+
+@runtime_checkable
+class SlotIntrospection(Protocol):
+    max_batch_size: int
+    wasted_slot_steps: int  # slot-steps computed for already-finished requests
+
+    def slot_table(self) -> Sequence[Hashable | None]: ...  # slot index -> occupant or None
+
+    def slot_lengths(self) -> Sequence[int]: ...  # tokens whose KV is cached, per slot
