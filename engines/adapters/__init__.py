@@ -1,0 +1,1 @@
+"""Wrappers that make third-party engines speak engines.protocol."""

@@ -1,0 +1,1 @@
+"""Benchmarks for any engine that speaks engines.protocol."""

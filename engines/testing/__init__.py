@@ -1,0 +1,1 @@
+"""The conformance suite for any engine that speaks engines.protocol."""
