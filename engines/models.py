@@ -94,8 +94,14 @@ PRESETS: dict[str, Preset] = {
 def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
-             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    names = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+    }
     if dtype not in names:
         raise ValueError(f"dtype: unknown {dtype!r}; expected one of {sorted(names)}")
     return names[dtype]
@@ -149,7 +155,7 @@ def load_checkpoint(path: str | Path) -> PreTrainedModel:
 @functools.lru_cache(maxsize=8)
 def _cached(spec: str, seed: int, device: str, dtype: torch.dtype) -> PreTrainedModel:
     model = build_preset(spec, seed=seed) if spec in PRESETS else load_checkpoint(spec)
-    return model.to(device=device, dtype=dtype)
+    return model.to(device=device, dtype=dtype)  # type: ignore[call-arg]
 
 
 def load_model(

@@ -1,0 +1,47 @@
+"""One request's mutable state inside an engine: its tokens, slot, RNG and finish."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from engines.protocol import FinishReason, Request, StepOutput
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    request: Request
+    generator: torch.Generator | None = None  # per request, so batching cannot perturb it
+    output: list[int] = field(default_factory=list)
+    slot: int = -1  # -1: not holding a slot
+    finish_reason: FinishReason | None = None
+    abort_pending: bool = False
+
+    @property
+    def request_id(self) -> object:
+        return self.request.request_id
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def append(self, token: int, top: Mapping[int, float] | None) -> StepOutput:
+        """Record a sampled token, decide whether it finishes the request, describe the step."""
+        self.output.append(token)
+        params = self.request.params
+        if token in params.stop_token_ids:
+            self.finish_reason = FinishReason.STOP
+        elif len(self.output) >= params.max_tokens:
+            self.finish_reason = FinishReason.LENGTH
+        return StepOutput(
+            self.request.request_id,
+            (token,),
+            self.finish_reason,
+            None if top is None else (top,),
+        )
+
+    def abort(self) -> StepOutput:
+        self.finish_reason = FinishReason.ABORT
+        return StepOutput(self.request.request_id, (), FinishReason.ABORT)

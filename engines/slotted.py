@@ -1,0 +1,55 @@
+"""Engines over a SlotCache and SlotForward: the set-up and emission the slot engines share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engines.base import BaseEngine
+from engines.cache import SlotCache
+from engines.forward import SlotForward
+from engines.protocol import StepOutput
+from engines.sampling import sample
+from engines.sequence import Sequence
+
+
+class SlotEngine(BaseEngine):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.runner = SlotForward(self.model)
+        param = next(self.model.parameters())
+        self.cache = SlotCache(
+            num_layers=self.runner.num_layers,
+            max_batch_size=self.max_batch_size,
+            num_kv_heads=self.runner.num_kv_heads,
+            max_len=self.max_model_len,
+            head_dim=self.runner.head_dim,
+            device=param.device,
+            dtype=param.dtype,
+        )
+
+    def slot_lengths(self) -> list[int]:
+        return list(self.cache.lengths)
+
+    def _admit(self, seq: Sequence) -> torch.Tensor:
+        """Give `seq` the next free slot, prefill its prompt there; return its last logits."""
+        seq.slot = self.cache.allocate()
+        self.running.append(seq)
+        return self.runner.prefill(self._prompt_tensor(seq), seq.slot, self.cache)
+
+    def _emit(self, logits: torch.Tensor, seqs: list[Sequence], outputs: list[StepOutput]) -> None:
+        tokens, tops = sample(logits, seqs)
+        for seq, token, top in zip(seqs, tokens, tops, strict=True):
+            outputs.append(seq.append(token, top))
+            if seq.finished:
+                self._finish(seq)
+
+    def _release(self, seq: Sequence) -> None:
+        """Free seq's slot; the last live row moves in (compaction), so re-point its owner."""
+        moved = self.cache.free(seq.slot)
+        last = self.running.pop()
+        if moved is not None:
+            self.running[seq.slot] = last
+            last.slot = seq.slot
+        seq.slot = -1
