@@ -45,7 +45,9 @@ def check_request(
         )
     for i, tok in enumerate(p.stop_token_ids):
         if not _is_int(tok) or not 0 <= int(tok) < vocab_size:
-            raise InvalidRequest(f"stop_token_ids[{i}]: {tok!r} is not a token id in the vocabulary")
+            raise InvalidRequest(
+                f"stop_token_ids[{i}]: {tok!r} is not a token id in the vocabulary"
+            )
     if not isinstance(p.temperature, int | float) or not p.temperature >= 0.0:
         raise InvalidRequest(f"temperature: must be a number >= 0, got {p.temperature!r}")
     if p.seed is not None and not _is_int(p.seed):

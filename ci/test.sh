@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The checks CI runs, in order; each must pass. Expects the venv from ci/setup.sh active.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== ruff"
+ruff check .
+
+echo "== pytest -n auto (the README's test command)"
+set +e
+pytest -n auto
+rc=$?
+set -e
+# Exit code 5 means no test ran: that is a failure here, not a pass.
+[ "$rc" -eq 0 ] || { echo "pytest failed with exit code $rc"; exit 1; }
