@@ -108,7 +108,7 @@ class BaseEngine:
         return torch.tensor(seq.request.prompt_token_ids, device=self.device)
 
     def _last_tokens(self, seqs: list[Sequence]) -> torch.Tensor:
-        return torch.tensor([seq.output[-1] for seq in seqs], device=self.device)
+        return torch.tensor([seq.output[-1] for seq in seqs], dtype=torch.long, device=self.device)
 
     def _finish(self, seq: Sequence) -> None:
         del self._live[seq.request.request_id]

@@ -7,6 +7,7 @@ The q/k/v and gate/up projections are fused once per model: one matmul instead o
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class SlotForward:
-    """The only engine piece that runs the model: prefill one slot, decode the live prefix."""
+    """The only engine piece that runs the model: decode the live prefix, prefill new slots."""
 
     def __init__(self, model: Any) -> None:  # a transformers causal LM (untyped attributes)
         config: Any = model.config
@@ -106,24 +107,6 @@ class SlotForward:
         return logits
 
     @torch.inference_mode()
-    def prefill(self, prompt: torch.Tensor, slot: int, cache: SlotCache) -> torch.Tensor:
-        """Run a prompt ([L] token ids) into `slot`; return the last position's logits [vocab]."""
-        length = prompt.shape[0]
-        x = self.embed(prompt[None])
-        positions = torch.arange(length, device=prompt.device)[None]
-        cos, sin = self.rotary(x, positions)
-        for i, layer in enumerate(self.layers):
-            q, k, v = self._attend_qkv(layer, layer.ln1(x), cos, sin)
-            cache.keys(i)[slot, :, :length] = k[0]
-            cache.values(i)[slot, :, :length] = v[0]
-            attn = F.scaled_dot_product_attention(
-                q, k, v, is_causal=True, scale=self.scale, enable_gqa=True
-            )
-            x = self._finish_layer(layer, x, attn)
-        cache.lengths[slot] = length
-        return self._logits(x[0, -1])
-
-    @torch.inference_mode()
     def decode(self, tokens: torch.Tensor, cache: SlotCache) -> torch.Tensor:
         """One token for each live row 0..n-1 (`tokens` [n]); return logits [n, vocab].
 
@@ -156,6 +139,72 @@ class SlotForward:
         for i in range(n):
             cache.lengths[i] += 1
         return self._logits(x[:, 0])
+
+    @torch.inference_mode()
+    def mixed(
+        self, tokens: torch.Tensor, prompts: list[tuple[int, torch.Tensor]], cache: SlotCache
+    ) -> torch.Tensor:
+        """Decode live rows 0..n-1 (`tokens` [n], may be empty) and prefill each (slot, prompt)
+        in ONE pass: the projections and MLP run once over every token packed together; only
+        attention is split (one masked call for the decode rows, one causal call per prompt).
+        Returns logits [n + len(prompts), vocab]: decode rows, then each prompt's last token.
+        """
+        n = tokens.shape[0]
+        device = tokens.device
+        lengths = cache.lengths
+        sizes = [int(p.shape[0]) for _, p in prompts]
+        packed = torch.cat([tokens, *(p for _, p in prompts)])
+        rows = torch.cat(
+            [torch.arange(n, device=device)]
+            + [
+                torch.full((size,), slot, device=device)
+                for (slot, _), size in zip(prompts, sizes, strict=True)
+            ]
+        )
+        pos = torch.cat(
+            [torch.tensor(lengths[:n], dtype=torch.long, device=device)]
+            + [torch.arange(size, device=device) for size in sizes]
+        )
+        width = max(lengths[:n], default=0) + 1
+        mask = (torch.arange(width, device=device)[None, :] <= pos[:n, None])[:, None, None, :]
+        x = self.embed(packed[None])
+        cos, sin = self.rotary(x, pos[None])
+        bounds = [n]
+        for size in sizes:
+            bounds.append(bounds[-1] + size)
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._attend_qkv(layer, layer.ln1(x), cos, sin)  # [1, heads, T, D]
+            keys, values = cache.keys(i), cache.values(i)
+            keys[rows, :, pos] = k[0].transpose(0, 1)
+            values[rows, :, pos] = v[0].transpose(0, 1)
+            parts = []
+            if n:
+                attn = F.scaled_dot_product_attention(
+                    q[0, :, :n].transpose(0, 1).unsqueeze(2),
+                    keys[:n, :, :width],
+                    values[:n, :, :width],
+                    attn_mask=mask,
+                    scale=self.scale,
+                    enable_gqa=True,
+                )
+                parts.append(attn[:, :, 0].transpose(0, 1))
+            for start, end in itertools.pairwise(bounds):
+                attn = F.scaled_dot_product_attention(
+                    q[:, :, start:end],
+                    k[:, :, start:end],
+                    v[:, :, start:end],
+                    is_causal=True,
+                    scale=self.scale,
+                    enable_gqa=True,
+                )
+                parts.append(attn[0])
+            x = self._finish_layer(layer, x, torch.cat(parts, dim=1)[None])
+        for r in range(n):
+            lengths[r] += 1
+        for (slot, _), size in zip(prompts, sizes, strict=True):
+            lengths[slot] = size
+        last = torch.tensor(list(range(n)) + [end - 1 for end in bounds[1:]], device=device)
+        return self._logits(x[0, last])
 
 
 _FUSED: weakref.WeakKeyDictionary[Any, list[_Layer]] = weakref.WeakKeyDictionary()

@@ -32,11 +32,23 @@ class SlotEngine(BaseEngine):
     def slot_lengths(self) -> list[int]:
         return list(self.cache.lengths)
 
-    def _admit(self, seq: Sequence) -> torch.Tensor:
-        """Give `seq` the next free slot, prefill its prompt there; return its last logits."""
-        seq.slot = self.cache.allocate()
-        self.running.append(seq)
-        return self.runner.prefill(self._prompt_tensor(seq), seq.slot, self.cache)
+    def _admit(self) -> list[Sequence]:
+        """Move waiting requests, first come first served, into free slots."""
+        admitted = []
+        while self.waiting and self.cache.can_allocate():
+            seq = self.waiting.popleft()
+            seq.slot = self.cache.allocate()
+            self.running.append(seq)
+            admitted.append(seq)
+        return admitted
+
+    def _forward(self, decoding: list[Sequence], admitted: list[Sequence]) -> torch.Tensor:
+        """Logits for each decoding row's next token, then each admitted prompt's first."""
+        tokens = self._last_tokens(decoding)
+        if not admitted:
+            return self.runner.decode(tokens, self.cache)
+        prompts = [(seq.slot, self._prompt_tensor(seq)) for seq in admitted]
+        return self.runner.mixed(tokens, prompts, self.cache)
 
     def _emit(self, logits: torch.Tensor, seqs: list[Sequence], outputs: list[StepOutput]) -> None:
         tokens, tops = sample(logits, seqs)

@@ -7,10 +7,7 @@ A request that arrives while a batch runs waits for the whole batch to drain.
 
 from __future__ import annotations
 
-import torch
-
 from engines.protocol import StepOutput
-from engines.sequence import Sequence
 from engines.slotted import SlotEngine
 
 
@@ -25,14 +22,9 @@ class StaticBatchEngine(SlotEngine):
         outputs: list[StepOutput] = []
         self._take_aborts(outputs)  # aborted members ride along like finished ones
         if not self.running:
-            admitted: list[Sequence] = []
-            prefill_logits: list[torch.Tensor] = []
-            while self.waiting and self.cache.can_allocate():
-                seq = self.waiting.popleft()
-                prefill_logits.append(self._admit(seq))
-                admitted.append(seq)
+            admitted = self._admit()
             if admitted:
-                self._emit(torch.stack(prefill_logits), admitted, outputs)
+                self._emit(self._forward([], admitted), admitted, outputs)
         elif any(not seq.finished for seq in self.running):
             lengths = self.cache.lengths
             riders = [seq.slot for seq in self.running if seq.finished]

@@ -54,7 +54,7 @@ def main() -> None:
     shares, rates = [], []
     for run in range(args.runs + 2):  # 2 warm-up runs
         engine = ContinuousBatchEngine(args.preset, max_batch_size=args.slots)
-        engine.runner.prefill = timed(engine.runner.prefill)  # type: ignore[method-assign]
+        engine.runner.mixed = timed(engine.runner.mixed)  # type: ignore[method-assign]
         engine.runner.decode = timed(engine.runner.decode)  # type: ignore[method-assign]
         requests = mixed_draw(args.requests, engine.vocab_size)
         for request in requests:
