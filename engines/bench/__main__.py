@@ -1,0 +1,3 @@
+from engines.bench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Capacity: the highest Poisson arrival rate an engine sustains, by bisection on the rate.
+
+Stability rule (one probe = one seeded trace of n requests replayed open-loop at a rate):
+a probe is stable when
+  1. every request finished and the driver never gave up (no request waited longer than half
+     the trace's span for its first token), and
+  2. the queue stayed bounded: the least-squares slope of queue wait against arrival time is
+     at most `max_wait_slope` (0.05: queue wait grows by under 0.05 s per second of trace). Past
+     capacity c the queue grows and that slope approaches rate/c - 1, so 0.05 means the engine
+     kept up with about 95% or more of the offered rate, and
+  3. if `queue_bound_s` is given, the p90 queue wait is within it (an absolute SLO on queueing,
+     like Sarathi-Serve's scheduling-delay bound).
+A trend, not a level, is the default because it is scale-free: the same rule serves a 1 ms CPU
+step and a 50 ms GPU step, and it does not penalise static batching's steady wait for the
+running batch to drain, only a wait that keeps growing.
+
+Search: the bracket starts around the closed-batch request rate, widens until its low end is
+stable and its high end is not, then bisects. Probes at every rate replay one seed's trace on
+a stretched time axis, so they differ only in rate. The answer is the bracket: the highest
+stable rate probed and the lowest unstable one above it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engines.bench import traces
+from engines.bench.driver import Clock, Run, run_trace
+from engines.bench.metrics import SLO, requests_frame, summarize
+from engines.bench.workloads import WorkItem
+from engines.protocol import Engine
+
+MAX_WAIT_SLOPE = 0.05
+RULE = ("stable: all requests finished, least-squares slope of queue wait vs arrival time "
+        "<= {slope}{bound}")
+
+
+@dataclass(slots=True)
+class Probe:
+    rate: float
+    stable: bool
+    wait_slope: float
+    summary: dict[str, Any]
+    run: Run
+
+
+@dataclass(slots=True)
+class Capacity:
+    engine: str
+    low: float  # highest stable rate probed (the reported capacity); 0 if none was stable
+    high: float  # lowest unstable rate probed above it; inf if none was unstable
+    rule: str
+    probes: list[Probe] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.low
+
+    def bracket(self) -> str:
+        return f"[{self.low:.3g}, {self.high:.3g}) req/s"
+
+
+def wait_slope(run: Run) -> float:
+    df = requests_frame(run).dropna(subset=["queue_wait_s"])
+    if len(df) < 2 or df["arrival_s"].nunique() < 2:
+        return float("nan")
+    return float(np.polyfit(df["arrival_s"], df["queue_wait_s"], 1)[0])
+
+
+def probe(engine: Engine, items: list[WorkItem], rate: float, *, name: str, seed: int,
+          max_wait_slope: float = MAX_WAIT_SLOPE, queue_bound_s: float | None = None,
+          slo: SLO | None = None, clock: Clock | None = None, tag: str = "") -> Probe:
+    trace = traces.poisson(items, rate, seed=seed, tag=f"p{tag}{rate:.6g}")
+    run = run_trace(engine, trace, name=name, clock=clock, give_up_wait_s=0.5 * trace.span_s)
+    summary = summarize(run, slo=slo)
+    slope = wait_slope(run)
+    stable = (not run.gave_up and summary["completed"] == len(items)
+              and bool(slope <= max_wait_slope))
+    if queue_bound_s is not None and stable:
+        waits = requests_frame(run)["queue_wait_s"]
+        stable = bool(waits.quantile(0.9) <= queue_bound_s)
+    summary.update(wait_slope=slope, stable=stable)
+    return Probe(rate, stable, slope, summary, run)
+
+
+def search(engine: Engine, items: list[WorkItem], *, name: str, start_rate: float,
+           seed: int = 0, iterations: int = 4, max_expand: int = 4,
+           max_wait_slope: float = MAX_WAIT_SLOPE, queue_bound_s: float | None = None,
+           slo: SLO | None = None, clock: Clock | None = None,
+           on_probe: Callable[[Probe], None] | None = None) -> Capacity:
+    """Bisect on the arrival rate for the highest stable one, starting near `start_rate`."""
+    bound = f", p90 queue wait <= {queue_bound_s} s" if queue_bound_s is not None else ""
+    result = Capacity(name, 0.0, float("inf"), RULE.format(slope=max_wait_slope, bound=bound))
+
+    def at(rate: float) -> bool:
+        p = probe(engine, items, rate, name=name, seed=seed, max_wait_slope=max_wait_slope,
+                  queue_bound_s=queue_bound_s, slo=slo, clock=clock,
+                  tag=str(len(result.probes)))
+        result.probes.append(p)
+        if on_probe is not None:
+            on_probe(p)
+        if p.stable:
+            result.low = max(result.low, rate)
+        else:
+            result.high = min(result.high, rate)
+        return p.stable
+
+    # Widen: the closed-batch rate is a throughput ceiling for most engines, so start just
+    # above it and walk down (or up) by factors of 2 until the bracket holds capacity.
+    rate = start_rate * 1.2
+    if at(rate):
+        for _ in range(max_expand):
+            rate *= 2
+            if not at(rate):
+                break
+    else:
+        for _ in range(max_expand):
+            rate /= 2
+            if at(rate):
+                break
+    if result.low == 0.0 or not np.isfinite(result.high):
+        return result  # no bracket within max_expand: report the open interval as measured
+    for _ in range(iterations):
+        # Geometric midpoint: the bracket spans a factor, and rates are compared as ratios.
+        at(float(np.sqrt(result.low * result.high)))
+    return result

@@ -1,0 +1,177 @@
+"""Drive an engine through a trace on a clock, recording when every token came out.
+
+Open loop: a request joins (add_request) as soon as its arrival time has passed, however busy
+the engine is; the driver never waits for the engine to ask. Closed: the whole workload at
+t=0, 2 warm-up and 5 recorded runs, as the seeds did. The engine is seen only through the
+protocol; slot tables are recorded when the engine offers them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from engines.bench.traces import Trace
+from engines.protocol import Engine
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def sleep_until(self, t: float) -> None: ...
+
+
+class WallClock:
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def sleep_until(self, t: float) -> None:
+        delay = t - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+
+
+@dataclass(slots=True)
+class StepRecord:
+    start_s: float  # relative to the run's start
+    end_s: float
+    n_tokens: int
+    first_token_of: tuple[str, ...]  # requests whose first token came from this step
+    slots: tuple[Hashable | None, ...] | None  # slot table after the step, if offered
+
+
+@dataclass(slots=True)
+class Run:
+    engine: str
+    trace: Trace
+    steps: list[StepRecord] = field(default_factory=list)
+    added_s: dict[str, float] = field(default_factory=dict)  # when add_request was called
+    token_steps: dict[str, list[int]] = field(default_factory=dict)  # step index per token
+    finish_reason: dict[str, str] = field(default_factory=dict)
+    wall_s: float = 0.0  # first arrival to the end of the last step
+    step_s: float = 0.0  # inside engine.step()
+    idle_s: float = 0.0  # sleeping for the next arrival with nothing to do
+    wasted_slot_steps: int | None = None  # delta over the run, if the engine counts it
+    gave_up: bool = False  # stopped admitting: a request waited past give_up_wait_s
+    id_suffix: str = ""  # appended to the trace's request ids for this run
+
+    @property
+    def driver_s(self) -> float:
+        """The driver's own time: everything that was neither a step nor a deliberate sleep."""
+        return max(0.0, self.wall_s - self.step_s - self.idle_s)
+
+    @property
+    def overhead(self) -> float:
+        return self.driver_s / self.step_s if self.step_s else 0.0
+
+
+def _wasted(engine: Engine) -> int | None:
+    value = getattr(engine, "wasted_slot_steps", None)
+    return int(value) if isinstance(value, int) else None
+
+
+def run_trace(
+    engine: Engine,
+    trace: Trace,
+    *,
+    name: str = "engine",
+    clock: Clock | None = None,
+    record_slots: bool = False,
+    give_up_wait_s: float | None = None,
+    id_suffix: str = "",
+) -> Run:
+    """Replay `trace` open-loop on `engine` (which must be drained) and record every token.
+
+    give_up_wait_s: once an added request has gone that long without a first token, stop
+    admitting (the run is past capacity) and drain what is in flight, so a capacity probe far
+    above capacity ends early. The run is marked `gave_up`.
+    """
+    clock = clock or WallClock()
+    run = Run(name, trace, id_suffix=id_suffix)
+    slot_table: Callable[[], Sequence[Hashable | None]] | None = (
+        getattr(engine, "slot_table", None) if record_slots else None
+    )
+    wasted0 = _wasted(engine)
+    pending = deque(trace.arrivals)
+    waiting_first: dict[str, float] = {}  # added, no token yet -> added at (insertion-ordered)
+    token_steps = run.token_steps
+    t0 = clock.now()
+    while True:
+        # Compare absolute instants: (t0 + at) - t0 can round below `at`, and then a sleep
+        # until t0 + at would never make the request due.
+        now_abs = clock.now()
+        now = now_abs - t0
+        while pending and t0 + pending[0].at_s <= now_abs:
+            arrival = pending.popleft()
+            rid = arrival.request_id + id_suffix
+            engine.add_request(arrival.item.to_request(rid))
+            run.added_s[rid] = now
+            waiting_first[rid] = now
+            token_steps[rid] = []
+        if give_up_wait_s is not None and pending and waiting_first:
+            if now - next(iter(waiting_first.values())) > give_up_wait_s:
+                run.gave_up = True
+                pending.clear()
+        if not engine.has_work():
+            if not pending:
+                break
+            idle_from = clock.now()
+            clock.sleep_until(t0 + pending[0].at_s)
+            run.idle_s += clock.now() - idle_from
+            continue
+        start = clock.now()
+        outputs = engine.step()
+        end = clock.now()
+        run.step_s += end - start
+        index = len(run.steps)
+        firsts = []
+        n_tokens = 0
+        for out in outputs:
+            rid = str(out.request_id)
+            steps = token_steps[rid]
+            if out.token_ids:
+                if not steps:
+                    firsts.append(rid)
+                    waiting_first.pop(rid, None)
+                steps.extend([index] * len(out.token_ids))
+                n_tokens += len(out.token_ids)
+            if out.finish_reason is not None:
+                run.finish_reason[rid] = out.finish_reason.value
+                waiting_first.pop(rid, None)
+        slots = tuple(slot_table()) if slot_table else None
+        run.steps.append(StepRecord(start - t0, end - t0, n_tokens, tuple(firsts), slots))
+    run.wall_s = clock.now() - t0
+    wasted1 = _wasted(engine)
+    if wasted0 is not None and wasted1 is not None:
+        run.wasted_slot_steps = wasted1 - wasted0
+    return run
+
+
+def run_closed(
+    engine: Engine,
+    trace: Trace,
+    *,
+    name: str = "engine",
+    warmup: int = 2,
+    runs: int = 5,
+    clock: Clock | None = None,
+    record_slots: bool = False,
+    on_run: Callable[[], None] | None = None,
+) -> list[Run]:
+    """The seeds' closed protocol: `warmup` unrecorded runs, then `runs` recorded ones.
+
+    One engine serves every run (a drained engine is reusable); request ids get a per-run
+    suffix so that no id is ever reused.
+    """
+    recorded = []
+    for i in range(warmup + runs):
+        run = run_trace(engine, trace, name=name, clock=clock, record_slots=record_slots,
+                        id_suffix=f"#{i}")
+        if i >= warmup:
+            recorded.append(run)
+        if on_run is not None:
+            on_run()
+    return recorded

@@ -1,0 +1,107 @@
+"""A pure-Python engine with a modelled step cost, and a virtual clock: the harness's own tests.
+
+The fake speaks the protocol (and slot introspection) without torch. Its tokens are
+meaningless; its timing is exact: a step costs `base_s + prefill_s_per_token * admitted prompt
+tokens + decode_s_per_row * decoding rows`, spent on a VirtualClock (deterministic, instant) or
+slept on the wall clock. `static=True` forms a batch once and drains it, like static batching.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from engines.protocol import FinishReason, Request, StepOutput
+
+
+class VirtualClock:
+    """Time moves only when the engine spends it or the driver sleeps: runs are reproducible."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep_until(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@dataclass(slots=True)
+class _Seq:
+    request: Request
+    produced: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.produced >= self.request.params.max_tokens
+
+
+class FakeEngine:
+    def __init__(self, *, max_batch_size: int = 4, static: bool = False, base_s: float = 0.01,
+                 prefill_s_per_token: float = 0.0, decode_s_per_row: float = 0.0,
+                 clock: VirtualClock | None = None, vocab_size: int = 1000,
+                 max_model_len: int = 512) -> None:
+        self.max_batch_size = max_batch_size
+        self.static = static
+        self.cost = (base_s, prefill_s_per_token, decode_s_per_row)
+        self.clock = clock
+        self.vocab_size = vocab_size
+        self.max_model_len = max_model_len
+        self.wasted_slot_steps = 0
+        self.waiting: deque[_Seq] = deque()
+        self.running: list[_Seq] = []
+
+    def add_request(self, request: Request) -> None:
+        self.waiting.append(_Seq(request))
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or any(not s.done for s in self.running)
+
+    def slot_table(self) -> list[Hashable | None]:
+        ids: list[Hashable | None] = [s.request.request_id for s in self.running]
+        return ids + [None] * (self.max_batch_size - len(ids))
+
+    def slot_lengths(self) -> list[int]:
+        lengths = [len(s.request.prompt_token_ids) + s.produced - 1 for s in self.running]
+        return lengths + [0] * (self.max_batch_size - len(lengths))
+
+    def step(self) -> list[StepOutput]:
+        if not self.static or all(s.done for s in self.running):
+            self.running = [s for s in self.running if not s.done]
+        decoding = list(self.running)
+        admitted = []
+        if not self.static or not self.running:
+            while self.waiting and len(self.running) < self.max_batch_size:
+                admitted.append(self.waiting.popleft())
+                self.running.append(admitted[-1])
+        base, per_token, per_row = self.cost
+        prompt_tokens = sum(len(s.request.prompt_token_ids) for s in admitted)
+        self._spend(base + per_token * prompt_tokens + per_row * len(decoding))
+        self.wasted_slot_steps += sum(s.done for s in decoding)
+        outputs = []
+        for seq in [s for s in decoding if not s.done] + admitted:
+            seq.produced += 1
+            reason = FinishReason.LENGTH if seq.done else None
+            outputs.append(StepOutput(seq.request.request_id, (seq.produced % 7,), reason))
+        return outputs
+
+    def _spend(self, seconds: float) -> None:
+        if self.clock is not None:
+            self.clock.advance(seconds)
+        else:
+            time.sleep(seconds)
+
+
+def continuous() -> FakeEngine:
+    """Wall-clock fake, 0.2 ms a step plus prefill: `--engine engines.bench.fake:continuous`."""
+    return FakeEngine(base_s=2e-4, prefill_s_per_token=2e-6)
+
+
+def static() -> FakeEngine:
+    return FakeEngine(static=True, base_s=2e-4, prefill_s_per_token=2e-6)

@@ -1,0 +1,143 @@
+"""A recorded run as pandas DataFrames (one row per request, per token, per step) and summaries.
+
+Conventions: times are seconds after the run's start. A token's time is the end of the step
+that produced it. Waiting is measured from arrival: queue wait runs to the start of the step
+that produced the request's first token (the step that admitted and prefilled it), TTFT to the
+end of that step. ITL is the gap between consecutive tokens of one request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engines.bench.driver import Run
+
+
+@dataclass(frozen=True, slots=True)
+class SLO:
+    ttft_s: float  # time to first token, from arrival
+    tpot_s: float  # mean gap between a request's tokens
+
+
+def requests_frame(run: Run) -> pd.DataFrame:
+    starts = np.array([s.start_s for s in run.steps])
+    ends = np.array([s.end_s for s in run.steps])
+    rows = []
+    for arrival in run.trace.arrivals:
+        rid = arrival.request_id + run.id_suffix
+        steps = run.token_steps.get(rid, [])
+        times = ends[steps] if steps else np.empty(0)
+        gaps = np.diff(times)
+        first = steps[0] if steps else None
+        rows.append({
+            "engine": run.engine,
+            "request_id": arrival.request_id,
+            "prompt_len": arrival.item.prompt_len,
+            "max_tokens": arrival.item.max_tokens,
+            "n_tokens": len(steps),
+            "finish_reason": run.finish_reason.get(rid),
+            "arrival_s": arrival.at_s,
+            "added_s": run.added_s.get(rid, np.nan),
+            "admitted_s": starts[first] if first is not None else np.nan,
+            "first_token_s": times[0] if len(times) else np.nan,
+            "finish_s": times[-1] if len(times) else np.nan,
+            "itl_mean_s": gaps.mean() if len(gaps) else np.nan,
+            "itl_max_s": gaps.max() if len(gaps) else np.nan,
+        })
+    df = pd.DataFrame(rows)
+    df["queue_wait_s"] = df["admitted_s"] - df["arrival_s"]
+    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
+    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
+    return df
+
+
+def tokens_frame(run: Run) -> pd.DataFrame:
+    ends = np.array([s.end_s for s in run.steps])
+    frames = []
+    for arrival in run.trace.arrivals:
+        steps = np.asarray(run.token_steps.get(arrival.request_id + run.id_suffix, []), dtype=int)
+        if not len(steps):
+            continue
+        times = ends[steps]
+        frames.append(pd.DataFrame({
+            "request_id": arrival.request_id,
+            "index": np.arange(len(steps)),
+            "step": steps,
+            "time_s": times,
+            "itl_s": np.concatenate([[np.nan], np.diff(times)]),
+        }))
+    columns = ["engine", "request_id", "index", "step", "time_s", "itl_s"]
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    df = pd.concat(frames, ignore_index=True)
+    df.insert(0, "engine", run.engine)
+    return df[columns]
+
+
+def steps_frame(run: Run) -> pd.DataFrame:
+    prompt_len = {a.request_id + run.id_suffix: a.item.prompt_len for a in run.trace.arrivals}
+    return pd.DataFrame({
+        "engine": run.engine,
+        "step": np.arange(len(run.steps)),
+        "start_s": [s.start_s for s in run.steps],
+        "end_s": [s.end_s for s in run.steps],
+        "n_tokens": [s.n_tokens for s in run.steps],
+        "n_admitted": [len(s.first_token_of) for s in run.steps],
+        "admitted_max_prompt": [max((prompt_len[r] for r in s.first_token_of), default=0)
+                                for s in run.steps],
+        "occupied": [sum(x is not None for x in s.slots) if s.slots is not None else np.nan
+                     for s in run.steps],
+    }).assign(duration_s=lambda d: d.end_s - d.start_s)
+
+
+def _q(series: pd.Series, q: float) -> float:
+    values = series.dropna()
+    return float(values.quantile(q)) if len(values) else float("nan")
+
+
+def summarize(run: Run, requests: pd.DataFrame | None = None,
+              tokens: pd.DataFrame | None = None, slo: SLO | None = None) -> dict[str, Any]:
+    """One row of figures for a run (pass the frames if already built)."""
+    requests = requests_frame(run) if requests is None else requests
+    tokens = tokens_frame(run) if tokens is None else tokens
+    done = requests[requests["finish_reason"].notna()]
+    end = float(done["finish_s"].max()) if len(done) else float("nan")
+    span = end - float(requests["arrival_s"].min()) if len(done) else float("nan")
+    row: dict[str, Any] = {
+        "engine": run.engine,
+        "offered_rps": run.trace.rate,
+        "n_requests": len(requests),
+        "completed": len(done),
+        "achieved_rps": len(done) / span if span and span > 0 else float("nan"),
+        "output_tokens": int(requests["n_tokens"].sum()),
+        "output_tokens_per_s": float(requests["n_tokens"].sum()) / span if span else float("nan"),
+    }
+    for name, column in (("ttft", "ttft_s"), ("queue_wait", "queue_wait_s"), ("e2e", "e2e_s")):
+        row[f"{name}_p50_s"] = _q(requests[column], 0.5)
+        row[f"{name}_p95_s"] = _q(requests[column], 0.95)
+    row["itl_p50_s"] = _q(tokens["itl_s"], 0.5)
+    row["itl_p95_s"] = _q(tokens["itl_s"], 0.95)
+    row["itl_max_s"] = float(tokens["itl_s"].max()) if len(tokens) else float("nan")
+    if slo is not None:
+        tpot = requests["itl_mean_s"].fillna(0.0)  # one-token requests have no gaps to miss
+        ok = (requests["ttft_s"] <= slo.ttft_s) & (tpot <= slo.tpot_s)
+        row["goodput_rps"] = float(ok.sum()) / span if span else float("nan")
+        row["slo_attained"] = float(ok.mean())
+    row["wasted_slot_steps"] = run.wasted_slot_steps
+    row["steps"] = len(run.steps)
+    row["step_time_s"] = run.step_s
+    row["driver_overhead_pct"] = 100.0 * run.overhead
+    row["gave_up"] = run.gave_up
+    return row
+
+
+def write_csv(frame: pd.DataFrame, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False, float_format="%.6g")
+    return path

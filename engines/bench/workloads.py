@@ -1,0 +1,99 @@
+"""Seeded request workloads, scaled to the engine's context.
+
+The seeds drew prompts from a fixed set of lengths with one very long class (4096 tokens with
+a 256-token budget, so up to 4352 of context) and gave most requests the full budget, some a
+smaller one. `mixed` keeps those proportions for any `max_model_len`: the budget is 1/17 of
+the context and the length classes are fractions of the longest prompt that still fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engines.protocol import Request, SamplingParams
+
+# The longest class gets the whole context left after the budget; the rest are these fractions
+# of it (128..1024 of 4096 in the seeds). Mean prompt ~1/4 of the longest, as in the seeds.
+PROMPT_FRACTIONS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1.0)
+# A draw keeps the default budget with this probability, else takes 1/8, 1/4 or 1/2 of it.
+FULL_BUDGET_P = 0.5
+SMALL_BUDGET_FRACTIONS = (1 / 8, 1 / 4, 1 / 2)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """One request of a workload, before it is given a request id."""
+
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+    def to_request(self, request_id: str) -> Request:
+        return Request(self.prompt_token_ids, SamplingParams(max_tokens=self.max_tokens),
+                       request_id=request_id)
+
+
+def _prompt(rng: np.random.Generator, length: int, vocab_size: int) -> tuple[int, ...]:
+    return tuple(int(t) for t in rng.integers(0, vocab_size, size=length))
+
+
+def default_budget(max_model_len: int) -> int:
+    """256 for the seeds' 4352-token context, scaled down with it (at least 4)."""
+    return max(4, max_model_len // 17)
+
+
+def prompt_classes(max_model_len: int, budget: int | None = None) -> tuple[int, ...]:
+    budget = default_budget(max_model_len) if budget is None else budget
+    longest = max_model_len - budget
+    return tuple(sorted({max(1, round(longest * f)) for f in PROMPT_FRACTIONS}))
+
+
+def mixed(n: int, *, max_model_len: int, vocab_size: int, seed: int = 0,
+          budget: int | None = None) -> list[WorkItem]:
+    """The seeds' mixed draw: prompt lengths uniform over the classes, budgets mostly full."""
+    budget = default_budget(max_model_len) if budget is None else budget
+    classes = prompt_classes(max_model_len, budget)
+    rng = np.random.default_rng(seed)
+    items = []
+    for _ in range(n):
+        length = int(rng.choice(classes))
+        if rng.random() < FULL_BUDGET_P:
+            tokens = budget
+        else:
+            tokens = max(1, round(budget * float(rng.choice(SMALL_BUDGET_FRACTIONS))))
+        items.append(WorkItem(_prompt(rng, length, vocab_size), tokens))
+    return items
+
+
+def uniform(n: int, *, prompt_len: int, max_tokens: int, vocab_size: int,
+            seed: int = 0) -> list[WorkItem]:
+    """n requests of one shape: the seeds' uniform-batch controls."""
+    rng = np.random.default_rng(seed)
+    return [WorkItem(_prompt(rng, prompt_len, vocab_size), max_tokens) for _ in range(n)]
+
+
+def comparison(*, vocab_size: int, seed: int = 0, n: int = 32,
+               prompt_range: tuple[int, int] = (4, 256),
+               budget_range: tuple[int, int] = (1, 64)) -> list[WorkItem]:
+    """The foundation issue's closed mixed batch: 32 requests, prompts 4-256, budgets 1-64."""
+    rng = np.random.default_rng(seed)
+    items = []
+    for _ in range(n):
+        length = int(rng.integers(prompt_range[0], prompt_range[1] + 1))
+        tokens = int(rng.integers(budget_range[0], budget_range[1] + 1))
+        items.append(WorkItem(_prompt(rng, length, vocab_size), tokens))
+    return items
+
+
+def describe(items: Sequence[WorkItem]) -> str:
+    prompts = [item.prompt_len for item in items]
+    budgets = [item.max_tokens for item in items]
+    return (f"{len(items)} requests, prompts {min(prompts)}-{max(prompts)} "
+            f"(mean {np.mean(prompts):.0f}), budgets {min(budgets)}-{max(budgets)} "
+            f"(mean {np.mean(budgets):.0f})")

@@ -1,0 +1,135 @@
+"""The bench harness on a pure-Python fake engine and a virtual clock: exact and fast."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines.bench import capacity, disturbance, traces, workloads
+from engines.bench.driver import run_closed, run_trace
+from engines.bench.fake import FakeEngine, VirtualClock
+from engines.bench.metrics import SLO, requests_frame, summarize, tokens_frame
+
+
+def _items(n: int, prompt_len: int = 8, max_tokens: int = 4) -> list[workloads.WorkItem]:
+    return workloads.uniform(n, prompt_len=prompt_len, max_tokens=max_tokens, vocab_size=100)
+
+
+def test_mixed_draw_is_seeded_and_fits_the_context() -> None:
+    a = workloads.mixed(64, max_model_len=512, vocab_size=1000, seed=3)
+    b = workloads.mixed(64, max_model_len=512, vocab_size=1000, seed=3)
+    assert a == b
+    classes = workloads.prompt_classes(512)
+    assert {item.prompt_len for item in a} <= set(classes)
+    assert max(classes) + workloads.default_budget(512) <= 512  # one very long class fits
+    assert all(item.prompt_len + item.max_tokens <= 512 for item in a)
+
+
+def test_trace_round_trips_and_rates_stretch_one_draw(tmp_path: Path) -> None:
+    items = workloads.mixed(50, max_model_len=512, vocab_size=1000)
+    trace = traces.poisson(items, 3.7, seed=5)
+    assert traces.Trace.load(trace.save(tmp_path / "t.json")) == trace
+    bursty = traces.gamma(items, 3.7, cv=3.0, seed=5)
+    assert traces.Trace.load(bursty.save(tmp_path / "g.json")) == bursty
+    doubled = traces.poisson(items, 7.4, seed=5)
+    np.testing.assert_allclose([a.at_s for a in doubled.arrivals],
+                               [a.at_s / 2 for a in trace.arrivals])
+
+
+def test_replay_is_exact_and_adds_each_request_at_its_arrival(tmp_path: Path) -> None:
+    trace = traces.Trace.load(traces.poisson(_items(40), 20.0, seed=1).save(tmp_path / "t.json"))
+    runs = []
+    for _ in range(2):
+        clock = VirtualClock()
+        engine = FakeEngine(max_batch_size=4, base_s=0.01, clock=clock)
+        runs.append(run_trace(engine, trace, clock=clock))
+    first, second = runs
+    assert first.token_steps == second.token_steps
+    assert [s.end_s for s in first.steps] == [s.end_s for s in second.steps]
+    for arrival in trace.arrivals:
+        # Joined as soon as the driver had control: never early, at most one step late.
+        added = first.added_s[arrival.request_id]
+        assert arrival.at_s <= added <= arrival.at_s + 0.01 + 1e-12
+
+
+def test_metrics_on_a_synthetic_run() -> None:
+    clock = VirtualClock()
+    # One slot, 0.1 s per step, three 2-token requests all at t=0: a fully known schedule.
+    engine = FakeEngine(max_batch_size=1, base_s=0.1, clock=clock)
+    run = run_trace(engine, traces.closed(_items(3, max_tokens=2)), clock=clock)
+    req = requests_frame(run)
+    np.testing.assert_allclose(req["queue_wait_s"], [0.0, 0.2, 0.4])
+    np.testing.assert_allclose(req["ttft_s"], [0.1, 0.3, 0.5])
+    np.testing.assert_allclose(req["e2e_s"], [0.2, 0.4, 0.6])
+    tok = tokens_frame(run)
+    assert len(tok) == 6 and tok["itl_s"].dropna().tolist() == pytest.approx([0.1] * 3)
+    row = summarize(run, slo=SLO(ttft_s=0.35, tpot_s=1.0))
+    assert row["output_tokens_per_s"] == pytest.approx(6 / 0.6)
+    assert row["ttft_p50_s"] == pytest.approx(0.3)
+    assert row["slo_attained"] == pytest.approx(2 / 3)
+    assert row["wasted_slot_steps"] == 0 and row["completed"] == 3
+
+
+def test_closed_mode_records_five_runs_after_two_warmups() -> None:
+    clock = VirtualClock()
+    engine = FakeEngine(max_batch_size=2, static=True, clock=clock)
+    trace = traces.closed([*_items(1, max_tokens=1), *_items(1, max_tokens=5)])
+    runs = run_closed(engine, trace, clock=clock)
+    assert len(runs) == 5 and len({run.id_suffix for run in runs}) == 5
+    assert all(run.wasted_slot_steps == 4 for run in runs)  # the short one rides 4 steps
+
+
+def test_capacity_bisection_brackets_a_known_capacity() -> None:
+    # One slot, one-token requests, 0.1 s a step: the engine serves exactly 10 req/s.
+    clock = VirtualClock()
+    engine = FakeEngine(max_batch_size=1, base_s=0.1, clock=clock)
+    result = capacity.search(engine, _items(300, max_tokens=1), name="fake", start_rate=10.0,
+                             iterations=4, clock=clock)
+    assert 0 < result.low < result.high
+    # The rule tolerates a wait slope of 0.05, so it may credit up to ~1.05x the true rate.
+    assert 8.0 <= result.low <= 10.5 and 10.0 <= result.high <= 12.0, result.bracket()
+    assert all(p.stable == (p.rate <= result.low) for p in result.probes)
+    assert "slope" in result.rule
+
+
+def test_disturbance_groups_spikes_by_admitted_prompt_length() -> None:
+    clock = VirtualClock()
+    engine = FakeEngine(max_batch_size=2, base_s=0.01, prefill_s_per_token=0.001, clock=clock)
+    items = [*_items(1, prompt_len=10, max_tokens=30), *_items(1, prompt_len=50, max_tokens=3),
+             *_items(1, prompt_len=200, max_tokens=3)]
+    baseline, table = disturbance.spikes(run_trace(engine, traces.closed(items), clock=clock))
+    assert baseline == pytest.approx(0.01)
+    by_len = table.set_index("admitted_prompt_len")["ratio"]
+    assert by_len[200] == pytest.approx((0.01 + 0.2) / 0.01)
+    assert disturbance.spike_ratio(table) == by_len[200]
+
+
+def test_static_batching_has_no_admission_spike() -> None:
+    clock = VirtualClock()
+    engine = FakeEngine(max_batch_size=2, static=True, prefill_s_per_token=0.001, clock=clock)
+    items = workloads.mixed(8, max_model_len=128, vocab_size=100)
+    _, table = disturbance.spikes(run_trace(engine, traces.closed(items), clock=clock))
+    assert table.empty and math.isnan(disturbance.spike_ratio(table))
+
+
+def test_cli_quick_writes_table_csvs_and_plots(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from engines.bench import cli
+
+    args = ["--quick", "--requests", "16", "--warmup", "0", "--runs", "1", "--iterations", "1",
+            "--out", str(tmp_path), "--no-progress",
+            "--engine", "static=engines.bench.fake:static",
+            "--engine", "continuous=engines.bench.fake:continuous"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "capacity ratio continuous/static" in out
+    summary = (tmp_path / "summary.csv").read_text().splitlines()
+    assert summary[0].startswith("engine,capacity_rps,")
+    assert {"output_tokens_per_s", "ttft_p95_s", "queue_wait_p50_s", "itl_p50_s",
+            "itl_spike_ratio"} <= set(summary[0].split(","))
+    for name in ("requests", "tokens", "probes", "spikes", "closed"):
+        assert (tmp_path / f"{name}.csv").stat().st_size > 0
+    assert (tmp_path / "rate.png").exists() and (tmp_path / "slot_timeline.png").exists()
