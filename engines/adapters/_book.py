@@ -1,0 +1,92 @@
+"""Request bookkeeping both adapters share: the library's own request ids, cumulative token
+lists turned into per-step deltas, and the ABORT outputs neither library emits itself."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from engines.protocol import FinishReason, Request, StepOutput
+
+
+@dataclass(slots=True)
+class Live:
+    request: Request
+    key: str  # the id the library knows the request by
+    emitted: int = 0  # tokens already returned by step()
+
+
+class RequestBook:
+    """Every request added and not yet finished, under our id and under the library's.
+
+    The library gets fresh string keys rather than our ids: its ids must be strings, and a key
+    is never reused, so a cancelled request's id can come back without meeting its old state.
+    """
+
+    def __init__(self) -> None:
+        self._by_id: dict[Hashable, Live] = {}
+        self._by_key: dict[str, Live] = {}
+        self._aborted: list[Hashable] = []  # cancelled; their ABORT output is still owed
+        self._keys = itertools.count()
+
+    def in_flight(self) -> set[Hashable]:
+        # An aborted id stays in flight until step() has returned its ABORT output.
+        return set(self._by_id) | set(self._aborted)
+
+    def has_work(self) -> bool:
+        return bool(self._by_id or self._aborted)
+
+    def add(self, request: Request) -> str:
+        live = Live(request, f"r{next(self._keys)}")
+        self._by_id[request.request_id] = live
+        self._by_key[live.key] = live
+        return live.key
+
+    def get(self, key: str) -> Live | None:
+        return self._by_key.get(key)
+
+    def abort(self, request_id: Hashable) -> str | None:
+        """Forget an unfinished request and owe its ABORT; returns the key to cancel, if any."""
+        try:
+            live = self._by_id.pop(request_id)
+        except (KeyError, TypeError):  # unknown, finished or unhashable id: a no-op
+            return None
+        del self._by_key[live.key]
+        self._aborted.append(request_id)
+        return live.key
+
+    def take_aborts(self) -> list[StepOutput]:
+        outputs = [StepOutput(rid, (), FinishReason.ABORT) for rid in self._aborted]
+        self._aborted.clear()
+        return outputs
+
+    def delta(
+        self,
+        live: Live,
+        cumulative: Sequence[int],
+        finish: FinishReason | None,
+        top_logprobs: Sequence[Mapping[int, float]] | None = None,
+    ) -> StepOutput | None:
+        """The tokens of `cumulative` not yet returned, as one output (None: nothing to say).
+
+        `top_logprobs` covers the same new tokens, one mapping each.
+        """
+        new = tuple(int(t) for t in cumulative[live.emitted :])
+        live.emitted = len(cumulative)
+        if finish is not None:
+            del self._by_id[live.request.request_id]
+            del self._by_key[live.key]
+        elif not new:
+            return None
+        logprobs = None
+        if live.request.params.logprobs > 0:
+            logprobs = tuple(top_logprobs) if top_logprobs is not None else ()
+        return StepOutput(live.request.request_id, new, finish, logprobs)
+
+
+def stop_or_length(request: Request, tokens: Sequence[int]) -> FinishReason:
+    """The finish reason of a request the library ended on its own, read from its tokens."""
+    if tokens and int(tokens[-1]) in request.params.stop_token_ids:
+        return FinishReason.STOP
+    return FinishReason.LENGTH

@@ -1,0 +1,209 @@
+"""transformers' continuous batching behind the engine protocol.
+
+Checked on transformers 5.19.0 and 5.24.0 (the same internals). The library has no public
+single-step call: its manager runs a background thread. This adapter starts no thread and
+drives the manager's batch processor itself, one scheduler iteration per `step()`, with the
+three calls that thread makes per iteration (`prepare_next_batch`, `_generation_step`,
+`update_batch`); requests and cancellations go through the manager's public
+`add_request` / `cancel_request`, and tokens come back through its output queue.
+
+Translations (where the library's semantics differ from the protocol):
+- stop tokens: passed as the request's `eos_token_id`; the library keeps the EOS token in its
+  output, as the protocol does. It reports only "finished": STOP or LENGTH is read from the
+  last token.
+- abort: a cancelled request vanishes without an output, so the adapter emits the ABORT.
+- sampling: the library samples from one global RNG at one global temperature; it has no
+  per-request seed. The adapter hooks the library's sampler: rows of greedy requests keep the
+  library's argmax, rows of sampled requests are drawn from the same fp32 logits with the
+  request's own seeded generator, and `top_logprobs` (the top k, plus the chosen token) are
+  read from those logits.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+from transformers.generation import ContinuousBatchingConfig, ContinuousBatchingManager
+from transformers.generation.continuous_batching.requests import RequestStatus
+
+from engines.adapters._book import Live, RequestBook, stop_or_length
+from engines.models import (
+    DEFAULT_PRESET,
+    DEFAULT_SEED,
+    PRESETS,
+    build_preset,
+    load_checkpoint,
+    preset_max_model_len,
+)
+from engines.protocol import Request, StepOutput
+from engines.validation import check_request
+
+__all__ = ["HFContinuousEngine", "hf_continuous", "make_engine"]
+
+
+class HFContinuousEngine:
+    """One `ContinuousBatchingManager`, stepped from the caller's thread."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        *,
+        max_model_len: int,
+        max_batch_size: int = 8,
+        max_batch_tokens: int = 256,
+        page_size: int = 16,
+        num_blocks: int | None = None,
+    ) -> None:
+        self.vocab_size: int = model.config.vocab_size
+        self.max_model_len = max_model_len
+        self.max_batch_size = max_batch_size
+        self._model = model
+        self._book = RequestBook()
+        # Sized explicitly: the library's defaults probe memory and cost ~10 s per call on a CPU.
+        # By default enough blocks for a full batch at full context, so no request is evicted;
+        # fewer blocks exercise the library's eviction (a request restarts from its tokens).
+        if num_blocks is None:
+            num_blocks = max_batch_size * -(-max_model_len // page_size)
+        cb_config = ContinuousBatchingConfig(
+            num_blocks=num_blocks,
+            page_size=page_size,
+            max_batch_tokens=max_batch_tokens,  # prompts longer than this prefill in chunks
+            max_requests_per_batch=max_batch_size,
+            allow_block_sharing=False,  # no prefix cache: nothing carries between requests
+            use_async_batching=False,  # async returns each token one iteration late
+            use_cuda_graph=False,
+            seed=DEFAULT_SEED,  # reseeds torch's global RNG when the processor is built
+        )
+        # Our own config: the library rewrites eos_token_id in the one it is given.
+        generation_config = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0)
+        # (mypy sees nn.Module.__getattr__ here, not transformers' ContinuousMixin method)
+        self._manager: ContinuousBatchingManager = model.init_continuous_batching(  # type: ignore[operator]
+            generation_config=generation_config, continuous_batching_config=cb_config
+        )
+        with torch.random.fork_rng(devices=[]):  # keep the caller's global RNG as it was
+            self._processor = self._manager._create_batch_processor()
+        self._manager.batch_processor = self._processor
+        runner = self._processor.model_runner
+        self._library_sample = runner._sample
+        runner._sample = self._sample  # instance attribute: shadows the method for this runner
+        self._rows: list[Live | None] = []  # the request behind each logits row of the batch
+        self._generators: dict[str, torch.Generator] = {}  # key -> sampled request's RNG
+        self._top: dict[str, list[Mapping[int, float]]] = {}  # key -> this step's top logprobs
+
+    def add_request(self, request: Request) -> None:
+        check_request(
+            request,
+            vocab_size=self.vocab_size,
+            max_model_len=self.max_model_len,
+            in_flight=self._book.in_flight(),
+        )
+        params = request.params
+        key = self._book.add(request)
+        if params.temperature > 0:
+            gen = torch.Generator()
+            if params.seed is None:
+                gen.seed()
+            else:
+                gen.manual_seed(int(params.seed))
+            self._generators[key] = gen
+        self._manager.add_request(
+            input_ids=[int(t) for t in request.prompt_token_ids],
+            request_id=key,
+            max_new_tokens=int(params.max_tokens),
+            streaming=True,  # one output per new token, so each step's delta is complete
+            eos_token_id=[int(t) for t in params.stop_token_ids] or -1,
+        )
+
+    def abort_request(self, request_id: Hashable) -> None:
+        key = self._book.abort(request_id)
+        if key is not None:
+            self._manager.cancel_request(key)
+            self._forget(key)
+
+    def has_work(self) -> bool:
+        return self._book.has_work()
+
+    def step(self) -> list[StepOutput]:
+        # Owed ABORTs first: a cancel is applied at the start of the iteration below, so the
+        # aborted request gets no token from it.
+        outputs = self._book.take_aborts()
+        with torch.no_grad():
+            if self._processor.prepare_next_batch():
+                self._rows = [
+                    self._book.get(future.state.request_id)
+                    for future in self._processor.inputs_and_outputs.requests_in_batch
+                    if future.has_new_token
+                ]
+                self._processor._generation_step(self._model)
+                self._processor.update_batch()
+        results = self._manager.output_router.output_queue
+        while True:
+            try:
+                result = results.get_nowait()
+            except queue.Empty:
+                break
+            live = self._book.get(result.request_id)
+            if live is None:  # aborted before this output was read
+                continue
+            if result.status == RequestStatus.FAILED:
+                raise RuntimeError(f"transformers failed request {live.request.request_id!r}: "
+                                   f"{result.error}")
+            finish = None
+            if result.is_finished():
+                finish = stop_or_length(live.request, result.generated_tokens)
+            top = self._top.pop(live.key, None)
+            out = self._book.delta(live, result.generated_tokens, finish, top)
+            if finish is not None:
+                self._generators.pop(live.key, None)
+            if out is not None:
+                outputs.append(out)
+        return outputs
+
+    def _forget(self, key: str) -> None:
+        self._generators.pop(key, None)
+        self._top.pop(key, None)
+
+    def _sample(self, scores: torch.Tensor, output_ids: torch.Tensor) -> None:
+        """The library's sampler, then per-request sampling and top logprobs over its rows."""
+        self._library_sample(scores, output_ids)  # greedy argmax for every row
+        logits = scores[0]  # [rows, vocab], fp32, unprocessed (no logits processors are set)
+        for row, live in enumerate(self._rows):
+            if live is None:
+                continue
+            params = live.request.params
+            if params.temperature > 0:
+                probs = torch.softmax(logits[row] / params.temperature, dim=-1)
+                token = torch.multinomial(probs, 1, generator=self._generators[live.key])
+                output_ids[0, row] = token[0]
+            if params.logprobs > 0:
+                logprobs = torch.log_softmax(logits[row], dim=-1)
+                values, ids = logprobs.topk(params.logprobs)
+                top = dict(zip(ids.tolist(), values.tolist(), strict=True))
+                chosen = int(output_ids[0, row])  # listed even when outside the top k
+                top.setdefault(chosen, float(logprobs[chosen]))
+                self._top.setdefault(live.key, []).append(top)
+
+
+@functools.lru_cache(maxsize=4)
+def _private_model(spec: str, seed: int) -> PreTrainedModel:
+    # Not engines.models.load_model's shared instance: the library switches the model's
+    # attention implementation in place, which the other engines must not see.
+    return build_preset(spec, seed=seed) if spec in PRESETS else load_checkpoint(spec)
+
+
+def hf_continuous(
+    model: str | Path = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, **options: int
+) -> HFContinuousEngine:
+    """A fresh engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
+    hf_model = _private_model(str(model), seed)
+    max_model_len = preset_max_model_len(model) or hf_model.config.max_position_embeddings
+    return HFContinuousEngine(hf_model, max_model_len=max_model_len, **options)
+
+
+# The conventional name for --engine; test ids take the function's own: hf_continuous-<property>.
+make_engine = hf_continuous

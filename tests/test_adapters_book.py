@@ -1,0 +1,36 @@
+"""The adapters' shared bookkeeping: cumulative outputs to deltas, ids, owed ABORTs."""
+
+from __future__ import annotations
+
+from engines.adapters._book import RequestBook, stop_or_length
+from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
+
+
+def test_cumulative_outputs_become_deltas() -> None:
+    book = RequestBook()
+    request = Request((1, 2), SamplingParams(max_tokens=4, logprobs=1), request_id="a")
+    live = book.get(book.add(request))
+    assert live is not None
+    assert book.delta(live, [5], None, [{5: -0.1}]) == StepOutput("a", (5,), None, ({5: -0.1},))
+    assert book.delta(live, [5], None) is None  # nothing new, not finished: no output
+    last = book.delta(live, [5, 6, 7], FinishReason.LENGTH, [{6: -1.0}, {7: -2.0}])
+    assert last == StepOutput("a", (6, 7), FinishReason.LENGTH, ({6: -1.0}, {7: -2.0}))
+    assert not book.has_work() and book.get(live.key) is None
+
+
+def test_abort_is_owed_once_and_keys_are_never_reused() -> None:
+    book = RequestBook()
+    key = book.add(Request((1,), request_id="x"))
+    assert book.abort("x") == key
+    assert book.abort("x") is None and book.abort(["unhashable"]) is None
+    assert "x" in book.in_flight() and book.has_work()  # until its ABORT is returned
+    assert book.take_aborts() == [StepOutput("x", (), FinishReason.ABORT)]
+    assert book.take_aborts() == [] and not book.has_work()
+    assert book.add(Request((1,), request_id="x")) != key
+
+
+def test_finish_reason_is_read_from_the_last_token() -> None:
+    request = Request((1,), SamplingParams(max_tokens=3, stop_token_ids=(9,)))
+    assert stop_or_length(request, [4, 9]) is FinishReason.STOP
+    assert stop_or_length(request, [9, 4, 4]) is FinishReason.LENGTH
+    assert stop_or_length(request, []) is FinishReason.LENGTH
