@@ -1,0 +1,274 @@
+"""Runs a workload on an engine through the protocol only, recording what it saw as a Trace.
+
+The driver never judges (engines.testing.properties does), except for what it cannot leave
+for later: an exception from the engine, or a step that does not return.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import signal
+import threading
+import traceback
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from engines.protocol import Abortable, Engine, Request, SlotIntrospection, StepOutput
+from engines.testing.workload import Abort, BadRequest, Workload
+
+__all__ = [
+    "EngineCrashed", "Recorder", "StepRecord", "Trace", "is_drained", "run_workload",
+    "step_deadline",
+]
+
+_serial = itertools.count()
+
+
+class EngineCrashed(AssertionError):
+    """The engine raised (or hung) inside a protocol call; the message names call and step."""
+
+
+class StepTimeout(Exception):
+    pass
+
+
+@contextmanager
+def step_deadline(seconds: float | None) -> Iterator[None]:
+    """Interrupt a call that runs longer than `seconds`: a looping engine must fail, not hang.
+
+    Uses SIGALRM, so it only arms in the main thread of a Unix process (as under pytest and
+    pytest-xdist workers); elsewhere the step bound is the only guard.
+    """
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def _raise(signum: int, frame: object) -> None:
+        raise StepTimeout(f"did not return within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass(slots=True)
+class StepRecord:
+    index: int
+    outputs: list[StepOutput]  # request ids mapped back to display ids
+    waiting_before: frozenset[Hashable]  # added, unfinished, not aborted, in no slot
+    live_holders_before: frozenset[Hashable]  # slot holders, unfinished and not aborted
+    table: tuple[Hashable | None, ...] | None = None  # after the step, display ids
+    lengths: tuple[int, ...] | None = None  # after the step
+    wasted: int = 0  # wasted_slot_steps delta since the workload started
+
+
+@dataclass
+class Trace:
+    workload: Workload
+    slots: bool  # the engine has SlotIntrospection
+    max_batch_size: int | None
+    steps: list[StepRecord] = field(default_factory=list)
+    outputs: dict[Hashable, list[tuple[int, StepOutput]]] = field(default_factory=dict)
+    stray: list[tuple[int, StepOutput]] = field(default_factory=list)  # unknown/bad ids
+    refusals: list[BaseException | None] = field(default_factory=list)  # per bad request
+    has_work_errors: list[tuple[int, str]] = field(default_factory=list)
+    bad_side_effects: list[tuple[int, str]] = field(default_factory=list)
+    aborted_at: dict[Hashable, int] = field(default_factory=dict)
+    finished_at: dict[Hashable, int] = field(default_factory=dict)  # first finishing output
+    stalled: bool = False
+
+    def tokens(self, rid: Hashable) -> list[int]:
+        return [t for _, out in self.outputs.get(rid, []) for t in out.token_ids]
+
+    def finish_reason(self, rid: Hashable) -> object:
+        finals = [out.finish_reason for _, out in self.outputs.get(rid, []) if out.finished]
+        return finals[0] if finals else None
+
+
+def _call(what: str, step: int, fn: Callable[[], object], deadline: float | None) -> object:
+    try:
+        with step_deadline(deadline):
+            return fn()
+    except (StepTimeout, Exception) as exc:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-4))
+        raise EngineCrashed(
+            f"the engine raised {type(exc).__name__} in {what} at step {step}: {exc}\n{tb}"
+        ) from exc
+
+
+class Recorder:
+    """Talks to one engine through the protocol, in display ids, recording a Trace.
+
+    run_workload replays a Workload with it; the stateful machine drives it rule by rule.
+    """
+
+    def __init__(self, engine: Engine, *, deadline: float | None = 60.0) -> None:
+        self.engine = engine
+        self.deadline = deadline
+        self.slots = isinstance(engine, SlotIntrospection)
+        size = int(engine.max_batch_size) if self.slots else None  # type: ignore[attr-defined]
+        self.trace = Trace(Workload((), ()), self.slots, size)
+        self.serial = next(_serial)
+        self.rt: dict[Hashable, Hashable] = {}  # display id -> runtime id
+        self.to_display: dict[Hashable, Hashable] = {}
+        self.requests: list[Request] = []
+        self.arrivals: list[int] = []
+        self.aborts: list[Abort] = []
+        self.bad: list[BadRequest] = []
+        self.finished: set[Hashable] = set()
+        self.wasted0 = int(engine.wasted_slot_steps) if self.slots else 0  # type: ignore[attr-defined]
+        self.holders: frozenset[Hashable] = frozenset()
+        self.k = 0  # index of the next step() call
+
+    def call(self, what: str, fn: Callable[[], object]) -> Any:
+        return _call(what, self.k, fn, self.deadline)
+
+    @property
+    def unfinished(self) -> set[Hashable]:
+        return {r.request_id for r in self.requests} - self.finished
+
+    def workload(self) -> Workload:
+        w = Workload(tuple(self.requests), tuple(self.arrivals), tuple(self.aborts),
+                     tuple(self.bad))
+        self.trace.workload = w
+        return w
+
+    def add(self, r: Request) -> None:
+        runtime = f"{r.request_id}#{self.serial}"
+        self.rt[r.request_id] = runtime
+        self.to_display[runtime] = r.request_id
+        req = dataclasses.replace(r, request_id=runtime)
+        self.call(f"add_request({r.request_id!r})", lambda: self.engine.add_request(req))
+        self.requests.append(r)
+        self.arrivals.append(self.k)
+
+    def add_bad(self, b: BadRequest) -> None:
+        b = dataclasses.replace(b, step=self.k)
+        if b.duplicate_of is not None:
+            bad_id = self.rt[b.duplicate_of]
+        else:
+            bad_id = f"{b.request.request_id}#{self.serial}"
+        bad = dataclasses.replace(b.request, request_id=bad_id)
+        idle = not self.unfinished
+        try:
+            with step_deadline(self.deadline):
+                self.engine.add_request(bad)
+            self.trace.refusals.append(None)
+        except Exception as exc:  # judged by the bad-input property
+            self.trace.refusals.append(exc)
+        self.bad.append(b)
+        if idle and self.call("has_work()", self.engine.has_work):
+            self.trace.bad_side_effects.append(
+                (self.k, f"has_work() is True after refusing a bad request ({b.kind}) on an "
+                 "idle engine")
+            )
+
+    def abort(self, rid: Hashable) -> None:
+        if not isinstance(self.engine, Abortable):
+            return
+        runtime = self.rt[rid]
+        engine = self.engine
+        self.call(f"abort_request({rid!r})", lambda: engine.abort_request(runtime))
+        self.aborts.append(Abort(self.k, rid))
+        if rid in self.unfinished:
+            self.trace.aborted_at.setdefault(rid, self.k)
+
+    def step(self) -> StepRecord:
+        trace, k = self.trace, self.k
+        pending = self.unfinished
+        if pending and not self.call("has_work()", self.engine.has_work):
+            trace.has_work_errors.append(
+                (k, f"has_work() is False while {sorted(map(str, pending))} are unfinished")
+            )
+        live = pending - trace.aborted_at.keys()
+        record = StepRecord(k, [], frozenset(live - self.holders), frozenset(live & self.holders))
+        for out in self.call(f"step() #{k}", self.engine.step):
+            disp = self.to_display.get(out.request_id)
+            if disp is None:
+                trace.stray.append((k, out))
+                continue
+            out = dataclasses.replace(out, request_id=disp)
+            record.outputs.append(out)
+            trace.outputs.setdefault(disp, []).append((k, out))
+            if out.finished and disp not in self.finished:
+                self.finished.add(disp)
+                trace.finished_at[disp] = k
+        if self.slots:
+            eng: Any = self.engine
+            table = self.call("slot_table()", eng.slot_table)
+            record.table = tuple(None if x is None else self.to_display.get(x, x) for x in table)
+            record.lengths = tuple(int(n) for n in self.call("slot_lengths()", eng.slot_lengths))
+            record.wasted = int(eng.wasted_slot_steps) - self.wasted0
+            self.holders = frozenset(x for x in record.table if x is not None)
+        trace.steps.append(record)
+        self.k += 1
+        return record
+
+    def drain(self, bound: int) -> Trace:
+        """Step until every request finished (or the bound), then watch the engine settle."""
+        while self.unfinished:
+            if self.k >= bound:
+                self.trace.stalled = True
+                self.workload()
+                return self.trace
+            self.step()
+        # Retire-at-start engines may report work for a step after the last finish.
+        for _ in range(2):
+            if not self.call("has_work()", self.engine.has_work):
+                break
+            self.step()
+        else:
+            if self.call("has_work()", self.engine.has_work):
+                self.trace.has_work_errors.append(
+                    (self.k, "has_work() is still True two steps after every request finished")
+                )
+        # One idle step shows whether a slot is still held (leaked) with nothing in flight.
+        last = self.trace.steps[-1].table if self.trace.steps else None
+        if self.slots and (last is None or any(x is not None for x in last)):
+            self.step()
+        self.workload()
+        return self.trace
+
+
+def run_workload(engine: Engine, w: Workload, *, deadline: float | None = 60.0) -> Trace:
+    """Serve w on engine: at step k, add k's arrivals and bad requests, issue k's aborts,
+    then call step(). Stops when every request has finished, or at w.step_bound()."""
+    rec = Recorder(engine, deadline=deadline)
+    bound = w.step_bound()
+    while rec.k <= w.last_event_step:
+        k = rec.k
+        for r, s in zip(w.requests, w.arrivals, strict=True):
+            if s == k:
+                rec.add(r)
+        for b in w.bad:
+            if b.step == k:
+                rec.add_bad(b)
+        for a in w.aborts:
+            if a.step == k:
+                rec.abort(a.request_id)
+        rec.step()
+    trace = rec.drain(bound)
+    trace.workload = w  # the original, with its label and event order
+    return trace
+
+
+def is_drained(engine: Engine) -> bool:
+    """No request in flight and (with SlotIntrospection) every slot free: safe to reuse."""
+    try:
+        if engine.has_work():
+            return False
+        if isinstance(engine, SlotIntrospection):
+            return all(x is None for x in engine.slot_table())
+        return True
+    except Exception:
+        return False

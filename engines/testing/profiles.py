@@ -1,0 +1,33 @@
+"""Hypothesis profiles for the suite: registered on plugin load, never loaded by it.
+
+Choose one the usual way: `pytest --hypothesis-profile=ci`, or HYPOTHESIS_PROFILE=ci where a
+conftest.py loads `os.environ.get("HYPOTHESIS_PROFILE", "dev")` (this repo's does).
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, Phase, settings
+
+__all__ = ["register_profiles"]
+
+_SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+
+def register_profiles() -> None:
+    # dev: a laptop run in seconds; the seed workloads carry the known-hard cases.
+    settings.register_profile(
+        "dev", max_examples=4, stateful_step_count=12, deadline=None,
+        suppress_health_check=_SLOW,
+    )
+    # ci: derandomized so a run is reproducible from the log, more examples, and the
+    # @reproduce_failure blob printed beside the runnable snippet.
+    settings.register_profile(
+        "ci", max_examples=40, stateful_step_count=30, deadline=None, derandomize=True,
+        print_blob=True, suppress_health_check=_SLOW, database=None,
+    )
+    # thorough: a nightly hunt.
+    settings.register_profile(
+        "thorough", max_examples=400, stateful_step_count=60, deadline=None, print_blob=True,
+        suppress_health_check=_SLOW,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+    )

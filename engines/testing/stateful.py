@@ -1,0 +1,152 @@
+"""A Hypothesis state machine that drives an engine rule by rule: add a request, add a bad
+one, abort one, step. Invariants run after every step; the full properties (parity included)
+run when the machine drains the engine at teardown.
+
+Third parties run it on their own engine:
+
+    from engines.testing.stateful import engine_machine
+    TestMyEngine = engine_machine(make_engine).TestCase
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from engines.protocol import Engine, Request
+from engines.testing.driver import Recorder
+from engines.testing.properties import PROPERTIES, SLOT_PROPERTIES
+from engines.testing.strategies import BAD_KINDS, _bad_request, prompts, request_mixes
+from engines.testing.workload import BadRequest
+
+if TYPE_CHECKING:
+    from engines.testing.suite import Suite
+
+__all__ = ["EngineMachine", "engine_machine", "run_engine_machine"]
+
+# Cheap enough to judge the partial trace after every step.
+_STEP_INVARIANTS = ("budget_finish", "compaction", "slot_lengths", "zero_waste")
+
+
+class EngineMachine(RuleBasedStateMachine):
+    suite: Suite  # set by engine_machine()
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Cheap engines: a fresh one per example, so each run depends on its rules alone.
+        pool = self.suite.pool
+        self.engine = pool.fresh() if pool.cheap else pool.acquire()[0]
+        self.rec = Recorder(self.engine, deadline=self.suite.step_timeout)
+        self.limits = self.suite.limits
+        self.skip = set(self.suite.expected_failures)
+        if not self.rec.slots:
+            self.skip |= SLOT_PROPERTIES
+        self.n_requests = 0
+        self.n_bad = 0
+        self.ok = False
+        self.failed = False  # a rule already failed: teardown must not report a second bug
+
+    def _judge(self, names: tuple[str, ...] | list[str], *, partial: bool) -> None:
+        __tracebackhide__ = True
+        trace = self.rec.trace
+        self.rec.workload()
+        stalled, trace.stalled = trace.stalled, trace.stalled or partial
+        failure = None
+        try:
+            for name in names:
+                if name not in self.skip:
+                    PROPERTIES[name](trace, self.suite.judge)
+        except AssertionError as exc:
+            failure = self.suite.explain(exc, trace.workload, len(trace.steps))
+        finally:
+            trace.stalled = stalled
+        if failure is not None:
+            self.failed = True
+            # One raise site, no exception context: Hypothesis sees one bug and shrinks it.
+            raise failure
+
+    @rule(data=st.data())
+    def add_request(self, data: st.DataObject) -> None:
+        (req,) = data.draw(request_mixes(self.limits, alone=self.suite.oracle.tokens,
+                                         min_size=1, max_size=1), label="request")
+        req = Request(req.prompt_token_ids, req.params, request_id=f"r{self.n_requests}")
+        self.n_requests += 1
+        note(f"before step {self.rec.k}: add {req}")
+        self.rec.add(req)
+
+    @rule(data=st.data())
+    def add_bad_request(self, data: st.DataObject) -> None:
+        kind = data.draw(st.sampled_from(BAD_KINDS), label="bad_kind")
+        prompt = data.draw(prompts(self.limits, max_len=4), label="bad_prompt")
+        rid = f"bad{self.n_bad}"
+        self.n_bad += 1
+        live = sorted(self.rec.unfinished, key=str)
+        if kind == "duplicate id":
+            if not live:
+                return
+            target = data.draw(st.sampled_from(live), label="duplicates")
+            bad = BadRequest(self.rec.k, kind, Request((*prompt, 0), request_id=rid),
+                             duplicate_of=target)
+        else:
+            bad = BadRequest(self.rec.k, kind, _bad_request(self.limits, kind, prompt, rid))
+        note(f"before step {self.rec.k}: add bad request ({kind})")
+        self.rec.add_bad(bad)
+        self._judge(["bad_input"], partial=True)
+
+    @precondition(lambda self: self.limits.abortable and bool(self.rec.requests))
+    @rule(data=st.data())
+    def abort(self, data: st.DataObject) -> None:
+        ids = [r.request_id for r in self.rec.requests]
+        rid = data.draw(st.sampled_from(ids), label="abort")
+        note(f"before step {self.rec.k}: abort {rid}")
+        self.rec.abort(rid)
+
+    @rule()
+    def step(self) -> None:
+        record = self.rec.step()
+        note(f"step {record.index}: {record.outputs}")
+        self._judge(_STEP_INVARIANTS, partial=True)
+
+    @invariant()
+    def has_work_tells_the_truth(self) -> None:
+        __tracebackhide__ = True
+        if self.rec.trace.has_work_errors:
+            self._judge(["liveness"], partial=False)
+
+    def teardown(self) -> None:
+        if self.failed:
+            self.suite.pool.release(self.engine, ok=False)
+            return
+        try:
+            w = self.rec.workload()
+            self.rec.drain(self.rec.k + w.step_bound())
+            self._judge(list(PROPERTIES), partial=False)
+            self.ok = True
+        finally:
+            self.suite.pool.release(self.engine, ok=self.ok)
+
+
+def engine_machine(suite_or_factory: Suite | Callable[[], Engine]) -> type[EngineMachine]:
+    """A state machine class bound to one engine factory (or a prepared Suite)."""
+    from engines.testing.suite import Suite
+
+    suite = suite_or_factory if isinstance(suite_or_factory, Suite) else Suite(suite_or_factory)
+    suite.prepare()
+    return type("EngineMachine", (EngineMachine,), {"suite": suite})
+
+
+def run_engine_machine(suite: Suite, **settings_kw: Any) -> None:
+    """Run the machine as a test under the current Hypothesis profile."""
+    __tracebackhide__ = True
+    machine = engine_machine(suite)
+    run_state_machine_as_test(machine, settings=suite.settings(**settings_kw))

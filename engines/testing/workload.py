@@ -1,0 +1,119 @@
+"""A workload: requests with arrival steps, aborts and bad requests; and its repro snippet.
+
+Display ids ("r0", "bad1") are what a reader sees; the driver gives every run its own
+unique runtime ids, so one engine can serve many workloads in a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from engines.protocol import Request, SamplingParams
+
+__all__ = ["Abort", "BadRequest", "Workload", "render_request", "repro_snippet"]
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    step: int  # abort_request is called just before this step() call
+    request_id: Hashable  # display id of one of the workload's requests
+
+
+@dataclass(frozen=True, slots=True)
+class BadRequest:
+    step: int  # add_request is called just before this step() call
+    kind: str  # what is wrong with it, in words
+    request: Request  # for kind "duplicate id": a copy of an in-flight request's id
+    duplicate_of: Hashable | None = None  # display id whose runtime id it reuses
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    requests: tuple[Request, ...]  # good requests, display ids r0, r1, ...
+    arrivals: tuple[int, ...]  # arrival step of each request, same order
+    aborts: tuple[Abort, ...] = ()
+    bad: tuple[BadRequest, ...] = ()
+    label: str = field(default="", compare=False)  # e.g. the seed workload's name
+
+    def __post_init__(self) -> None:
+        assert len(self.requests) == len(self.arrivals), "one arrival step per request"
+
+    @property
+    def last_event_step(self) -> int:
+        steps = [*self.arrivals, *(a.step for a in self.aborts), *(b.step for b in self.bad)]
+        return max(steps, default=0)
+
+    def step_bound(self) -> int:
+        """Steps within which every request must finish: generous for any sane scheduler
+        (one request at a time, a prefill step each), so only a stuck engine exceeds it."""
+        work = sum(r.params.max_tokens + 2 for r in self.requests)
+        return self.last_event_step + work + 8
+
+    def __repr__(self) -> str:
+        reqs = ", ".join(
+            f"{r.request_id}@{s}:{len(r.prompt_token_ids)}+{r.params.max_tokens}"
+            for r, s in zip(self.requests, self.arrivals, strict=True)
+        )
+        extra = "".join(f", abort {a.request_id}@{a.step}" for a in self.aborts)
+        extra += "".join(f", bad {b.kind}@{b.step}" for b in self.bad)
+        return f"Workload({reqs}{extra})"
+
+
+def _params_src(p: SamplingParams) -> str:
+    defaults = SamplingParams()
+    parts = [
+        f"{name}={getattr(p, name)!r}"
+        for name in ("max_tokens", "stop_token_ids", "temperature", "seed", "logprobs")
+        if getattr(p, name) != getattr(defaults, name)
+    ]
+    return f"SamplingParams({', '.join(parts)})"
+
+
+def render_request(r: Request) -> str:
+    return f"Request({r.prompt_token_ids!r}, {_params_src(r.params)}, request_id={r.request_id!r})"
+
+
+def repro_snippet(workload: Workload, factory_src: str, steps: int) -> str:
+    """A short runnable script that replays the workload and prints every step's outputs.
+
+    factory_src: source lines that bind `make_engine` (an import, or a comment asking the
+    reader to supply their factory).
+    """
+    lines = [
+        factory_src,
+        "from engines.protocol import Request, SamplingParams",
+        "",
+        "engine = make_engine()",
+        "arrivals = {",
+    ]
+    by_step: dict[int, list[str]] = {}
+    for r, s in zip(workload.requests, workload.arrivals, strict=True):
+        by_step.setdefault(s, []).append(f"{render_request(r)},")
+    for b in workload.bad:
+        src = render_request(b.request)
+        if b.duplicate_of is not None:
+            old_id = f"request_id={b.request.request_id!r}"
+            src = src.replace(old_id, f"request_id={b.duplicate_of!r}")
+        by_step.setdefault(b.step, []).append(f"{src},  # bad: {b.kind}")
+    for s in sorted(by_step):
+        lines.append(f"    {s}: [")
+        lines.extend(f"        {x}" for x in by_step[s])
+        lines.append("    ],")
+    lines.append("}")
+    aborts: dict[int, list[Hashable]] = {}
+    for a in workload.aborts:
+        aborts.setdefault(a.step, []).append(a.request_id)
+    lines.append(f"aborts = {aborts!r}")
+    lines += [
+        f"for step in range({steps}):",
+        "    for request in arrivals.get(step, []):",
+        "        try:",
+        "            engine.add_request(request)",
+        "        except ValueError as refused:",
+        "            print(step, 'refused', request.request_id, refused)",
+        "    for request_id in aborts.get(step, []):",
+        "        engine.abort_request(request_id)",
+        "    print(step, engine.step(), engine.has_work())",
+    ]
+    return "\n".join(lines)

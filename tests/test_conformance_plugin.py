@@ -1,0 +1,99 @@
+"""The plugin's ways in and its error messages, run as a user would (pytester, in-process)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = str(Path(__file__).resolve().parents[1])
+SUITE = ("-p", "no:cacheprovider", "--hypothesis-profile=dev", "--pyargs",
+         "engines.testing.conformance")
+
+
+@pytest.fixture(autouse=True)
+def importable_examples(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(ROOT)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+
+
+def test_engine_option_runs_the_suite_with_readable_ids(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(*SUITE, "--engine", "examples.toy_engine:ToyEngine", "-v")
+    result.assert_outcomes(passed=9)
+    result.stdout.fnmatch_lines([
+        "batching-engines: engine examples.toy_engine:ToyEngine, parity exact, *",
+        "*test_conformance[[]ToyEngine-parity[]] PASSED*",
+        "*test_conformance[[]ToyEngine-stateful[]] PASSED*",
+    ])
+
+
+def test_ini_key_and_tie_aware_mode(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nengine = examples.toy_engine:ToyEngine\nparity = tie-aware\n")
+    result = pytester.runpytest(*SUITE, "-k", "parity")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 1e-3)*"])
+
+
+def test_fixture_override_pulls_the_suite_in(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        "import pytest\nfrom examples.toy_engine import ToyEngine\n\n"
+        "@pytest.fixture\ndef engine_factory():\n    return ToyEngine\n"
+    )
+    pytester.makepyfile(test_mine="from engines.testing.conformance import *  # noqa: F403\n")
+    pytester.runpytest("-p", "no:cacheprovider", "--hypothesis-profile=dev").assert_outcomes(
+        passed=9)
+
+
+def test_declared_expected_failures_are_strict_xfails(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(bugs="""
+        from examples.toy_engine import ToyEngine
+        from tests.planted.toy_bugs import OneAdmissionPerStep
+
+        class Declared(OneAdmissionPerStep):
+            expected_failed_checks = {"work_conservation": "admits one request per step"}
+
+        class Stale(ToyEngine):  # declares a failure it does not have
+            expected_failed_checks = {"zero_waste": "we thought it wasted slots"}
+    """)
+    result = pytester.runpytest(*SUITE, "--engine", "bugs:Declared", "-k", "work_conservation")
+    result.assert_outcomes(xfailed=1)
+    result = pytester.runpytest(*SUITE, "--engine", "bugs:Stale", "-k", "zero_waste")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*we thought it wasted slots*"])
+
+
+def test_no_engine_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(*SUITE)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no engine to test. Pass --engine module:callable*"])
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_such_module:make", "*importing module 'no_such_module' failed with "
+         "ModuleNotFoundError*"),
+        ("examples.toy_engine:Nope", "*module 'examples.toy_engine' has no attribute 'Nope'*"),
+        ("examples.toy_engine", "*expected 'module:callable'*"),
+        ("engines.protocol:SamplingParams", "*returned engines.protocol.SamplingParams, which is "
+         "not an engine: it lacks add_request, step, has_work, vocab_size, max_model_len*"),
+    ],
+)
+def test_bad_engine_spec_is_a_usage_error(pytester: pytest.Pytester, spec: str,
+                                          message: str) -> None:
+    result = pytester.runpytest(*SUITE, "--engine", spec)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_engine_missing_one_member_is_named(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(half="""
+        from examples.toy_engine import ToyEngine
+
+        class NoHasWork(ToyEngine):
+            has_work = None
+    """)
+    result = pytester.runpytest(*SUITE, "--engine", "half:NoHasWork")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*which is not an engine: it lacks has_work (*"])

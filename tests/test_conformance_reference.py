@@ -1,0 +1,20 @@
+"""The conformance suite on the three reference engines, the way a third party runs it.
+
+Small batches (3 slots) make slot reuse, "more requests than slots" and compaction happen in
+every few-request example, which keeps the dev profile both fast and sharp.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from engines.continuous import ContinuousBatchEngine
+from engines.sequential import SequentialEngine
+from engines.static import StaticBatchEngine
+from engines.testing.conformance import *  # noqa: F403
+
+conformance_engines = {
+    "SequentialEngine": SequentialEngine,
+    "StaticBatchEngine": partial(StaticBatchEngine, max_batch_size=3),
+    "ContinuousBatchEngine": partial(ContinuousBatchEngine, max_batch_size=3),
+}

@@ -1,0 +1,69 @@
+"""Pieces of the suite on their own: the oracle's divergence rule, crash and hang reports."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import Phase
+
+from engines.protocol import StepOutput
+from engines.testing.oracle import first_divergence
+from engines.testing.properties import Violation
+from engines.testing.stateful import engine_machine
+from engines.testing.suite import Suite
+from examples.toy_engine import ToyEngine
+
+
+def test_exact_parity_reports_position_tokens_and_margin() -> None:
+    d = first_divergence([5, 6, 7], [5, 6, 8], observed_top=[{5: 0}, {6: 0}, {7: -1.0, 8: -1.2}],
+                         expected_top=[{5: 0}, {6: 0}, {8: -1.0, 7: -1.1}])
+    assert d is not None and (d.position, d.observed, d.expected) == (2, 7, 8)
+    assert d.margin == pytest.approx(0.2) and not d.accepted
+    assert "alone gave 8, batched gave 7 (logprob margin 0.2)" in d.describe()
+
+
+def test_tie_aware_parity_forgives_only_near_ties() -> None:
+    def judged(observed_top: list[dict[int, float]], expected_top: list[dict[int, float]]) -> bool:
+        d = first_divergence([7, 1], [8, 2], observed_top=observed_top, mode="tie-aware",
+                             expected_top=expected_top, tolerance=1e-3)
+        assert d is not None and d.position == 0
+        return d.accepted
+
+    assert judged([{7: -1.0, 8: -1.0005}], [{8: -1.0, 7: -1.0001}])  # a near-tie both ways
+    assert not judged([{7: -1.0, 8: -3.0}], [{8: -1.0, 7: -1.0001}])  # far apart on one side
+    assert not judged([{7: -1.0}], [{8: -1.0}])  # not among each other's top candidates
+    short = first_divergence([1, 2], [1, 2, 3])
+    assert short is not None and short.observed is None  # the batched run ended early
+
+
+class RaisesWhenCrowded(ToyEngine):
+    def step(self) -> list[StepOutput]:
+        if self.occupied() >= 2:
+            raise RuntimeError("row index out of range")
+        return super().step()
+
+
+class LoopsWhenCrowded(ToyEngine):
+    def step(self) -> list[StepOutput]:
+        while self.occupied() >= 2:
+            pass
+        return super().step()
+
+
+def test_engine_raising_in_step_is_reported_with_the_workload() -> None:
+    with pytest.raises(Violation) as caught:
+        Suite(RaisesWhenCrowded, name="RaisesWhenCrowded").check("liveness")
+    text = str(caught.value)
+    assert "the engine raised RuntimeError in step() #1 at step 1: row index out of range" in text
+    assert "Counterexample (2 request(s)" in text and "engine.step()" in text
+
+
+def test_hanging_step_fails_instead_of_hanging() -> None:
+    suite = Suite(LoopsWhenCrowded, name="LoopsWhenCrowded", step_timeout=0.2)
+    suite.use_seeds = False  # seeds would be shrunk greedily, each try waiting out the timeout
+    suite.overrides = {"max_examples": 50, "derandomize": True, "phases": [Phase.generate]}
+    with pytest.raises(Violation, match="did not return within 0.2 s"):
+        suite.check("liveness")
+
+
+# The shipped state machine, used the way a third party would in their own test module.
+TestToyEngineMachine = engine_machine(ToyEngine).TestCase
