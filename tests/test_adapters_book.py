@@ -9,7 +9,7 @@ from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
 def test_cumulative_outputs_become_deltas() -> None:
     book = RequestBook()
     request = Request((1, 2), SamplingParams(max_tokens=4, logprobs=1), request_id="a")
-    live = book.get(book.add(request))
+    live = book.get(book.add(request, vocab_size=1024, max_model_len=512))
     assert live is not None
     assert book.delta(live, [5], None, [{5: -0.1}]) == StepOutput("a", (5,), None, ({5: -0.1},))
     assert book.delta(live, [5], None) is None  # nothing new, not finished: no output
@@ -20,13 +20,13 @@ def test_cumulative_outputs_become_deltas() -> None:
 
 def test_abort_is_owed_once_and_keys_are_never_reused() -> None:
     book = RequestBook()
-    key = book.add(Request((1,), request_id="x"))
+    key = book.add(Request((1,), request_id="x"), vocab_size=1024, max_model_len=512)
     assert book.abort("x") == key
     assert book.abort("x") is None and book.abort(["unhashable"]) is None
     assert "x" in book.in_flight() and book.has_work()  # until its ABORT is returned
     assert book.take_aborts() == [StepOutput("x", (), FinishReason.ABORT)]
     assert book.take_aborts() == [] and not book.has_work()
-    assert book.add(Request((1,), request_id="x")) != key
+    assert book.add(Request((1,), request_id="x"), vocab_size=1024, max_model_len=512) != key
 
 
 def test_finish_reason_is_read_from_the_last_token() -> None:

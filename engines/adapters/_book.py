@@ -8,6 +8,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engines.protocol import FinishReason, Request, StepOutput
+from engines.validation import check_request
 
 
 @dataclass(slots=True)
@@ -37,7 +38,11 @@ class RequestBook:
     def has_work(self) -> bool:
         return bool(self._by_id or self._aborted)
 
-    def add(self, request: Request) -> str:
+    def add(self, request: Request, *, vocab_size: int, max_model_len: int) -> str:
+        """Refuse bad input (before the library sees it), then track the request."""
+        check_request(
+            request, vocab_size=vocab_size, max_model_len=max_model_len, in_flight=self.in_flight()
+        )
         live = Live(request, f"r{next(self._keys)}")
         self._by_id[request.request_id] = live
         self._by_key[live.key] = live

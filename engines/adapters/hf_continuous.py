@@ -41,7 +41,6 @@ from engines.models import (
     preset_max_model_len,
 )
 from engines.protocol import Request, StepOutput
-from engines.validation import check_request
 
 __all__ = ["HFContinuousEngine", "hf_continuous", "make_engine"]
 
@@ -96,14 +95,8 @@ class HFContinuousEngine:
         self._top: dict[str, list[Mapping[int, float]]] = {}  # key -> this step's top logprobs
 
     def add_request(self, request: Request) -> None:
-        check_request(
-            request,
-            vocab_size=self.vocab_size,
-            max_model_len=self.max_model_len,
-            in_flight=self._book.in_flight(),
-        )
         params = request.params
-        key = self._book.add(request)
+        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
         if params.temperature > 0:
             gen = torch.Generator()
             if params.seed is None:
@@ -151,8 +144,9 @@ class HFContinuousEngine:
             if live is None:  # aborted before this output was read
                 continue
             if result.status == RequestStatus.FAILED:
-                raise RuntimeError(f"transformers failed request {live.request.request_id!r}: "
-                                   f"{result.error}")
+                raise RuntimeError(
+                    f"transformers failed request {live.request.request_id!r}: {result.error}"
+                )
             finish = None
             if result.is_finished():
                 finish = stop_or_length(live.request, result.generated_tokens)

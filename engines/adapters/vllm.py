@@ -48,7 +48,6 @@ from engines.models import (  # noqa: E402
     save_checkpoint,
 )
 from engines.protocol import FinishReason, Request, StepOutput  # noqa: E402
-from engines.validation import check_request  # noqa: E402
 
 __all__ = ["VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
 
@@ -81,12 +80,7 @@ class VLLMEngine:
         self._book = RequestBook()
 
     def add_request(self, request: Request) -> None:
-        check_request(
-            request,
-            vocab_size=self.vocab_size,
-            max_model_len=self.max_model_len,
-            in_flight=self._book.in_flight(),
-        )
+        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
         p = request.params
         params = vllm.SamplingParams(
             max_tokens=int(p.max_tokens),
@@ -98,7 +92,6 @@ class VLLMEngine:
             ignore_eos=True,  # the config's EOS is no stop token of ours
             detokenize=False,
         )
-        key = self._book.add(request)
         prompt = {"prompt_token_ids": [int(t) for t in request.prompt_token_ids]}
         self._engine.add_request(key, prompt, params)
 
