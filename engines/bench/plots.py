@@ -65,7 +65,8 @@ def slot_timeline(runs: Sequence[Run], path: str | Path) -> Path:
         raise ValueError("slot_timeline: no run recorded slot tables (engine lacks slot_table)")
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 1.2 + 0.45 * max(
         len(r.steps[0].slots or ()) for r in runs) * len(runs)), squeeze=False)
-    cmap = plt.get_cmap("tab20")
+    # tab20 without its reds and greys, which mean waste and prefill here.
+    palette = [c for i, c in enumerate(plt.get_cmap("tab20").colors) if i not in (6, 7, 14, 15)]
     for ax, run in zip(axes[:, 0], runs, strict=True):
         first = {rid: steps[0] for rid, steps in run.token_steps.items() if steps}
         last = {rid: steps[-1] for rid, steps in run.token_steps.items() if steps}
@@ -82,7 +83,7 @@ def slot_timeline(runs: Sequence[Run], path: str | Path) -> Path:
                 elif k > last.get(rid, k):
                     color = WASTE
                 else:
-                    color = cmap(order.get(rid, 0) % 20)
+                    color = palette[order.get(rid, 0) % len(palette)]
                 ax.broken_barh([(step.start_s, width)], (slot - 0.4, 0.8), facecolors=color)
         ax.set(yticks=range(n_slots), ylabel="slot", xlabel="seconds", ylim=(n_slots - 0.5, -0.5),
                title=f"{run.engine}: {len(run.trace)} requests through {n_slots} slots "
