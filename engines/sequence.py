@@ -20,10 +20,6 @@ class Sequence:
     abort_pending: bool = False
 
     @property
-    def request_id(self) -> object:
-        return self.request.request_id
-
-    @property
     def finished(self) -> bool:
         return self.finish_reason is not None
 
