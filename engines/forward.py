@@ -69,7 +69,6 @@ class SlotForward:
         head_dim = getattr(config, "head_dim", None)
         self.head_dim: int = head_dim or config.hidden_size // self.num_heads
         self.num_layers: int = config.num_hidden_layers
-        self.vocab_size: int = config.vocab_size
         attn0 = decoder.layers[0].self_attn
         self.scale = float(getattr(attn0, "scaling", self.head_dim**-0.5))
         self.layers = _fused_layers(model)

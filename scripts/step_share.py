@@ -15,20 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from engines.bench.workloads import comparison
 from engines.continuous import ContinuousBatchEngine
-from engines.protocol import Request, SamplingParams
-
-
-def mixed_draw(n: int, vocab: int, seed: int = 0) -> list[Request]:
-    """Prompts 4-256 tokens, budgets 1-64: the foundation issue's closed mixed batch."""
-    rng = np.random.default_rng(seed)
-    return [
-        Request(
-            tuple(rng.integers(0, vocab, int(rng.integers(4, 257))).tolist()),
-            SamplingParams(max_tokens=int(rng.integers(1, 65))),
-        )
-        for _ in range(n)
-    ]
 
 
 def main() -> None:
@@ -56,9 +44,10 @@ def main() -> None:
         engine = ContinuousBatchEngine(args.preset, max_batch_size=args.slots)
         engine.runner.mixed = timed(engine.runner.mixed)  # type: ignore[method-assign]
         engine.runner.decode = timed(engine.runner.decode)  # type: ignore[method-assign]
-        requests = mixed_draw(args.requests, engine.vocab_size)
-        for request in requests:
-            engine.add_request(request)
+        # The foundation issue's closed mix: prompts 4-256 tokens, budgets 1-64.
+        items = comparison(vocab_size=engine.vocab_size, n=args.requests)
+        for i, item in enumerate(items):
+            engine.add_request(item.to_request(f"r{i}"))
         inside[0] = 0.0
         tokens, start = 0, time.perf_counter()
         while engine.has_work():
