@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from engines.bench import capacity, disturbance, traces, workloads
-from engines.bench.driver import run_closed, run_trace
+from engines.bench.driver import run_closed, run_closed_many, run_trace
 from engines.bench.fake import FakeEngine, VirtualClock
 from engines.bench.metrics import SLO, requests_frame, summarize, tokens_frame
+from engines.protocol import Request, StepOutput
 
 
 def _items(n: int, prompt_len: int = 8, max_tokens: int = 4) -> list[workloads.WorkItem]:
@@ -93,6 +95,82 @@ def test_capacity_bisection_brackets_a_known_capacity() -> None:
     assert 8.0 <= result.low <= 10.5 and 10.0 <= result.high <= 12.0, result.bracket()
     assert all(p.stable == (p.rate <= result.low) for p in result.probes)
     assert "slope" in result.rule
+
+
+def test_lockstep_search_alternates_engines_and_brackets_each() -> None:
+    # 10 and 5 req/s engines on one virtual clock: each bracket holds its own capacity, and
+    # the probes alternate until the shorter search is done.
+    clock = VirtualClock()
+    engines = {"fast": FakeEngine(max_batch_size=1, base_s=0.1, clock=clock),
+               "slow": FakeEngine(max_batch_size=1, base_s=0.2, clock=clock)}
+    probes: list[tuple[str, float]] = []
+    results = capacity.search_many(
+        engines, _items(300, max_tokens=1), start_rates={"fast": 10.0, "slow": 5.0},
+        iterations=3, clock=clock, on_probe=lambda p: probes.append((p.run.engine, p.rate)))
+    assert 8.0 <= results["fast"].low <= 10.5 <= results["fast"].high <= 12.0
+    assert 4.0 <= results["slow"].low <= 5.25 <= results["slow"].high <= 6.0
+    # One verdict per engine per round (an unstable one is a probe and its retry).
+    verdicts = [engine for i, (engine, rate) in enumerate(probes)
+                if i == 0 or probes[i - 1] != (engine, rate)]
+    assert verdicts == ["fast", "slow"] * (len(verdicts) // 2)
+    single = capacity.search(FakeEngine(max_batch_size=1, base_s=0.1, clock=clock),
+                             _items(300, max_tokens=1), name="fast", start_rate=10.0,
+                             iterations=3, clock=clock)
+    assert [p.rate for p in single.probes] == [p.rate for p in results["fast"].probes]
+
+
+class _SlowSpell(FakeEngine):
+    """A FakeEngine whose first `spell` steps run 3x slower: a shared machine's bad moment."""
+
+    def __init__(self, spell: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spell = spell
+
+    def _spend(self, seconds: float) -> None:
+        self.spell -= 1
+        super()._spend(3 * seconds if self.spell >= 0 else seconds)
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_an_unstable_verdict_is_retried_before_it_counts(retries: int) -> None:
+    # 10 req/s engine, probed at 8 req/s: a slow spell over the first probe fails it.
+    clock = VirtualClock()
+    engine = _SlowSpell(spell=150, max_batch_size=1, base_s=0.1, clock=clock)
+    result = capacity.search(engine, _items(300, max_tokens=1), name="fake",
+                             start_rate=8.0 / 1.2, iterations=0, max_expand=0, clock=clock,
+                             retries=retries)
+    first = result.probes[0]
+    assert first.rate == pytest.approx(8.0) and not first.stable
+    assert len(result.probes) == 1 + retries
+    assert result.low == (pytest.approx(8.0) if retries else 0.0)
+
+
+class _Logged:
+    """A protocol engine that logs its name on every add_request, delegating the rest."""
+
+    def __init__(self, name: str, inner: FakeEngine, log: list[str]) -> None:
+        self.name, self.inner, self.log = name, inner, log
+        self.vocab_size, self.max_model_len = inner.vocab_size, inner.max_model_len
+
+    def add_request(self, request: Request) -> None:
+        self.log.append(self.name)
+        self.inner.add_request(request)
+
+    def step(self) -> list[StepOutput]:
+        return self.inner.step()
+
+    def has_work(self) -> bool:
+        return self.inner.has_work()
+
+
+def test_closed_runs_interleave_engines_run_by_run() -> None:
+    clock = VirtualClock()
+    log: list[str] = []
+    engines = {name: _Logged(name, FakeEngine(max_batch_size=2, clock=clock), log)
+               for name in ("a", "b")}
+    runs = run_closed_many(engines, traces.closed(_items(1)), warmup=1, runs=2, clock=clock)
+    assert [len(r) for r in runs.values()] == [2, 2]
+    assert log == ["a", "b"] * 3
 
 
 def test_disturbance_groups_spikes_by_admitted_prompt_length() -> None:

@@ -18,11 +18,17 @@ Search: the bracket starts around the closed-batch request rate, widens until it
 stable and its high end is not, then bisects. Probes at every rate replay one seed's trace on
 a stretched time axis, so they differ only in rate. The answer is the bracket: the highest
 stable rate probed and the lowest unstable one above it.
+
+Noise: a shared machine has slow spells (another tenant's burst, CPU steal) that make a probe
+below capacity look unstable, and one such verdict early in a bisection costs the engine a
+third of its capacity. A slow spell only ever fails a probe, never passes one, so an unstable
+verdict is retried (`retries`, default 1) and a rate counts as unstable only if every try was.
+Engines are searched in lockstep, so drift in the machine's speed hits all of them alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +41,9 @@ from engines.bench.workloads import WorkItem
 from engines.protocol import Engine
 
 MAX_WAIT_SLOPE = 0.05
+RETRIES = 1
 RULE = ("stable: all requests finished, least-squares slope of queue wait vs arrival time "
-        "<= {slope}{bound}")
+        "<= {slope}{bound}; an unstable verdict stands only if {tries} tries all failed")
 
 
 @dataclass(slots=True)
@@ -87,44 +94,71 @@ def probe(engine: Engine, items: list[WorkItem], rate: float, *, name: str, seed
     return Probe(rate, stable, slope, summary, run)
 
 
-def search(engine: Engine, items: list[WorkItem], *, name: str, start_rate: float,
-           seed: int = 0, iterations: int = 4, max_expand: int = 4,
-           max_wait_slope: float = MAX_WAIT_SLOPE, queue_bound_s: float | None = None,
-           slo: SLO | None = None, clock: Clock | None = None,
-           on_probe: Callable[[Probe], None] | None = None) -> Capacity:
-    """Bisect on the arrival rate for the highest stable one, starting near `start_rate`."""
-    bound = f", p90 queue wait <= {queue_bound_s} s" if queue_bound_s is not None else ""
-    result = Capacity(name, 0.0, float("inf"), RULE.format(slope=max_wait_slope, bound=bound))
-
-    def at(rate: float) -> bool:
-        p = probe(engine, items, rate, name=name, seed=seed, max_wait_slope=max_wait_slope,
-                  queue_bound_s=queue_bound_s, slo=slo, clock=clock,
-                  tag=str(len(result.probes)))
-        result.probes.append(p)
-        if on_probe is not None:
-            on_probe(p)
-        if p.stable:
-            result.low = max(result.low, rate)
-        else:
-            result.high = min(result.high, rate)
-        return p.stable
-
+def _bisection(start_rate: float, iterations: int,
+               max_expand: int) -> Generator[float, bool, None]:
+    """Yield the rates to probe; receive each probe's verdict. The bracket lives with the
+    caller (Capacity), which sees every verdict."""
+    low, high = 0.0, float("inf")
     # Widen: the closed-batch rate is a throughput ceiling for most engines, so start just
     # above it and walk down (or up) by factors of 2 until the bracket holds capacity.
     rate = start_rate * 1.2
-    if at(rate):
-        for _ in range(max_expand):
-            rate *= 2
-            if not at(rate):
-                break
-    else:
-        for _ in range(max_expand):
-            rate /= 2
-            if at(rate):
-                break
-    if result.low == 0.0 or not np.isfinite(result.high):
-        return result  # no bracket within max_expand: report the open interval as measured
+    stable = yield rate
+    low, high = (rate, high) if stable else (low, rate)
+    for _ in range(max_expand):
+        rate = rate * 2 if stable else rate / 2
+        if (yield rate) != stable:
+            low, high = (low, rate) if stable else (rate, high)
+            break
+        low, high = (rate, high) if stable else (low, rate)
+    if low == 0.0 or not np.isfinite(high):
+        return  # no bracket within max_expand: report the open interval as measured
     for _ in range(iterations):
         # Geometric midpoint: the bracket spans a factor, and rates are compared as ratios.
-        at(float(np.sqrt(result.low * result.high)))
-    return result
+        rate = float(np.sqrt(low * high))
+        if (yield rate):
+            low = rate
+        else:
+            high = rate
+
+
+def search_many(engines: Mapping[str, Engine], items: list[WorkItem], *,
+                start_rates: Mapping[str, float], seed: int = 0, iterations: int = 4,
+                max_expand: int = 4, max_wait_slope: float = MAX_WAIT_SLOPE,
+                queue_bound_s: float | None = None, slo: SLO | None = None,
+                retries: int = RETRIES, clock: Clock | None = None,
+                on_probe: Callable[[Probe], None] | None = None) -> dict[str, Capacity]:
+    """Bisect every engine's capacity in lockstep: round k probes each engine's k-th rate
+    back to back, so drift in the machine's speed (a shared CPU's steal, thermal limits) hits
+    every engine alike instead of whichever happened to run last."""
+    bound = f", p90 queue wait <= {queue_bound_s} s" if queue_bound_s is not None else ""
+    rule = RULE.format(slope=max_wait_slope, bound=bound, tries=retries + 1)
+    results = {name: Capacity(name, 0.0, float("inf"), rule) for name in engines}
+    plans = {name: _bisection(start_rates[name], iterations, max_expand) for name in engines}
+    pending = {name: next(plan) for name, plan in plans.items()}
+    while pending:
+        for name, rate in list(pending.items()):
+            result = results[name]
+            for _ in range(retries + 1):
+                p = probe(engines[name], items, rate, name=name, seed=seed,
+                          max_wait_slope=max_wait_slope, queue_bound_s=queue_bound_s,
+                          slo=slo, clock=clock, tag=str(len(result.probes)))
+                result.probes.append(p)
+                if on_probe is not None:
+                    on_probe(p)
+                if p.stable:
+                    break
+            if p.stable:
+                result.low = max(result.low, rate)
+            else:
+                result.high = min(result.high, rate)
+            try:
+                pending[name] = plans[name].send(p.stable)
+            except StopIteration:
+                del pending[name]
+    return results
+
+
+def search(engine: Engine, items: list[WorkItem], *, name: str, start_rate: float,
+           **kwargs: Any) -> Capacity:
+    """Bisect on the arrival rate for the highest stable one, starting near `start_rate`."""
+    return search_many({name: engine}, items, start_rates={name: start_rate}, **kwargs)[name]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -166,12 +166,29 @@ def run_closed(
     One engine serves every run (a drained engine is reusable); request ids get a per-run
     suffix so that no id is ever reused.
     """
-    recorded = []
+    return run_closed_many({name: engine}, trace, warmup=warmup, runs=runs, clock=clock,
+                           record_slots=record_slots, on_run=on_run)[name]
+
+
+def run_closed_many(
+    engines: Mapping[str, Engine],
+    trace: Trace,
+    *,
+    warmup: int = 2,
+    runs: int = 5,
+    clock: Clock | None = None,
+    record_slots: bool = False,
+    on_run: Callable[[], None] | None = None,
+) -> dict[str, list[Run]]:
+    """`run_closed` for several engines, interleaved run by run (engine A's run i, engine B's
+    run i, then run i+1), so a slow spell of the machine does not land on one engine only."""
+    recorded: dict[str, list[Run]] = {name: [] for name in engines}
     for i in range(warmup + runs):
-        run = run_trace(engine, trace, name=name, clock=clock, record_slots=record_slots,
-                        id_suffix=f"#{i}")
-        if i >= warmup:
-            recorded.append(run)
-        if on_run is not None:
-            on_run()
+        for name, engine in engines.items():
+            run = run_trace(engine, trace, name=name, clock=clock, record_slots=record_slots,
+                            id_suffix=f"#{i}")
+            if i >= warmup:
+                recorded[name].append(run)
+            if on_run is not None:
+                on_run()
     return recorded

@@ -2,9 +2,9 @@
 
 Per engine: closed mixed runs (2 warm-up, 5 recorded: output tokens/s and the start of the
 capacity search), the capacity search, the admission-disturbance run and a small slot-timeline
-run. Then, for all engines at one common rate, a reference open-loop run for the latency
-columns (0.8 x the best capacity measured, as the seeds compared engines at 1 req/s against a
-1.25 req/s capacity).
+run; the closed runs and the capacity probes alternate between engines. Then, for all engines
+at one common rate, a reference open-loop run for the latency columns (0.8 x the best capacity
+measured, as the seeds compared engines at 1 req/s against a 1.25 req/s capacity).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from engines.bench import capacity, disturbance, traces, workloads
-from engines.bench.driver import Run, run_closed, run_trace
+from engines.bench.driver import Run, run_closed_many, run_trace
 from engines.bench.metrics import SLO, requests_frame, summarize, tokens_frame
 from engines.protocol import Engine
 
@@ -68,7 +68,7 @@ class Config:
              "slo": SLO(ttft_s=0.2, tpot_s=0.02)}
         )
         if quick:
-            base.update(capacity_requests=200, iterations=3, closed_requests=32,
+            base.update(capacity_requests=200, iterations=5, closed_requests=32,
                         disturbance_requests=64, warmup=2, runs=5)
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
@@ -161,39 +161,55 @@ def progress(enabled: bool) -> Iterator[Progress]:
         bar.close()
 
 
-def bench_engine(name: str, engine: Engine, config: Config, *, max_model_len: int,
-                 vocab_size: int, bar: Progress | None = None) -> EngineResult:
-    bar = bar or Progress(False)
-    seed = config.seed
-    mixed = functools.partial(workloads.mixed, max_model_len=max_model_len,
-                              vocab_size=vocab_size)
-    bar.stage(f"{name}: closed")
-    closed_trace = traces.closed(mixed(config.closed_requests, seed=seed), tag="closed")
-    closed = run_closed(engine, closed_trace, name=name, warmup=config.warmup, runs=config.runs,
-                        on_run=bar.tick)
-    closed_rps = float(np.median([len(closed_trace) / r.wall_s for r in closed]))
+def _closed_rps(runs: list[Run]) -> float:
+    return float(np.median([len(r.trace) / r.wall_s for r in runs]))
 
-    bar.stage(f"{name}: capacity")
-    cap = capacity.search(
-        engine, mixed(config.capacity_requests, seed=seed + 1), name=name,
-        start_rate=closed_rps, seed=seed, iterations=config.iterations, slo=config.slo,
-        on_probe=lambda p: bar.tick(rate=f"{p.rate:.3g}", stable=p.stable))
 
+def _disturbance(name: str, engine: Engine, config: Config, mixed: Callable[..., list[Any]],
+                 bar: Progress) -> tuple[Run, pd.DataFrame, Run | None]:
     bar.stage(f"{name}: disturbance")
-    dist_trace = traces.closed(mixed(config.disturbance_requests, seed=seed + 2), tag="dist")
+    dist_trace = traces.closed(mixed(config.disturbance_requests, seed=config.seed + 2),
+                               tag="dist")
     dist = run_trace(engine, dist_trace, name=name)
     bar.tick()
     _, spikes = disturbance.spikes(dist)
-
     timeline = None
     slots = getattr(engine, "max_batch_size", None)
     if callable(getattr(engine, "slot_table", None)) and isinstance(slots, int):
         bar.stage(f"{name}: timeline")
-        items = mixed(2 * slots, seed=seed + 3)
+        items = mixed(2 * slots, seed=config.seed + 3)
         timeline = run_trace(engine, traces.closed(items, tag="timeline"), name=name,
                              record_slots=True)
         bar.tick()
-    return EngineResult(name, closed, cap, dist, spikes, timeline)
+    return dist, spikes, timeline
+
+
+def bench_engines(engines: dict[str, Engine], config: Config, *, max_model_len: int,
+                  vocab_size: int, bar: Progress | None = None) -> dict[str, EngineResult]:
+    """Closed runs and the capacity search interleave the engines (run by run, probe by
+    probe): those two give the ratios, and a slow spell of a shared machine must not land on
+    one engine. The disturbance and timeline runs are per engine."""
+    bar = bar or Progress(False)
+    seed = config.seed
+    mixed = functools.partial(workloads.mixed, max_model_len=max_model_len,
+                              vocab_size=vocab_size)
+    bar.stage("closed runs")
+    closed_trace = traces.closed(mixed(config.closed_requests, seed=seed), tag="closed")
+    closed = run_closed_many(engines, closed_trace, warmup=config.warmup, runs=config.runs,
+                             on_run=bar.tick)
+
+    bar.stage("capacity")
+    caps = capacity.search_many(
+        engines, mixed(config.capacity_requests, seed=seed + 1),
+        start_rates={name: _closed_rps(runs) for name, runs in closed.items()}, seed=seed,
+        iterations=config.iterations, slo=config.slo,
+        on_probe=lambda p: bar.tick(engine=p.run.engine, rate=f"{p.rate:.3g}",
+                                    stable=p.stable))
+    results = {}
+    for name, engine in engines.items():
+        dist, spikes, timeline = _disturbance(name, engine, config, mixed, bar)
+        results[name] = EngineResult(name, closed[name], caps[name], dist, spikes, timeline)
+    return results
 
 
 def reference_run(result: EngineResult, engine: Engine, rate: float, config: Config, *,
@@ -236,11 +252,9 @@ def compare(factories: dict[str, EngineFactory], config: Config, *,
     """Benchmark every engine on the same draws and traces; one summary row per engine."""
     engines = {name: make() for name, make in factories.items()}
     max_model_len, vocab_size = scale(engines)
-    results: dict[str, EngineResult] = {}
     with progress(show_progress) as bar:
-        for name, engine in engines.items():
-            results[name] = bench_engine(name, engine, config, max_model_len=max_model_len,
-                                         vocab_size=vocab_size, bar=bar)
+        results = bench_engines(engines, config, max_model_len=max_model_len,
+                                vocab_size=vocab_size, bar=bar)
         best = max(r.capacity.low for r in results.values())
         rate = config.reference_rps or 0.8 * best
         if rate > 0:
