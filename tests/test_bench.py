@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,10 @@ import numpy as np
 import pytest
 
 from engines.bench import capacity, disturbance, traces, workloads
-from engines.bench.driver import run_closed, run_closed_many, run_trace
+from engines.bench.driver import run_closed, run_trace
 from engines.bench.fake import FakeEngine, VirtualClock
 from engines.bench.metrics import SLO, requests_frame, summarize, tokens_frame
+from engines.bench.paired import EngineClock, run_closed_paired, run_paired
 from engines.protocol import Request, StepOutput
 
 
@@ -97,22 +99,17 @@ def test_capacity_bisection_brackets_a_known_capacity() -> None:
     assert "slope" in result.rule
 
 
-def test_lockstep_search_alternates_engines_and_brackets_each() -> None:
-    # 10 and 5 req/s engines on one virtual clock: each bracket holds its own capacity, and
-    # the probes alternate until the shorter search is done.
-    clock = VirtualClock()
-    engines = {"fast": FakeEngine(max_batch_size=1, base_s=0.1, clock=clock),
-               "slow": FakeEngine(max_batch_size=1, base_s=0.2, clock=clock)}
-    probes: list[tuple[str, float]] = []
+def test_paired_search_brackets_each_engine_as_a_solo_search_does() -> None:
+    # 10 and 5 req/s engines, each on its own virtual clock: pairing changes no verdict.
+    clocks = {"fast": VirtualClock(), "slow": VirtualClock()}
+    engines = {"fast": FakeEngine(max_batch_size=1, base_s=0.1, clock=clocks["fast"]),
+               "slow": FakeEngine(max_batch_size=1, base_s=0.2, clock=clocks["slow"])}
     results = capacity.search_many(
         engines, _items(300, max_tokens=1), start_rates={"fast": 10.0, "slow": 5.0},
-        iterations=3, clock=clock, on_probe=lambda p: probes.append((p.run.engine, p.rate)))
+        iterations=3, clocks=clocks)
     assert 8.0 <= results["fast"].low <= 10.5 <= results["fast"].high <= 12.0
     assert 4.0 <= results["slow"].low <= 5.25 <= results["slow"].high <= 6.0
-    # One verdict per engine per round (an unstable one is a probe and its retry).
-    verdicts = [engine for i, (engine, rate) in enumerate(probes)
-                if i == 0 or probes[i - 1] != (engine, rate)]
-    assert verdicts == ["fast", "slow"] * (len(verdicts) // 2)
+    clock = VirtualClock()
     single = capacity.search(FakeEngine(max_batch_size=1, base_s=0.1, clock=clock),
                              _items(300, max_tokens=1), name="fast", start_rate=10.0,
                              iterations=3, clock=clock)
@@ -146,31 +143,56 @@ def test_an_unstable_verdict_is_retried_before_it_counts(retries: int) -> None:
 
 
 class _Logged:
-    """A protocol engine that logs its name on every add_request, delegating the rest."""
+    """A protocol engine that logs its name on every step, delegating to a FakeEngine."""
 
     def __init__(self, name: str, inner: FakeEngine, log: list[str]) -> None:
         self.name, self.inner, self.log = name, inner, log
         self.vocab_size, self.max_model_len = inner.vocab_size, inner.max_model_len
 
     def add_request(self, request: Request) -> None:
-        self.log.append(self.name)
         self.inner.add_request(request)
 
     def step(self) -> list[StepOutput]:
+        self.log.append(self.name)
         return self.inner.step()
 
     def has_work(self) -> bool:
         return self.inner.has_work()
 
 
-def test_closed_runs_interleave_engines_run_by_run() -> None:
-    clock = VirtualClock()
+def test_paired_runs_alternate_steps_and_keep_each_engines_time() -> None:
     log: list[str] = []
-    engines = {name: _Logged(name, FakeEngine(max_batch_size=2, clock=clock), log)
+    clocks = {"a": VirtualClock(), "b": VirtualClock()}
+    engines = {"a": _Logged("a", FakeEngine(max_batch_size=1, base_s=0.1, clock=clocks["a"]), log),
+               "b": _Logged("b", FakeEngine(max_batch_size=1, base_s=0.3, clock=clocks["b"]), log)}
+    trace = traces.closed(_items(2, max_tokens=3))
+    runs = run_paired(engines, {"a": trace, "b": trace}, clocks=clocks)
+    assert log == ["a", "b"] * 6
+    # Each engine's run is timed on its own clock only: 6 steps of 0.1 s and of 0.3 s.
+    assert runs["a"].wall_s == pytest.approx(0.6) and runs["b"].wall_s == pytest.approx(1.8)
+
+
+def test_closed_runs_pair_engines_run_by_run() -> None:
+    log: list[str] = []
+    engines = {name: _Logged(name, FakeEngine(max_batch_size=1, base_s=1e-4), log)
                for name in ("a", "b")}
-    runs = run_closed_many(engines, traces.closed(_items(1)), warmup=1, runs=2, clock=clock)
+    runs = run_closed_paired(engines, traces.closed(_items(1, max_tokens=2)), warmup=1, runs=2)
     assert [len(r) for r in runs.values()] == [2, 2]
-    assert log == ["a", "b"] * 3
+    assert log == ["a", "b"] * 6  # 3 runs of 2 steps each, alternating step by step
+
+
+def test_engine_clock_runs_only_between_resume_and_pause() -> None:
+    clock = EngineClock()
+    time.sleep(0.01)
+    assert clock.now() == 0.0  # paused from the start
+    clock.resume()
+    time.sleep(0.01)
+    clock.pause()
+    ran = clock.now()
+    time.sleep(0.01)
+    assert 0.01 <= ran == clock.now() < 0.5
+    clock.sleep_until(5.0)  # jumps, does not sleep
+    assert clock.now() == 5.0
 
 
 def test_disturbance_groups_spikes_by_admitted_prompt_length() -> None:

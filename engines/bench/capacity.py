@@ -23,7 +23,8 @@ Noise: a shared machine has slow spells (another tenant's burst, CPU steal) that
 below capacity look unstable, and one such verdict early in a bisection costs the engine a
 third of its capacity. A slow spell only ever fails a probe, never passes one, so an unstable
 verdict is retried (`retries`, default 1) and a rate counts as unstable only if every try was.
-Engines are searched in lockstep, so drift in the machine's speed hits all of them alike.
+Engines are searched together, each round's probes paired step by step (engines.bench.paired),
+so drift in the machine's speed hits all of them alike.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from engines.bench import traces
-from engines.bench.driver import Clock, Run, run_trace
+from engines.bench.driver import Clock, Run
 from engines.bench.metrics import SLO, requests_frame, summarize
+from engines.bench.paired import run_paired
 from engines.bench.workloads import WorkItem
 from engines.protocol import Engine
 
@@ -78,20 +80,40 @@ def wait_slope(run: Run) -> float:
     return float(np.polyfit(df["arrival_s"], df["queue_wait_s"], 1)[0])
 
 
-def probe(engine: Engine, items: list[WorkItem], rate: float, *, name: str, seed: int,
-          max_wait_slope: float = MAX_WAIT_SLOPE, queue_bound_s: float | None = None,
-          slo: SLO | None = None, clock: Clock | None = None, tag: str = "") -> Probe:
-    trace = traces.poisson(items, rate, seed=seed, tag=f"p{tag}{rate:.6g}")
-    run = run_trace(engine, trace, name=name, clock=clock, give_up_wait_s=0.5 * trace.span_s)
+def _verdict(run: Run, rate: float, n: int, *, max_wait_slope: float,
+             queue_bound_s: float | None, slo: SLO | None) -> Probe:
     summary = summarize(run, slo=slo)
     slope = wait_slope(run)
-    stable = (not run.gave_up and summary["completed"] == len(items)
-              and bool(slope <= max_wait_slope))
+    stable = not run.gave_up and summary["completed"] == n and bool(slope <= max_wait_slope)
     if queue_bound_s is not None and stable:
         waits = requests_frame(run)["queue_wait_s"]
         stable = bool(waits.quantile(0.9) <= queue_bound_s)
     summary.update(wait_slope=slope, stable=stable)
     return Probe(rate, stable, slope, summary, run)
+
+
+def probe_paired(engines: Mapping[str, Engine], items: list[WorkItem],
+                 rates: Mapping[str, float], *, seed: int,
+                 max_wait_slope: float = MAX_WAIT_SLOPE, queue_bound_s: float | None = None,
+                 slo: SLO | None = None, clocks: Mapping[str, Clock] | None = None,
+                 tag: str = "") -> dict[str, Probe]:
+    """One probe per engine, each at its own rate, run paired (engines.bench.paired)."""
+    trace = {name: traces.poisson(items, rate, seed=seed, tag=f"p{tag}{rate:.6g}")
+             for name, rate in rates.items()}
+    runs = run_paired({name: engines[name] for name in rates}, trace, clocks=clocks,
+                      give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()})
+    return {name: _verdict(run, rates[name], len(items), max_wait_slope=max_wait_slope,
+                           queue_bound_s=queue_bound_s, slo=slo)
+            for name, run in runs.items()}
+
+
+def probe(engine: Engine, items: list[WorkItem], rate: float, *, name: str, seed: int,
+          max_wait_slope: float = MAX_WAIT_SLOPE, queue_bound_s: float | None = None,
+          slo: SLO | None = None, clock: Clock | None = None, tag: str = "") -> Probe:
+    """One probe of one engine on `clock` (default: its own EngineClock)."""
+    return probe_paired({name: engine}, items, {name: rate}, seed=seed,
+                        max_wait_slope=max_wait_slope, queue_bound_s=queue_bound_s, slo=slo,
+                        clocks=None if clock is None else {name: clock}, tag=tag)[name]
 
 
 def _bisection(start_rate: float, iterations: int,
@@ -125,40 +147,47 @@ def search_many(engines: Mapping[str, Engine], items: list[WorkItem], *,
                 start_rates: Mapping[str, float], seed: int = 0, iterations: int = 4,
                 max_expand: int = 4, max_wait_slope: float = MAX_WAIT_SLOPE,
                 queue_bound_s: float | None = None, slo: SLO | None = None,
-                retries: int = RETRIES, clock: Clock | None = None,
+                retries: int = RETRIES, clocks: Mapping[str, Clock] | None = None,
                 on_probe: Callable[[Probe], None] | None = None) -> dict[str, Capacity]:
-    """Bisect every engine's capacity in lockstep: round k probes each engine's k-th rate
-    back to back, so drift in the machine's speed (a shared CPU's steal, thermal limits) hits
-    every engine alike instead of whichever happened to run last."""
+    """Bisect every engine's capacity together: round k runs each engine's k-th probe paired
+    with the others' (engines.bench.paired), so drift in the machine's speed hits every
+    engine alike instead of whichever happened to run during a slow spell."""
     bound = f", p90 queue wait <= {queue_bound_s} s" if queue_bound_s is not None else ""
     rule = RULE.format(slope=max_wait_slope, bound=bound, tries=retries + 1)
     results = {name: Capacity(name, 0.0, float("inf"), rule) for name in engines}
     plans = {name: _bisection(start_rates[name], iterations, max_expand) for name in engines}
     pending = {name: next(plan) for name, plan in plans.items()}
     while pending:
-        for name, rate in list(pending.items()):
-            result = results[name]
-            for _ in range(retries + 1):
-                p = probe(engines[name], items, rate, name=name, seed=seed,
-                          max_wait_slope=max_wait_slope, queue_bound_s=queue_bound_s,
-                          slo=slo, clock=clock, tag=str(len(result.probes)))
-                result.probes.append(p)
+        verdicts: dict[str, bool] = {}
+        todo = dict(pending)
+        for _ in range(retries + 1):
+            probes = probe_paired(engines, items, todo, seed=seed,
+                                  max_wait_slope=max_wait_slope, queue_bound_s=queue_bound_s,
+                                  slo=slo, clocks=clocks,
+                                  tag=str(sum(len(r.probes) for r in results.values())))
+            for name, p in probes.items():
+                results[name].probes.append(p)
                 if on_probe is not None:
                     on_probe(p)
-                if p.stable:
-                    break
-            if p.stable:
+                verdicts[name] = p.stable
+            todo = {name: rate for name, rate in todo.items() if not verdicts[name]}
+            if not todo:
+                break
+        for name, rate in list(pending.items()):
+            result = results[name]
+            if verdicts[name]:
                 result.low = max(result.low, rate)
             else:
                 result.high = min(result.high, rate)
             try:
-                pending[name] = plans[name].send(p.stable)
+                pending[name] = plans[name].send(verdicts[name])
             except StopIteration:
                 del pending[name]
     return results
 
 
 def search(engine: Engine, items: list[WorkItem], *, name: str, start_rate: float,
-           **kwargs: Any) -> Capacity:
+           clock: Clock | None = None, **kwargs: Any) -> Capacity:
     """Bisect on the arrival rate for the highest stable one, starting near `start_rate`."""
-    return search_many({name: engine}, items, start_rates={name: start_rate}, **kwargs)[name]
+    return search_many({name: engine}, items, start_rates={name: start_rate},
+                       clocks=None if clock is None else {name: clock}, **kwargs)[name]

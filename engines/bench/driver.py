@@ -8,9 +8,11 @@ protocol; slot tables are recorded when the engine offers them.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -89,7 +91,44 @@ def run_trace(
     admitting (the run is past capacity) and drain what is in flight, so a capacity probe far
     above capacity ends early. The run is marked `gave_up`.
     """
-    clock = clock or WallClock()
+    steps = drive(engine, trace, name=name, clock=clock or WallClock(),
+                  record_slots=record_slots, give_up_wait_s=give_up_wait_s,
+                  id_suffix=id_suffix)
+    with gc_paused():
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                run: Run = done.value
+                return run
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside a timed run, as timeit does: with a bench's worth
+    of records alive, one full collection pauses ~0.1 s, which an open-loop run at 150 req/s
+    sees as a burst of 15 queued requests, enough to fail a capacity probe."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def drive(
+    engine: Engine,
+    trace: Trace,
+    *,
+    name: str,
+    clock: Clock,
+    record_slots: bool = False,
+    give_up_wait_s: float | None = None,
+    id_suffix: str = "",
+) -> Generator[None, None, Run]:
+    """`run_trace` one step at a time: yields after every engine step, returns the Run. Lets
+    a caller interleave several engines' runs (engines.bench.paired)."""
     run = Run(name, trace, id_suffix=id_suffix)
     slot_table: Callable[[], Sequence[Hashable | None]] | None = (
         getattr(engine, "slot_table", None) if record_slots else None
@@ -143,6 +182,7 @@ def run_trace(
                 waiting_first.pop(rid, None)
         slots = tuple(slot_table()) if slot_table else None
         run.steps.append(StepRecord(start - t0, end - t0, n_tokens, tuple(firsts), slots))
+        yield
     run.wall_s = clock.now() - t0
     wasted1 = _wasted(engine)
     if wasted0 is not None and wasted1 is not None:
@@ -166,29 +206,12 @@ def run_closed(
     One engine serves every run (a drained engine is reusable); request ids get a per-run
     suffix so that no id is ever reused.
     """
-    return run_closed_many({name: engine}, trace, warmup=warmup, runs=runs, clock=clock,
-                           record_slots=record_slots, on_run=on_run)[name]
-
-
-def run_closed_many(
-    engines: Mapping[str, Engine],
-    trace: Trace,
-    *,
-    warmup: int = 2,
-    runs: int = 5,
-    clock: Clock | None = None,
-    record_slots: bool = False,
-    on_run: Callable[[], None] | None = None,
-) -> dict[str, list[Run]]:
-    """`run_closed` for several engines, interleaved run by run (engine A's run i, engine B's
-    run i, then run i+1), so a slow spell of the machine does not land on one engine only."""
-    recorded: dict[str, list[Run]] = {name: [] for name in engines}
+    recorded = []
     for i in range(warmup + runs):
-        for name, engine in engines.items():
-            run = run_trace(engine, trace, name=name, clock=clock, record_slots=record_slots,
-                            id_suffix=f"#{i}")
-            if i >= warmup:
-                recorded[name].append(run)
-            if on_run is not None:
-                on_run()
+        run = run_trace(engine, trace, name=name, clock=clock, record_slots=record_slots,
+                        id_suffix=f"#{i}")
+        if i >= warmup:
+            recorded.append(run)
+        if on_run is not None:
+            on_run()
     return recorded

@@ -2,9 +2,9 @@
 
 Per engine: closed mixed runs (2 warm-up, 5 recorded: output tokens/s and the start of the
 capacity search), the capacity search, the admission-disturbance run and a small slot-timeline
-run; the closed runs and the capacity probes alternate between engines. Then, for all engines
-at one common rate, a reference open-loop run for the latency columns (0.8 x the best capacity
-measured, as the seeds compared engines at 1 req/s against a 1.25 req/s capacity).
+run; the closed runs and the capacity probes run the engines paired. Then, for all engines at
+one common rate, a paired reference open-loop run for the latency columns (0.8 x the best
+capacity measured, as the seeds compared engines at 1 req/s against a 1.25 req/s capacity).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from engines.bench import capacity, disturbance, traces, workloads
-from engines.bench.driver import Run, run_closed_many, run_trace
+from engines.bench.driver import Run, run_trace
 from engines.bench.metrics import SLO, requests_frame, summarize, tokens_frame
+from engines.bench.paired import run_closed_paired, run_paired
 from engines.protocol import Engine
 
 EngineFactory = Callable[[], Engine]
@@ -186,17 +187,17 @@ def _disturbance(name: str, engine: Engine, config: Config, mixed: Callable[...,
 
 def bench_engines(engines: dict[str, Engine], config: Config, *, max_model_len: int,
                   vocab_size: int, bar: Progress | None = None) -> dict[str, EngineResult]:
-    """Closed runs and the capacity search interleave the engines (run by run, probe by
-    probe): those two give the ratios, and a slow spell of a shared machine must not land on
-    one engine. The disturbance and timeline runs are per engine."""
+    """Closed runs and capacity probes run the engines paired, step by step (engines.bench.
+    paired): those give the ratios, and a slow spell of a shared machine must not land on one
+    engine. The disturbance and timeline runs are per engine, on the wall clock."""
     bar = bar or Progress(False)
     seed = config.seed
     mixed = functools.partial(workloads.mixed, max_model_len=max_model_len,
                               vocab_size=vocab_size)
     bar.stage("closed runs")
     closed_trace = traces.closed(mixed(config.closed_requests, seed=seed), tag="closed")
-    closed = run_closed_many(engines, closed_trace, warmup=config.warmup, runs=config.runs,
-                             on_run=bar.tick)
+    closed = run_closed_paired(engines, closed_trace, warmup=config.warmup,
+                               runs=config.runs, on_run=bar.tick)
 
     bar.stage("capacity")
     caps = capacity.search_many(
@@ -212,13 +213,14 @@ def bench_engines(engines: dict[str, Engine], config: Config, *, max_model_len: 
     return results
 
 
-def reference_run(result: EngineResult, engine: Engine, rate: float, config: Config, *,
-                  max_model_len: int, vocab_size: int) -> Run:
+def reference_runs(results: dict[str, EngineResult], engines: dict[str, Engine], rate: float,
+                   config: Config, *, max_model_len: int, vocab_size: int) -> None:
+    """Every engine at one common rate, paired: the latency columns of the summary."""
     items = workloads.mixed(config.capacity_requests, max_model_len=max_model_len,
                             vocab_size=vocab_size, seed=config.seed + 1)
     trace = traces.poisson(items, rate, seed=config.seed, tag="ref")
-    result.reference = run_trace(engine, trace, name=result.name)
-    return result.reference
+    for name, run in run_paired(engines, dict.fromkeys(engines, trace)).items():
+        results[name].reference = run
 
 
 def summary_row(result: EngineResult, config: Config) -> dict[str, Any]:
@@ -258,11 +260,10 @@ def compare(factories: dict[str, EngineFactory], config: Config, *,
         best = max(r.capacity.low for r in results.values())
         rate = config.reference_rps or 0.8 * best
         if rate > 0:
-            for name, engine in engines.items():
-                bar.stage(f"{name}: reference {rate:.3g} req/s")
-                reference_run(results[name], engine, rate, config, max_model_len=max_model_len,
-                              vocab_size=vocab_size)
-                bar.tick()
+            bar.stage(f"reference {rate:.3g} req/s")
+            reference_runs(results, engines, rate, config, max_model_len=max_model_len,
+                           vocab_size=vocab_size)
+            bar.tick()
     summary = pd.DataFrame([summary_row(r, config) for r in results.values()])
     return summary[SUMMARY_COLUMNS], results
 

@@ -1,0 +1,110 @@
+"""Paired measurement: several engines driven through their traces one step at a time, in turn.
+
+A shared machine's speed drifts (another tenant's burst, CPU steal, thermal limits) on scales
+from milliseconds to minutes; measured one after another, whichever engine ran during a slow
+spell looks slow, and a capacity ratio swings by 30% between runs. Here each engine keeps its
+own EngineClock, which runs only while that engine's step or its driver's bookkeeping runs and
+jumps over idle gaps, and the engines alternate step by step: a slow spell lands on all of
+them alike, and each engine's timeline is still open-loop (requests join when their arrival
+time has passed on it, however busy the engine is).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Mapping
+
+from engines.bench.driver import Clock, Run, drive, gc_paused
+from engines.bench.traces import Trace
+from engines.protocol import Engine
+
+
+class EngineClock:
+    """A stopwatch: time passes only between resume() and pause(); sleeping jumps ahead."""
+
+    def __init__(self) -> None:
+        self._base = 0.0
+        self._since: float | None = None
+
+    def resume(self) -> None:
+        if self._since is None:
+            self._since = time.perf_counter()
+
+    def pause(self) -> None:
+        self._base = self.now()
+        self._since = None
+
+    def now(self) -> float:
+        if self._since is None:
+            return self._base
+        return self._base + time.perf_counter() - self._since
+
+    def sleep_until(self, t: float) -> None:
+        if t > self.now():
+            running = self._since is not None
+            self._base, self._since = t, (time.perf_counter() if running else None)
+
+
+def run_paired(
+    engines: Mapping[str, Engine],
+    traces: Mapping[str, Trace],
+    *,
+    clocks: Mapping[str, Clock] | None = None,
+    record_slots: bool = False,
+    give_up_wait_s: Mapping[str, float] | None = None,
+    id_suffix: str = "",
+) -> dict[str, Run]:
+    """Replay traces[name] on engines[name] for every engine at once, one step each in turn.
+
+    clocks: one per engine (default: a fresh EngineClock each); an EngineClock runs only
+    during its engine's turn. Tests pass VirtualClocks that their fake engines advance.
+    """
+    clocks = clocks or {name: EngineClock() for name in engines}
+    runs: dict[str, Generator[None, None, Run]] = {
+        name: drive(engine, traces[name], name=name, clock=clocks[name],
+                    record_slots=record_slots, id_suffix=id_suffix,
+                    give_up_wait_s=(give_up_wait_s or {}).get(name))
+        for name, engine in engines.items()
+    }
+    done: dict[str, Run] = {}
+    with gc_paused():
+        _alternate(runs, clocks, done)
+    return {name: done[name] for name in engines}
+
+
+def _alternate(runs: dict[str, Generator[None, None, Run]], clocks: Mapping[str, Clock],
+               done: dict[str, Run]) -> None:
+    while runs:
+        for name, steps in list(runs.items()):
+            clock = clocks[name]
+            if isinstance(clock, EngineClock):
+                clock.resume()
+            try:
+                next(steps)
+            except StopIteration as stop:
+                done[name] = stop.value
+                del runs[name]
+            finally:
+                if isinstance(clock, EngineClock):
+                    clock.pause()
+
+
+def run_closed_paired(
+    engines: Mapping[str, Engine],
+    trace: Trace,
+    *,
+    warmup: int = 2,
+    runs: int = 5,
+    on_run: Callable[[], None] | None = None,
+) -> dict[str, list[Run]]:
+    """The seeds' closed protocol (`warmup` unrecorded runs, then `runs` recorded ones), every
+    engine's run i paired with the others'."""
+    recorded: dict[str, list[Run]] = {name: [] for name in engines}
+    for i in range(warmup + runs):
+        paired = run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"#{i}")
+        if i >= warmup:
+            for name, run in paired.items():
+                recorded[name].append(run)
+        if on_run is not None:
+            on_run()
+    return recorded
