@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from engines.bench import suite, traces, workloads
-from engines.bench.driver import run_closed
 from engines.bench.metrics import SLO, summarize, write_csv
+from engines.bench.paired import run_closed_paired
 from engines.models import PRESETS
 
 TABLE_COLUMNS = {
@@ -147,16 +147,16 @@ def cmd_closed(args: argparse.Namespace) -> int:
           f"{config.warmup} warm-up + {config.runs} recorded runs", file=sys.stderr)
     rows = []
     with suite.progress(not args.no_progress) as bar:
-        for name, engine in engines.items():
-            bar.stage(name)
-            runs = run_closed(engine, trace, name=name, warmup=config.warmup, runs=config.runs,
-                              on_run=bar.tick)
-            rates = [summarize(r)["output_tokens_per_s"] for r in runs]
-            rows.append({"engine": name, "output_tokens_per_s": float(np.median(rates)),
-                         "min": min(rates), "max": max(rates),
-                         "wall_s": float(np.median([r.wall_s for r in runs])),
-                         "driver_overhead_pct": 100 * sum(r.driver_s for r in runs)
-                         / sum(r.step_s for r in runs)})
+        bar.stage("closed runs, paired")
+        paired = run_closed_paired(engines, trace, warmup=config.warmup, runs=config.runs,
+                                   on_run=bar.tick)
+    for name, runs in paired.items():
+        rates = [summarize(r)["output_tokens_per_s"] for r in runs]
+        rows.append({"engine": name, "output_tokens_per_s": float(np.median(rates)),
+                     "min": min(rates), "max": max(rates),
+                     "wall_s": float(np.median([r.wall_s for r in runs])),
+                     "driver_overhead_pct": 100 * sum(r.driver_s for r in runs)
+                     / sum(r.step_s for r in runs)})
     table = pd.DataFrame(rows)
     if "hf-generate" in set(table["engine"]):
         base = table.set_index("engine").loc["hf-generate", "output_tokens_per_s"]
