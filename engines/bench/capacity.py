@@ -118,8 +118,9 @@ def probe(engine: Engine, items: list[WorkItem], rate: float, *, name: str, seed
 
 def _bisection(start_rate: float, iterations: int,
                max_expand: int) -> Generator[float, bool, None]:
-    """Yield the rates to probe; receive each probe's verdict. The bracket lives with the
-    caller (Capacity), which sees every verdict."""
+    """Yield the rates to probe, receiving each verdict; a generator so that several engines'
+    searches can advance round by round. Its bracket only picks the next rate: the caller
+    keeps the reported one (Capacity) from the same verdicts."""
     low, high = 0.0, float("inf")
     # Widen: the closed-batch rate is a throughput ceiling for most engines, so start just
     # above it and walk down (or up) by factors of 2 until the bracket holds capacity.
