@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 import torch
 
@@ -17,7 +18,7 @@ def make_prompts(lengths: Iterable[int], seed: int = 0, vocab: int = 1024) -> li
 
 def hf_generate(prompt: tuple[int, ...], max_tokens: int) -> list[int]:
     """transformers' own greedy generate, one request alone: the ground truth."""
-    model = load_model("tiny")
+    model: Any = load_model("tiny")  # generate() is untyped in transformers' stubs
     ids = torch.tensor([prompt])
     # An explicit mask: generate would otherwise mask every token equal to pad_token_id.
     out = model.generate(
@@ -53,3 +54,10 @@ def drain(
 
 def greedy(prompts: Iterable[tuple[int, ...]], budgets: Iterable[int]) -> list[Request]:
     return [Request(p, SamplingParams(max_tokens=n)) for p, n in zip(prompts, budgets, strict=True)]
+
+
+def bf16_continuous() -> Engine:
+    """The continuous engine in bf16, 3 slots: a real engine whose logits batching perturbs."""
+    from engines.continuous import ContinuousBatchEngine
+
+    return ContinuousBatchEngine(dtype="bfloat16", max_batch_size=3)

@@ -35,6 +35,15 @@ def test_ini_key_and_tie_aware_mode(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 1e-3)*"])
 
 
+def test_tie_aware_suite_on_a_real_bf16_engine(pytester: pytest.Pytester) -> None:
+    # The whole suite, tie-aware, on the continuous engine in bf16: every property that asks
+    # for top_logprobs gets them from a real engine, and no near-tie is called a bug.
+    result = pytester.runpytest(*SUITE, "--engine", "tests.helpers:bf16_continuous",
+                                "--parity=tie-aware", "--parity-tolerance=0.125")
+    result.assert_outcomes(passed=9)
+    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 0.125)*"])
+
+
 def test_fixture_override_pulls_the_suite_in(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         "import pytest\nfrom examples.toy_engine import ToyEngine\n\n"
