@@ -14,7 +14,7 @@ from hypothesis import Phase
 from engines.testing.properties import Violation
 from engines.testing.suite import Suite
 from tests.planted.continuous_bugs import CONTINUOUS_PLANTED
-from tests.planted.toy_bugs import PLANTED
+from tests.planted.toy_bugs import PLANTED, LeaksBlockPerRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,6 +73,23 @@ def test_repro_snippet_reproduces() -> None:
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                          text=True, timeout=60, check=True).stdout
     assert "None" in out and "step" not in out.splitlines()[0]
+
+
+def test_a_leak_across_workloads_is_replayed_from_the_engines_history() -> None:
+    """LeaksBlockPerRequest fails only on an engine that served earlier workloads: the report
+    carries the earlier workloads it needs, shrunk, and its script shows the stuck request."""
+    with pytest.raises(Violation) as caught:
+        suite_for(LeaksBlockPerRequest, seeds=False).check("liveness")
+    text = str(caught.value)
+    assert "passes on a fresh engine but fails on one that has served" in text
+    stuck = text.split("unfinished: ", 1)[1].split("]", 1)[0]
+    script = text.split("as a runnable script:\n\n", 1)[1]
+    assert "# earlier workload 1 of" in script and "request_id='w1.r0'" in script
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, check=True).stdout.splitlines()
+    assert out[-1].endswith("True")  # the failing workload's bound ran out with work left
+    for rid in stuck.strip("[]").replace("'", "").split(", "):
+        assert f"request_id='{rid}'" not in "\n".join(out)  # never served
 
 
 def test_pyargs_run_on_a_buggy_engine_exits_1() -> None:

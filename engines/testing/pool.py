@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from engines.protocol import Engine
 from engines.testing.driver import is_drained
@@ -23,6 +24,9 @@ class EnginePool:
         self.built = 0
         self.cheap = False  # set when a build is known to be fast: then build freely
         self._idle: list[Engine] = []
+        # What each engine has served, by id(engine): a leak across workloads is replayed
+        # from it. fresh() starts every engine's entry, so a recycled id never inherits one.
+        self._served: dict[int, list[Any]] = {}
 
     def fresh(self) -> Engine:
         self.built += 1
@@ -32,7 +36,15 @@ class EnginePool:
             raise EngineSpecError(
                 f"{self.source}: calling the factory raised {type(exc).__name__}: {exc}"
             ) from exc
+        self._served[id(engine)] = []
         return check_engine(engine, self.source)
+
+    def served(self, engine: Engine, workload: Any) -> None:
+        self._served.setdefault(id(engine), []).append(workload)
+
+    def history(self, engine: Engine) -> list[Any]:
+        """What `engine` served before, oldest first."""
+        return list(self._served.get(id(engine), ()))
 
     def acquire(self) -> tuple[Engine, bool]:
         """(engine, whether it is fresh)."""
@@ -44,3 +56,5 @@ class EnginePool:
         # One idle engine is all a sequential suite can use; keeping more only holds memory.
         if ok and not self._idle and is_drained(engine):
             self._idle.append(engine)
+        else:
+            self._served.pop(id(engine), None)

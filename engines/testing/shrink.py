@@ -5,7 +5,7 @@ keeping each change that still fails; then renumber the ids r0, r1, ..."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 
 from engines.protocol import Request
 from engines.testing.workload import Workload
@@ -54,17 +54,7 @@ def _candidates(w: Workload) -> Iterator[Workload]:
 
 
 def _renumber(w: Workload) -> Workload:
-    ids: dict[Hashable, str] = {r.request_id: f"r{i}" for i, r in enumerate(w.requests)}
-    return Workload(
-        tuple(dataclasses.replace(r, request_id=ids[r.request_id]) for r in w.requests),
-        w.arrivals,
-        tuple(dataclasses.replace(a, request_id=ids[a.request_id]) for a in w.aborts),
-        tuple(
-            dataclasses.replace(b, duplicate_of=ids[b.duplicate_of]) if b.duplicate_of else b
-            for b in w.bad
-        ),
-        w.label,
-    )
+    return w.with_ids({r.request_id: f"r{i}" for i, r in enumerate(w.requests)})
 
 
 def shrink_workload(

@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
 from engines.protocol import Engine, SamplingParams
-from engines.testing.driver import EngineCrashed, Trace, run_workload
+from engines.testing.driver import EngineCrashed, Trace, is_drained, run_workload
+from engines.testing.leaks import minimal_leak
 from engines.testing.oracle import AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
 from engines.testing.properties import PROPERTIES, SLOT_PROPERTIES, Judge, Violation
 from engines.testing.shrink import shrink_workload
 from engines.testing.strategies import EngineLimits, seed_workloads, workloads
-from engines.testing.workload import Workload, repro_snippet
+from engines.testing.workload import Workload, repro_sequence, repro_snippet
 
 __all__ = ["CHECKS", "Suite", "factory_source"]
 
@@ -128,8 +129,41 @@ class Suite:
         except AssertionError as exc:
             self.pool.release(engine, ok=False)
             return exc
+        self.pool.served(engine, w)
         self.pool.release(engine, ok=not trace.stalled)
         return None
+
+    def _failure_after(self, earlier: Sequence[Workload], w: Workload,
+                       prop: str) -> AssertionError | None:
+        """How w fails prop on a fresh engine that first serves `earlier` (unjudged)."""
+        engine = self.pool.fresh()
+        try:
+            for e in earlier:
+                run_workload(engine, e, deadline=self.step_timeout)
+            if not is_drained(engine):
+                return None
+        except Exception:
+            return None  # an earlier workload broke the engine: a different failure
+        try:
+            self._judge(engine, w, prop)
+        except AssertionError as exc:
+            return exc
+        finally:
+            self.pool.release(engine, ok=False)  # never reused: its history is not the pool's
+        return None
+
+    def _leak_report(self, first: AssertionError, history: list[Workload], w: Workload,
+                     prop: str) -> str:
+        earlier, w = minimal_leak(
+            history, w, lambda e, c: self._failure_after(e, c, prop) is not None,
+            shrink=self.pool.cheap)
+        failure = self._failure_after(earlier, w, prop) or first
+        script = repro_sequence(earlier, w, self.factory_src, w.step_bound())
+        return (f"{failure}\n\nThis workload passes on a fresh engine but fails on one that has "
+                f"served the {len(earlier)} earlier workload(s) in the script below, drained "
+                "them and reported itself idle: state leaks across requests. Counterexample "
+                f"({len(earlier)} earlier workload(s), then {len(w.requests)} request(s)) as a "
+                f"runnable script:\n\n{script}\n")
 
     def _fails(self, w: Workload, prop: str) -> bool:
         engine = self.pool.fresh() if self.pool.cheap else self.pool.acquire()[0]
@@ -141,16 +175,12 @@ class Suite:
         and shrinks it)."""
         __tracebackhide__ = True
         engine, fresh = self.pool.acquire()
+        history = self.pool.history(engine)
         failure = self._attempt(engine, w, prop)
         if failure is not None and not fresh:
             first, failure = failure, self._attempt(self.pool.fresh(), w, prop)
-            if failure is None:
-                self.history_failures.append(
-                    f"{first}\n\nThis workload passes on a fresh engine but failed on one that "
-                    "had already served other workloads and reported itself drained: state "
-                    "leaks across requests.\n\n"
-                    + repro_snippet(w, self.factory_src, w.step_bound())
-                )
+            if failure is None and not self.history_failures:
+                self.history_failures.append(self._leak_report(first, history, w, prop))
         if failure is not None:
             # One raise site, outside any except block: Hypothesis then sees every failure
             # of this property as one bug and shrinks toward the smallest counterexample.
@@ -193,4 +223,4 @@ class Suite:
         self.history_failures.clear()
         check_workload()
         if self.history_failures:
-            raise Violation(prop, f"{prop}: {self.history_failures[0]}")
+            raise Violation(prop, self.history_failures[0])

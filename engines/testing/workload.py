@@ -6,7 +6,8 @@ unique runtime ids, so one engine can serve many workloads in a row.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import dataclasses
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from engines.protocol import Request, SamplingParams
@@ -38,6 +39,17 @@ class Workload:
 
     def __post_init__(self) -> None:
         assert len(self.requests) == len(self.arrivals), "one arrival step per request"
+
+    def with_ids(self, ids: Mapping[Hashable, Hashable]) -> Workload:
+        """The same workload with its requests' display ids renamed by `ids`."""
+        return Workload(
+            tuple(dataclasses.replace(r, request_id=ids[r.request_id]) for r in self.requests),
+            self.arrivals,
+            tuple(dataclasses.replace(a, request_id=ids[a.request_id]) for a in self.aborts),
+            tuple(dataclasses.replace(b, duplicate_of=ids[b.duplicate_of])
+                  if b.duplicate_of is not None else b for b in self.bad),
+            self.label,
+        )
 
     @property
     def last_event_step(self) -> int:
@@ -80,13 +92,28 @@ def repro_snippet(workload: Workload, factory_src: str, steps: int) -> str:
     factory_src: source lines that bind `make_engine` (an import, or a comment asking the
     reader to supply their factory).
     """
-    lines = [
-        factory_src,
-        "from engines.protocol import Request, SamplingParams",
-        "",
-        "engine = make_engine()",
-        "arrivals = {",
-    ]
+    return repro_sequence([], workload, factory_src, steps)
+
+
+def repro_sequence(earlier: Sequence[Workload], workload: Workload, factory_src: str,
+                   steps: int) -> str:
+    """repro_snippet on an engine that first serves `earlier` (each drained, silently)."""
+    lines = [factory_src, "from engines.protocol import Request, SamplingParams", "",
+             "engine = make_engine()"]
+    for i, w in enumerate(earlier):
+        # Ids of their own, as the suite gave them: an id is reusable once finished, but the
+        # suite never reused one, so the script must not either.
+        w = w.with_ids({r.request_id: f"w{i + 1}.{r.request_id}" for r in w.requests})
+        lines += [f"# earlier workload {i + 1} of {len(earlier)}: served, then drained"]
+        lines += _replay(w, w.last_event_step + 1, show=False)
+        lines += ["while engine.has_work():", "    engine.step()", ""]
+    if earlier:
+        lines.append("# the failing workload, on the same engine")
+    return "\n".join(lines + _replay(workload, steps, show=True))
+
+
+def _replay(workload: Workload, steps: int, *, show: bool) -> list[str]:
+    lines = ["arrivals = {"]
     by_step: dict[int, list[str]] = {}
     for r, s in zip(workload.requests, workload.arrivals, strict=True):
         by_step.setdefault(s, []).append(f"{render_request(r)},")
@@ -105,15 +132,16 @@ def repro_snippet(workload: Workload, factory_src: str, steps: int) -> str:
     for a in workload.aborts:
         aborts.setdefault(a.step, []).append(a.request_id)
     lines.append(f"aborts = {aborts!r}")
+    refused = "            print(step, 'refused', request.request_id, refused)"
     lines += [
         f"for step in range({steps}):",
         "    for request in arrivals.get(step, []):",
         "        try:",
         "            engine.add_request(request)",
         "        except ValueError as refused:",
-        "            print(step, 'refused', request.request_id, refused)",
+        refused if show else "            pass",
         "    for request_id in aborts.get(step, []):",
         "        engine.abort_request(request_id)",
-        "    print(step, engine.step(), engine.has_work())",
+        "    print(step, engine.step(), engine.has_work())" if show else "    engine.step()",
     ]
-    return "\n".join(lines)
+    return lines

@@ -294,6 +294,34 @@ class LengthsNotMoved(ToyEngine):
 
 
 # Any: each class adds `caught_by`, which ToyEngine itself lacks.
+class LeaksBlockPerRequest(ToyEngine):
+    """Each admitted request takes one of 8 KV blocks, and the block goes back to the free
+    list only on abort (the path someone tested), never on a normal finish. A workload has
+    at most 5 requests, so this shows only on an engine that served earlier workloads: it
+    reports itself idle, and then admits nothing."""
+
+    caught_by = "liveness"
+    BLOCKS = 8
+
+    def __init__(self, **kw: int) -> None:
+        super().__init__(**kw)
+        self.free_blocks = self.BLOCKS
+
+    def admit(self) -> list[Seq]:
+        admitted = []
+        while self.waiting and self.occupied() < self.max_batch_size and self.free_blocks:
+            seq = self.waiting.popleft()
+            self.free_blocks -= 1
+            self.slots[self.occupied()] = seq
+            admitted.append(seq)
+        return admitted
+
+    def finish_now(self, seq: Seq) -> StepOutput:
+        if seq.generated:  # an aborted request that held a block gives it back
+            self.free_blocks += 1
+        return super().finish_now(seq)
+
+
 PLANTED: list[Any] = [
     CompactionLeavesKV,
     CompactionHole,
@@ -310,4 +338,5 @@ PLANTED: list[Any] = [
     SharedSamplerRng,
     OneAdmissionPerStep,
     LengthsNotMoved,
+    LeaksBlockPerRequest,
 ]
