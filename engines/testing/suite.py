@@ -138,25 +138,28 @@ class Suite:
         """How w fails prop on a fresh engine that first serves `earlier` (unjudged)."""
         engine = self.pool.fresh()
         try:
-            for e in earlier:
-                run_workload(engine, e, deadline=self.step_timeout)
+            try:
+                for e in earlier:
+                    run_workload(engine, e, deadline=self.step_timeout)
+            except Exception:
+                return None  # an earlier workload broke the engine: a different failure
             if not is_drained(engine):
                 return None
-        except Exception:
-            return None  # an earlier workload broke the engine: a different failure
-        try:
-            self._judge(engine, w, prop)
-        except AssertionError as exc:
-            return exc
+            try:
+                self._judge(engine, w, prop)
+            except AssertionError as exc:
+                return exc
+            return None
         finally:
             self.pool.release(engine, ok=False)  # never reused: its history is not the pool's
-        return None
 
     def _leak_report(self, first: AssertionError, history: list[Workload], w: Workload,
                      prop: str) -> str:
+        # Every try builds an engine: a handful for one that is slow to build.
+        cheap = self.pool.cheap
         earlier, w = minimal_leak(
             history, w, lambda e, c: self._failure_after(e, c, prop) is not None,
-            shrink=self.pool.cheap)
+            shrink=cheap, budget=40 if cheap else 4)
         failure = self._failure_after(earlier, w, prop) or first
         script = repro_sequence(earlier, w, self.factory_src, w.step_bound())
         return (f"{failure}\n\nThis workload passes on a fresh engine but fails on one that has "
