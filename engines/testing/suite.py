@@ -165,8 +165,9 @@ class Suite:
         return (f"{failure}\n\nThis workload passes on a fresh engine but fails on one that has "
                 f"served the {len(earlier)} earlier workload(s) in the script below, drained "
                 "them and reported itself idle: state leaks across requests. Counterexample "
-                f"({len(earlier)} earlier workload(s), then {len(w.requests)} request(s)) as a "
-                f"runnable script:\n\n{script}\n")
+                f"({len(earlier)} earlier workload(s) of {sum(len(e.requests) for e in earlier)}"
+                f" request(s), then {len(w.requests)} request(s)) as a runnable script:"
+                f"\n\n{script}\n")
 
     def _fails(self, w: Workload, prop: str) -> bool:
         engine = self.pool.fresh() if self.pool.cheap else self.pool.acquire()[0]

@@ -19,6 +19,8 @@ from tests.planted.continuous_bugs import CONTINUOUS_PLANTED
 from tests.planted.toy_bugs import PLANTED
 
 _SIZE = re.compile(r"Counterexample \((\d+) request\(s\), (\d+) bad, (\d+) abort\(s\), (\d+) step")
+_LEAK = re.compile(r"Counterexample \((\d+) earlier workload\(s\) of (\d+) request\(s\), "
+                   r"then (\d+) request")
 
 
 def measure(bug: Any, *, seeds: bool, shrink: bool) -> tuple[float, str, int]:
@@ -32,8 +34,9 @@ def measure(bug: Any, *, seeds: bool, shrink: bool) -> tuple[float, str, int]:
     try:
         suite.check(bug.caught_by)
     except Violation as v:
-        m = _SIZE.search(str(v))
-        size = f"{m[1]} req + {m[2]} bad + {m[3]} abort, {m[4]} steps" if m else "?"
+        m, leak = _SIZE.search(str(v)), _LEAK.search(str(v))
+        size = (f"{m[1]} req + {m[2]} bad + {m[3]} abort, {m[4]} steps" if m else
+                f"{leak[3]} req after {leak[1]} workload(s) of {leak[2]}" if leak else "?")
         return time.perf_counter() - start, size, suite.examples
     return time.perf_counter() - start, "NOT CAUGHT", suite.examples
 
