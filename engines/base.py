@@ -15,8 +15,8 @@ from torch import nn
 
 from engines.models import DEFAULT_PRESET, load_model, parse_dtype, preset_max_model_len
 from engines.protocol import Request, StepOutput
+from engines.request_state import RequestState
 from engines.sampling import make_generator
-from engines.sequence import Sequence
 from engines.validation import check_request
 
 ModelSpec = str | Path | nn.Module
@@ -56,9 +56,9 @@ class BaseEngine:
             raise ValueError(f"max_batch_size: must be >= 1, got {max_batch_size}")
         self.max_batch_size: int = max_batch_size
         self.wasted_slot_steps: int = 0
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # index == slot
-        self._live: dict[Hashable, Sequence] = {}  # every unfinished request
+        self.waiting: deque[RequestState] = deque()
+        self.running: list[RequestState] = []  # index == slot
+        self._live: dict[Hashable, RequestState] = {}  # every unfinished request
         self._aborts = 0  # abort_pending requests not yet retired
 
     # --- Engine -------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ class BaseEngine:
         )
         params = request.params
         gen = make_generator(params.seed, self.device) if params.temperature > 0 else None
-        seq = Sequence(request, gen)
+        seq = RequestState(request, gen)
         self._live[request.request_id] = seq
         self.waiting.append(seq)
 
@@ -104,16 +104,16 @@ class BaseEngine:
 
     # --- shared mechanics ---------------------------------------------------------------------
 
-    def _prompt_tensor(self, seq: Sequence) -> torch.Tensor:
+    def _prompt_tensor(self, seq: RequestState) -> torch.Tensor:
         return torch.tensor(seq.request.prompt_token_ids, device=self.device)
 
-    def _last_tokens(self, seqs: list[Sequence]) -> torch.Tensor:
+    def _last_tokens(self, seqs: list[RequestState]) -> torch.Tensor:
         return torch.tensor([seq.output[-1] for seq in seqs], dtype=torch.long, device=self.device)
 
-    def _finish(self, seq: Sequence) -> None:
+    def _finish(self, seq: RequestState) -> None:
         del self._live[seq.request.request_id]
 
-    def _take_aborts(self, outputs: list[StepOutput]) -> list[Sequence]:
+    def _take_aborts(self, outputs: list[StepOutput]) -> list[RequestState]:
         """Emit ABORT for every pending abort; drop waiting ones; return those holding a slot."""
         if not self._aborts:
             return []

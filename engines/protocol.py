@@ -17,6 +17,7 @@ __all__ = [
     "Engine",
     "FinishReason",
     "InvalidRequest",
+    "KVIntrospection",
     "Request",
     "SamplingParams",
     "SlotIntrospection",
@@ -107,3 +108,23 @@ class SlotIntrospection(Protocol):
     def slot_table(self) -> Sequence[Hashable | None]: ...  # slot index -> occupant or None
 
     def slot_lengths(self) -> Sequence[int]: ...  # tokens whose KV is cached, per slot
+
+
+@runtime_checkable
+class KVIntrospection(Protocol):
+    """Optional, for engines with a block (paged) KV pool; enables the KV-accounting checks.
+
+    Block ids are the engine's own, distinct per physical block. Logical block j of a request
+    holds its tokens j*kv_block_size .. (j+1)*kv_block_size - 1 (prompt, then generated).
+    A block may sit in several requests' tables only as a shared prefix block: full, at the
+    same index j in each, over the same tokens.
+    """
+
+    kv_block_size: int  # tokens per block
+    kv_total_blocks: int  # blocks requests can hold (reserved blocks excluded)
+
+    def kv_free_blocks(self) -> int: ...  # blocks no request holds: free or evictable cached
+
+    def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]: ...  # request -> block ids
+
+    def kv_cached_tokens(self) -> Mapping[Hashable, int]: ...  # request -> tokens with KV

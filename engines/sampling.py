@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from collections.abc import Sequence as Seq
+from collections.abc import Mapping, Sequence
 
 import torch
 
-from engines.sequence import Sequence
+from engines.request_state import RequestState
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
@@ -28,7 +27,7 @@ def _top(logits: torch.Tensor, k: int, chosen: int) -> Mapping[int, float]:
 
 
 def sample(
-    logits: torch.Tensor, seqs: Seq[Sequence]
+    logits: torch.Tensor, seqs: Sequence[RequestState]
 ) -> tuple[list[int], list[Mapping[int, float] | None]]:
     """One token per row of `logits` ([n, vocab]) for the sequence in that row."""
     tokens: list[int] = logits.argmax(dim=-1).tolist()  # one host sync for the greedy rows

@@ -15,8 +15,8 @@ from transformers import DynamicCache
 
 from engines.base import BaseEngine
 from engines.protocol import StepOutput
+from engines.request_state import RequestState
 from engines.sampling import sample
-from engines.sequence import Sequence
 
 
 class SequentialEngine(BaseEngine):
@@ -62,7 +62,7 @@ class SequentialEngine(BaseEngine):
             self._retire()
         return outputs
 
-    def _emit(self, logits: torch.Tensor, seq: Sequence, outputs: list[StepOutput]) -> None:
+    def _emit(self, logits: torch.Tensor, seq: RequestState, outputs: list[StepOutput]) -> None:
         tokens, tops = sample(logits, [seq])
         outputs.append(seq.append(tokens[0], tops[0]))
         if seq.finished:

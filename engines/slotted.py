@@ -10,8 +10,8 @@ from engines.base import BaseEngine
 from engines.cache import SlotCache
 from engines.forward import SlotForward
 from engines.protocol import StepOutput
+from engines.request_state import RequestState
 from engines.sampling import sample
-from engines.sequence import Sequence
 
 
 class SlotEngine(BaseEngine):
@@ -32,7 +32,7 @@ class SlotEngine(BaseEngine):
     def slot_lengths(self) -> list[int]:
         return list(self.cache.lengths)
 
-    def _admit(self) -> list[Sequence]:
+    def _admit(self) -> list[RequestState]:
         """Move waiting requests, first come first served, into free slots."""
         admitted = []
         while self.waiting and self.cache.can_allocate():
@@ -42,7 +42,7 @@ class SlotEngine(BaseEngine):
             admitted.append(seq)
         return admitted
 
-    def _forward(self, decoding: list[Sequence], admitted: list[Sequence]) -> torch.Tensor:
+    def _forward(self, decoding: list[RequestState], admitted: list[RequestState]) -> torch.Tensor:
         """Logits for each decoding row's next token, then each admitted prompt's first."""
         tokens = self._last_tokens(decoding)
         if not admitted:
@@ -50,14 +50,16 @@ class SlotEngine(BaseEngine):
         prompts = [(seq.slot, self._prompt_tensor(seq)) for seq in admitted]
         return self.runner.mixed(tokens, prompts, self.cache)
 
-    def _emit(self, logits: torch.Tensor, seqs: list[Sequence], outputs: list[StepOutput]) -> None:
+    def _emit(
+        self, logits: torch.Tensor, seqs: list[RequestState], outputs: list[StepOutput]
+    ) -> None:
         tokens, tops = sample(logits, seqs)
         for seq, token, top in zip(seqs, tokens, tops, strict=True):
             outputs.append(seq.append(token, top))
             if seq.finished:
                 self._finish(seq)
 
-    def _release(self, seq: Sequence) -> None:
+    def _release(self, seq: RequestState) -> None:
         """Free seq's slot; the last live row moves in (compaction), so re-point its owner."""
         moved = self.cache.free(seq.slot)
         last = self.running.pop()

@@ -74,7 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"parity: {_opt(config, PARITY)!r} is not one of {PARITY_MODES}")
     spec = _spec(config)
     if spec:
-        from engines.testing.loading import EngineSpecError, load_factory
+        from engines.factories import EngineSpecError, load_factory
 
         try:
             load_factory(spec)
@@ -96,7 +96,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "conformance_check" not in metafunc.fixturenames:
         return
-    from engines.testing.loading import engine_name, load_factory
+    from engines.factories import engine_name, load_factory
     from engines.testing.suite import CHECKS
 
     listed = getattr(metafunc.module, "conformance_engines", None)
@@ -121,7 +121,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if spec and not config.option.collectonly and any(
         "conformance_check" in getattr(item, "fixturenames", ()) for item in items
     ):
-        from engines.testing.loading import EngineSpecError, load_factory
+        from engines.factories import EngineSpecError, load_factory
 
         try:
             _suite_for(config, load_factory(spec), EngineCase(spec), spec).prepare()
@@ -174,7 +174,7 @@ def engine_factory(
     spec = _spec(pytestconfig)
     if not spec:
         raise pytest.UsageError(_NO_ENGINE)
-    from engines.testing.loading import load_factory
+    from engines.factories import load_factory
 
     return load_factory(spec)
 
@@ -189,7 +189,7 @@ def conformance_suite(
 ) -> Suite:
     """The Suite of this factory (shared across tests, so engines and alone results are
     reused), with the engine's declared expected failure applied as a strict xfail."""
-    from engines.testing.loading import EngineSpecError
+    from engines.factories import EngineSpecError
     from engines.testing.properties import SLOT_PROPERTIES
 
     spec = _spec(pytestconfig) if conformance_engine.factory is None else None

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engines.factories import EngineSpecError, check_engine
 from engines.protocol import Engine
 from engines.testing.driver import is_drained
-from engines.testing.loading import EngineSpecError, check_engine
 
 __all__ = ["EnginePool"]
 

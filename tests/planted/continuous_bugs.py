@@ -12,7 +12,7 @@ import torch
 
 from engines.cache import SlotCache
 from engines.continuous import ContinuousBatchEngine
-from engines.sequence import Sequence
+from engines.request_state import RequestState
 
 
 class ForgetsToRepoint(ContinuousBatchEngine):
@@ -27,7 +27,7 @@ class ForgetsToRepoint(ContinuousBatchEngine):
         kw.setdefault("max_batch_size", 3)
         super().__init__(**kw)
 
-    def _release(self, seq: Sequence) -> None:
+    def _release(self, seq: RequestState) -> None:
         moved = self.cache.free(seq.slot)
         last = self.running.pop()
         if moved is not None:
@@ -45,7 +45,7 @@ class AbortsOnlyWaiting(ContinuousBatchEngine):
         kw.setdefault("max_batch_size", 3)
         super().__init__(**kw)
 
-    def _take_aborts(self, outputs: list[Any]) -> list[Sequence]:
+    def _take_aborts(self, outputs: list[Any]) -> list[RequestState]:
         for seq in [s for s in self.waiting if s.abort_pending]:
             self.waiting.remove(seq)
             outputs.append(seq.abort())

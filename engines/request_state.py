@@ -11,7 +11,7 @@ from engines.protocol import FinishReason, Request, StepOutput
 
 
 @dataclass(slots=True, eq=False)
-class Sequence:
+class RequestState:
     request: Request
     generator: torch.Generator | None = None  # per request, so batching cannot perturb it
     output: list[int] = field(default_factory=list)

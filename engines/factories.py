@@ -1,4 +1,9 @@
-"""Turning `--engine module:callable` into a factory, and telling an engine from a non-engine."""
+"""Engine factories from specs: `module:callable` (or `label=module:callable`) -> a
+zero-argument callable that returns a fresh engine; and telling an engine from a non-engine.
+
+The one loader: the conformance suite's `--engine`, `--reference-engine` and
+`--engine-variant`, and the bench's `--engine`, all go through it.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,15 @@ from typing import Any
 
 from engines.protocol import Engine
 
-__all__ = ["EngineSpecError", "engine_name", "load_factory", "missing_members"]
+__all__ = [
+    "EngineSpecError",
+    "check_engine",
+    "engine_name",
+    "load_factory",
+    "load_labeled",
+    "missing_members",
+    "split_label",
+]
 
 _ENGINE_MEMBERS = ("add_request", "step", "has_work", "vocab_size", "max_model_len")
 _SLOT_MEMBERS = ("max_batch_size", "wasted_slot_steps", "slot_table", "slot_lengths")
@@ -21,12 +34,15 @@ class EngineSpecError(Exception):
     """The engine spec or factory is unusable; the message says why and what to do."""
 
 
-def load_factory(spec: str) -> Callable[[], Engine]:
-    """'package.module:callable' -> the callable (a class or a zero-argument function)."""
+def load_factory(spec: str, *, option: str = "--engine") -> Callable[[], Engine]:
+    """'package.module:callable' -> the callable (a class or a zero-argument function).
+
+    option: how the spec was given, for error messages ('--reference-engine', ...).
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise EngineSpecError(
-            f"--engine {spec!r}: expected 'module:callable', e.g. "
+            f"{option} {spec!r}: expected 'module:callable', e.g. "
             "'engines.continuous:ContinuousBatchEngine' or 'mypkg.engines:make_engine'"
         )
     # Like `uvicorn app:app`: a module next to where pytest runs is importable without
@@ -37,7 +53,7 @@ def load_factory(spec: str) -> Callable[[], Engine]:
         module = importlib.import_module(module_name)
     except Exception as exc:
         raise EngineSpecError(
-            f"--engine {spec!r}: importing module {module_name!r} failed with "
+            f"{option} {spec!r}: importing module {module_name!r} failed with "
             f"{type(exc).__name__}: {exc}"
         ) from exc
     obj: Any = module
@@ -46,14 +62,30 @@ def load_factory(spec: str) -> Callable[[], Engine]:
             obj = getattr(obj, part)
         except AttributeError:
             raise EngineSpecError(
-                f"--engine {spec!r}: module {module_name!r} has no attribute {attr!r}"
+                f"{option} {spec!r}: module {module_name!r} has no attribute {attr!r}"
             ) from None
     if not callable(obj):
         raise EngineSpecError(
-            f"--engine {spec!r}: {attr!r} is a {type(obj).__name__}, not a callable that "
+            f"{option} {spec!r}: {attr!r} is a {type(obj).__name__}, not a callable that "
             "returns an engine"
         )
     return obj  # type: ignore[no-any-return]
+
+
+def split_label(spec: str) -> tuple[str | None, str]:
+    """'label=module:callable' -> ('label', 'module:callable'); no label -> (None, spec)."""
+    label, sep, target = spec.partition("=")
+    if sep and label and ":" not in label:
+        return label.strip(), target.strip()
+    return None, spec.strip()
+
+
+def load_labeled(spec: str, *, option: str = "--engine") -> tuple[str, Callable[[], Engine]]:
+    """'[label=]module:callable' -> (label, factory); the label defaults to the callable's
+    name (engine_name)."""
+    label, target = split_label(spec)
+    factory = load_factory(target, option=option)
+    return label or engine_name(factory), factory
 
 
 def missing_members(obj: object, *, slots: bool = False) -> list[str]:
