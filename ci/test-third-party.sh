@@ -2,7 +2,7 @@
 # The conformance suite on the two third-party engines, plus the adapters' own tests:
 # transformers' continuous batching in the main venv, vLLM's CPU engine in its own venv
 # (built by ci/vllm-env.sh; skipped, visibly, only where that venv cannot be built).
-# Extra arguments go to every pytest run (e.g. --hypothesis-profile=ci).
+# Extra arguments go to every pytest run (e.g. --hypothesis-profile=batching-ci).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -8,4 +8,4 @@ echo "== asv smoke: every benchmark once on the CPU"
 bash ci/asv-smoke.sh
 
 echo "== the conformance suite on third-party engines (transformers CB, vLLM CPU)"
-bash ci/test-third-party.sh --hypothesis-profile=ci
+bash ci/test-third-party.sh --hypothesis-profile=batching-ci

@@ -1,8 +1,9 @@
 """Batched prefill and decode over a SlotCache, calling the model's submodules directly.
 
-Per-row positions and an attention mask cut to each row's true length (the seeds' masked
-design). Works for Llama-family decoders (Qwen2, Llama, Mistral; Qwen3's q/k norms too).
-The q/k/v and gate/up projections are fused once per model: one matmul instead of three.
+Per-row positions and an attention mask cut to each row's true length (the masked design
+of the serving series' continuous-batching part, docs/references.md). Works for
+Llama-family decoders (Qwen2, Llama, Mistral; Qwen3's q/k norms too). The q/k/v and gate/up
+projections are fused once per model: one matmul instead of three.
 """
 
 from __future__ import annotations

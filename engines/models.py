@@ -86,7 +86,7 @@ PRESETS: dict[str, Preset] = {
         },
         weight_std=0.02,
         max_model_len=4096 + 256,
-        purpose="GPU runs in fp16/bf16: Qwen2.5-1.5B's shapes, the seeds' model",
+        purpose="GPU runs in fp16/bf16: Qwen2.5-1.5B's shapes (docs/references.md)",
     ),
 }
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = str(Path(__file__).resolve().parents[1])
-SUITE = ("-p", "no:cacheprovider", "--hypothesis-profile=dev", "--pyargs",
+SUITE = ("-p", "no:cacheprovider", "--hypothesis-profile=batching-dev", "--pyargs",
          "engines.testing.conformance")
 
 
@@ -50,8 +50,8 @@ def test_fixture_override_pulls_the_suite_in(pytester: pytest.Pytester) -> None:
         "@pytest.fixture\ndef engine_factory():\n    return ToyEngine\n"
     )
     pytester.makepyfile(test_mine="from engines.testing.conformance import *  # noqa: F403\n")
-    pytester.runpytest("-p", "no:cacheprovider", "--hypothesis-profile=dev").assert_outcomes(
-        passed=9)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hypothesis-profile=batching-dev")
+    result.assert_outcomes(passed=9)
 
 
 def test_declared_expected_failures_are_strict_xfails(pytester: pytest.Pytester) -> None:

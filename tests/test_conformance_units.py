@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import Phase
 
 from engines.protocol import StepOutput
+from engines.testing.context import SuiteOptions, build_context
 from engines.testing.oracle import first_divergence
-from engines.testing.properties import Violation
+from engines.testing.search import search
 from engines.testing.stateful import engine_machine
-from engines.testing.suite import Suite
 from examples.toy_engine import ToyEngine
+from tests.planted.harness import hunt, pinned
 
 
 def test_exact_parity_reports_position_tokens_and_margin() -> None:
@@ -50,19 +50,22 @@ class LoopsWhenCrowded(ToyEngine):
 
 
 def test_engine_raising_in_step_is_reported_with_the_workload() -> None:
-    with pytest.raises(Violation) as caught:
-        Suite(RaisesWhenCrowded, name="RaisesWhenCrowded").check("liveness")
-    text = str(caught.value)
-    assert "the engine raised RuntimeError in step() #1 at step 1: row index out of range" in text
+    RaisesWhenCrowded.caught_by = "crash"  # type: ignore[attr-defined]
+    RaisesWhenCrowded.check = "liveness"  # type: ignore[attr-defined]
+    caught = hunt(RaisesWhenCrowded)
+    assert caught is not None and caught.prop == "crash"
+    text = str(caught)
+    assert text.startswith("crash: the engine raised RuntimeError in step() #1 at step 1: row "
+                           "index out of range"), text
     assert "Counterexample (2 request(s)" in text and "engine.step()" in text
 
 
 def test_hanging_step_fails_instead_of_hanging() -> None:
-    suite = Suite(LoopsWhenCrowded, name="LoopsWhenCrowded", step_timeout=0.2)
-    suite.use_seeds = False  # seeds would be shrunk greedily, each try waiting out the timeout
-    suite.overrides = {"max_examples": 50, "derandomize": True, "phases": [Phase.generate]}
-    with pytest.raises(Violation, match="did not return within 0.2 s"):
-        suite.check("liveness")
+    ctx = build_context(LoopsWhenCrowded, name="LoopsWhenCrowded",
+                        options=SuiteOptions(step_timeout=0.2))
+    # No seeds: they would be shrunk greedily, each try waiting out the timeout.
+    with pytest.raises(AssertionError, match="did not return within 0.2 s"):
+        search(ctx, "liveness", settings=pinned(50, shrink=False), seeds=False)
 
 
 # The shipped state machine, used the way a third party would in their own test module.

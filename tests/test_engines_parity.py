@@ -1,7 +1,7 @@
 """Token parity of the reference engines with transformers' own generate (greedy, fp32).
 
-The seeds' four cases: a single request, a uniform batch, a mixed batch, and 8 requests
-forced through 4 slots.
+The four cases the serving series' continuous-batching part checked (docs/references.md): a
+single request, a uniform batch, a mixed batch, and 8 requests forced through 4 slots.
 """
 
 from __future__ import annotations

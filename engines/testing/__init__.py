@@ -1,14 +1,18 @@
 """The conformance suite for any engine that speaks engines.protocol.
 
-plugin       pytest11 entry point: --engine / ini `engine`, --parity, fixtures, test ids
+plugin       pytest11 entry point: options, ini keys, fixtures, test ids (invisible until used)
+profiles     Hypothesis profiles batching-dev / batching-ci / batching-thorough
 conformance  the test module to run (--pyargs) or import (`from ... import *`)
-suite        one factory under test: pools, oracle, seed workloads, then the Hypothesis search
+context      SuiteContext: one factory's pools, oracle, judge, limits, checks; built once
+checks       which checks apply to an engine (run, skip with a reason, strict xfail)
+search       one check: seed workloads, then a Hypothesis search over workloads
+verdict      one workload, one check: serve, judge, confirm on a fresh engine, spot leaks
+report       failure reports: the sentence, then a runnable script (leaks: with history)
+stateful     a RuleBasedStateMachine third parties can run on their own engine
 strategies   public Hypothesis strategies: request mixes, arrival schedules, aborts, bad input
-workload     a workload (requests, arrivals, aborts, bad requests) and its runnable repro
-driver       replays a workload through the protocol, recording a Trace
-properties   the properties of DESIGN.md, each judging a Trace
+workload     a workload (requests, arrivals, aborts, bad requests) and its runnable script
+recorder     drives a workload through the protocol only, recording a Trace
+properties   the properties, each judging a Trace
 oracle       requests served alone, and first-divergence (exact or tie-aware) parity
-stateful     a RuleBasedStateMachine third parties run on their own engine
-pool         reuse of drained engines; shrink: greedy shrinking of seed workloads
-loading      --engine spec -> factory, and "not an engine" diagnostics; profiles: dev/ci/thorough
+pool         reuse of drained engines; shrink and leaks: greedy shrinking by hand
 """

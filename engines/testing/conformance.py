@@ -8,18 +8,25 @@ or pull it into your own tests next to a conftest.py that overrides `engine_fact
 
     from engines.testing.conformance import *  # noqa: F403
 
-Test ids read `<engine>-<property>` (e.g. `ToyEngine-parity`), so `-k parity` picks one
-property. Properties an engine declares in `expected_failed_checks` run as strict xfails.
+Test ids read `<engine>-<check>` (e.g. `ToyEngine-parity`), so `-k parity` picks one check.
+Checks an engine declares in `expected_failed_checks` run as strict xfails.
 """
 
 from __future__ import annotations
 
-from engines.testing.suite import Suite
+from engines.testing.context import SuiteContext
 
 __all__ = ["test_conformance"]
 
 
-def test_conformance(conformance_suite: Suite, conformance_check: str) -> None:
-    """One property of DESIGN.md, checked on seed workloads and then a Hypothesis search."""
+def test_conformance(conformance_context: SuiteContext, conformance_check: str) -> None:
+    """One check (docs/architecture.md), on seed workloads and then a Hypothesis search."""
     __tracebackhide__ = True
-    conformance_suite.check(conformance_check)
+    if conformance_check == "stateful":
+        from engines.testing.stateful import run_engine_machine
+
+        run_engine_machine(conformance_context)
+    else:
+        from engines.testing.search import search
+
+        search(conformance_context, conformance_check)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engines.protocol import FinishReason, Request, SamplingParams
-from engines.testing.driver import EngineCrashed, step_deadline
 from engines.testing.pool import EnginePool
+from engines.testing.recorder import EngineCrashed, step_deadline
 
 __all__ = ["Alone", "AloneOracle", "Divergence", "ParityMode", "first_divergence"]
 

@@ -1,6 +1,12 @@
 """pytest plugin (the `pytest11` entry point): options, ini keys, fixtures and test ids for
-the conformance suite. Imports of the suite happen inside hooks, so loading stays cheap for
-test runs that never touch it."""
+the conformance suite.
+
+A pytest11 plugin loads into EVERY pytest run of the environment, so loading it must change
+nothing a run that does not use the suite could notice: this module imports only pytest at
+load time (not Hypothesis, not torch, not the suite), registers its Hypothesis profiles only
+when a `batching-*` profile is asked for, and prints its header only when conformance tests
+were collected. Everything else happens inside hooks that only the suite's own tests reach.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from engines.testing.profiles import register_profiles
-
 if TYPE_CHECKING:
     from engines.protocol import Engine
-    from engines.testing.suite import Suite
+    from engines.testing.context import SuiteContext
 
 ENGINE = "engine"
 PARITY = "parity"
 TOLERANCE = "parity_tolerance"
 STEP_TIMEOUT = "step_timeout"
 PARITY_MODES = ("exact", "tie-aware")
+PROFILE_PREFIX = "batching-"
 
 _NO_ENGINE = (
     "the conformance suite has no engine to test. Pass --engine module:callable (a "
@@ -28,8 +33,7 @@ _NO_ENGINE = (
     "[pytest] ini section, or override the `engine_factory` fixture in your conftest.py."
 )
 
-register_profiles()
-_suites = pytest.StashKey[dict[int, "Suite"]]()
+_contexts = pytest.StashKey[dict[int, "SuiteContext"]]()
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,15 @@ def _spec(config: pytest.Config) -> str | None:
     return str(spec) if spec else None
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_suites] = {}
+    # Before Hypothesis' own pytest_configure loads the profile that --hypothesis-profile names.
+    profile = config.getoption("hypothesis_profile", None)
+    if isinstance(profile, str) and profile.startswith(PROFILE_PREFIX):
+        from engines.testing.profiles import register_profiles
+
+        register_profiles()
+    config.stash[_contexts] = {}
     if _opt(config, PARITY) not in PARITY_MODES:
         raise pytest.UsageError(f"parity: {_opt(config, PARITY)!r} is not one of {PARITY_MODES}")
     spec = _spec(config)
@@ -82,22 +93,39 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def _is_conformance(item: pytest.Item) -> bool:
+    return "conformance_check" in getattr(item, "fixturenames", ())
+
+
+def pytest_report_collectionfinish(config: pytest.Config,
+                                   items: list[pytest.Item]) -> list[str]:
+    """What is under test, printed only in runs that collected the suite."""
+    if not any(_is_conformance(item) for item in items):
+        return []
     from hypothesis import settings
 
-    profile = getattr(settings, "_current_profile", None) or "default"
     spec = _spec(config) or "engine_factory fixture"
     mode = _opt(config, PARITY)
     if mode == "tie-aware":
         mode += f" (tolerance {_opt(config, TOLERANCE)})"
-    return f"batching-engines: engine {spec}, parity {mode}, hypothesis profile {profile!r}"
+    profile = settings.get_current_profile_name()
+    lines = [f"batching-engines: engine {spec}, parity {mode}, hypothesis profile {profile!r}"]
+    for ctx in config.stash[_contexts].values():
+        lines.extend(describe_checks(ctx))
+    return lines
+
+
+def describe_checks(ctx: SuiteContext) -> list[str]:
+    """One line per check that will not simply run, with the reason."""
+    return [f"  {ctx.name}-{check}: {fate.status} ({fate.reason})"
+            for check, fate in ctx.checks.items() if fate.status != "run"]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "conformance_check" not in metafunc.fixturenames:
         return
     from engines.factories import engine_name, load_factory
-    from engines.testing.suite import CHECKS
+    from engines.testing.checks import CHECKS
 
     listed = getattr(metafunc.module, "conformance_engines", None)
     spec = _spec(metafunc.config)
@@ -110,51 +138,49 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = [EngineCase(getattr(metafunc.module, "conformance_engine_name", "engine"))]
     metafunc.parametrize(
         ["conformance_engine", "conformance_check"],
-        [(c, prop) for c in cases for prop in CHECKS],
-        ids=[f"{c.name}-{prop}" for c in cases for prop in CHECKS],
+        [(c, check) for c in cases for check in CHECKS],
+        ids=[f"{c.name}-{check}" for c in cases for check in CHECKS],
     )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # No engine, or not an engine: a usage error up front beats one error per property.
+    # No engine, or not an engine: a usage error up front beats one error per check.
     spec = _spec(config)
-    if spec and not config.option.collectonly and any(
-        "conformance_check" in getattr(item, "fixturenames", ()) for item in items
-    ):
-        from engines.factories import EngineSpecError, load_factory
+    if spec and not config.option.collectonly and any(_is_conformance(i) for i in items):
+        from engines.factories import EngineSpecError, engine_name, load_factory
 
+        factory = load_factory(spec)
         try:
-            _suite_for(config, load_factory(spec), EngineCase(spec), spec).prepare()
+            context_for(config, factory, engine_name(factory), spec)
         except EngineSpecError as exc:
             raise pytest.UsageError(str(exc)) from None
     for item in items:
         callspec = getattr(item, "callspec", None)
         case = callspec.params.get("conformance_engine") if callspec else None
-        if not isinstance(case, EngineCase) or case.factory is not None or _spec(config):
+        if not isinstance(case, EngineCase) or case.factory is not None or spec:
             continue
         defs = item._fixtureinfo.name2fixturedefs.get("engine_factory", ())  # type: ignore[attr-defined]
         if defs and getattr(defs[-1].func, "__module__", None) == __name__:
             raise pytest.UsageError(_NO_ENGINE)
 
 
-def _suite_for(
-    config: pytest.Config, factory: Callable[[], Engine], case: EngineCase, spec: str | None
-) -> Suite:
-    """One Suite per factory for the whole session: engines and alone results are reused."""
-    from engines.testing.suite import Suite
+def context_for(config: pytest.Config, factory: Callable[[], Engine], name: str,
+                spec: str | None) -> SuiteContext:
+    """One SuiteContext per factory for the whole session: engines and alone answers are
+    built once and shared by every check."""
+    from engines.testing.context import SuiteOptions, build_context
 
-    suites = config.stash[_suites]
-    suite = suites.get(id(factory))
-    if suite is None or suite.factory is not factory:
-        suite = suites[id(factory)] = Suite(
-            factory,
-            name=case.name,
-            spec=spec,
+    contexts = config.stash[_contexts]
+    ctx = contexts.get(id(factory))
+    if ctx is None or ctx.factory is not factory:
+        options = SuiteOptions(
             parity=_opt(config, PARITY),
             tolerance=float(_opt(config, TOLERANCE)),
             step_timeout=float(_opt(config, STEP_TIMEOUT)) or None,
         )
-    return suite
+        ctx = contexts[id(factory)] = build_context(factory, name=name, spec=spec,
+                                                    options=options)
+    return ctx
 
 
 @pytest.fixture
@@ -180,27 +206,25 @@ def engine_factory(
 
 
 @pytest.fixture
-def conformance_suite(
+def conformance_context(
     engine_factory: Callable[[], Engine],
     conformance_engine: EngineCase,
     conformance_check: str,
     pytestconfig: pytest.Config,
     request: pytest.FixtureRequest,
-) -> Suite:
-    """The Suite of this factory (shared across tests, so engines and alone results are
-    reused), with the engine's declared expected failure applied as a strict xfail."""
+) -> SuiteContext:
+    """This factory's SuiteContext, with the check's fate applied: a skip with its reason, or
+    the engine's declared expected failure as a strict xfail."""
     from engines.factories import EngineSpecError
-    from engines.testing.properties import SLOT_PROPERTIES
 
     spec = _spec(pytestconfig) if conformance_engine.factory is None else None
-    suite = _suite_for(pytestconfig, engine_factory, conformance_engine, spec)
     try:
-        suite.prepare()
+        ctx = context_for(pytestconfig, engine_factory, conformance_engine.name, spec)
     except EngineSpecError as exc:
         pytest.fail(str(exc), pytrace=False)
-    if conformance_check in SLOT_PROPERTIES and suite.limits.max_batch_size is None:
-        pytest.skip(f"{conformance_check} needs engines.protocol.SlotIntrospection")
-    reason = suite.expected_failures.get(conformance_check)
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
-    return suite
+    fate = ctx.checks[conformance_check]
+    if fate.status == "skip":
+        pytest.skip(fate.reason)
+    if fate.status == "xfail":
+        request.applymarker(pytest.mark.xfail(reason=fate.reason, strict=True))
+    return ctx

@@ -1,4 +1,4 @@
-"""The properties of DESIGN.md, each a function judging one Trace.
+"""The properties (docs/architecture.md lists them), each a function judging one Trace.
 
 A property raises Violation with a sentence naming the request, the step, what was
 expected and what was observed; the suite appends the runnable repro.
@@ -10,12 +10,11 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 from engines.protocol import FinishReason, Request
-from engines.testing.driver import Trace
 from engines.testing.oracle import AloneOracle, ParityMode, first_divergence
+from engines.testing.recorder import Trace
 
 __all__ = [
     "PROPERTIES",
-    "SLOT_PROPERTIES",
     "Judge",
     "Violation",
     "check_bad_input",
@@ -342,4 +341,3 @@ PROPERTIES: dict[str, Check] = {
     "zero_waste": check_zero_waste,
     "work_conservation": check_work_conservation,
 }
-SLOT_PROPERTIES = frozenset({"compaction", "slot_lengths", "zero_waste", "work_conservation"})

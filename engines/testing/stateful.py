@@ -6,14 +6,17 @@ Third parties run it on their own engine:
 
     from engines.testing.stateful import engine_machine
     TestMyEngine = engine_machine(make_engine).TestCase
+
+The machine takes a SuiteContext (built from a factory if it is given one): its engines,
+oracle and which checks apply all come from there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from hypothesis import note
+from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -24,13 +27,14 @@ from hypothesis.stateful import (
 )
 
 from engines.protocol import Engine, Request
-from engines.testing.driver import Recorder
-from engines.testing.properties import PROPERTIES, SLOT_PROPERTIES
+from engines.testing.context import SuiteContext, build_context
+from engines.testing.properties import PROPERTIES
+from engines.testing.recorder import Recorder
+from engines.testing.report import explain
+from engines.testing.search import search_settings
 from engines.testing.strategies import BAD_KINDS, _bad_request, prompts, request_mixes
+from engines.testing.verdict import Failure
 from engines.testing.workload import BadRequest
-
-if TYPE_CHECKING:
-    from engines.testing.suite import Suite
 
 __all__ = ["EngineMachine", "engine_machine", "run_engine_machine"]
 
@@ -39,18 +43,20 @@ _STEP_INVARIANTS = ("budget_finish", "compaction", "slot_lengths", "zero_waste")
 
 
 class EngineMachine(RuleBasedStateMachine):
-    suite: Suite  # set by engine_machine()
+    ctx: SuiteContext  # set by engine_machine()
 
     def __init__(self) -> None:
         super().__init__()
         # Cheap engines: a fresh one per example, so each run depends on its rules alone.
-        pool = self.suite.pool
+        pool = self.ctx.pool
         self.engine = pool.fresh() if pool.cheap else pool.acquire()[0]
-        self.rec = Recorder(self.engine, deadline=self.suite.step_timeout)
-        self.limits = self.suite.limits
-        self.skip = set(self.suite.expected_failures)
-        if not self.rec.slots:
-            self.skip |= SLOT_PROPERTIES
+        self.rec = Recorder(self.engine, deadline=self.ctx.step_timeout)
+        self.limits = self.ctx.limits
+        # Only the checks that run and are not declared broken: a strict xfail is for the
+        # check's own test, and the machine must not fail on what the engine admits to.
+        self.judged = [name for name in PROPERTIES
+                       if self.ctx.checks.get(name) is not None
+                       and self.ctx.checks[name].status == "run"]
         self.n_requests = 0
         self.n_bad = 0
         self.ok = False
@@ -64,10 +70,10 @@ class EngineMachine(RuleBasedStateMachine):
         failure = None
         try:
             for name in names:
-                if name not in self.skip:
-                    PROPERTIES[name](trace, self.suite.judge)
+                if name in self.judged:
+                    PROPERTIES[name](trace, self.ctx.judge)
         except AssertionError as exc:
-            failure = self.suite.explain(exc, trace.workload, len(trace.steps))
+            failure = explain(self.ctx, Failure(exc, len(trace.steps)), trace.workload)
         finally:
             trace.stalled = stalled
         if failure is not None:
@@ -77,7 +83,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def add_request(self, data: st.DataObject) -> None:
-        (req,) = data.draw(request_mixes(self.limits, alone=self.suite.oracle.tokens,
+        (req,) = data.draw(request_mixes(self.limits, alone=self.ctx.oracle.tokens,
                                          min_size=1, max_size=1), label="request")
         req = Request(req.prompt_token_ids, req.params, request_id=f"r{self.n_requests}")
         self.n_requests += 1
@@ -125,7 +131,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         if self.failed:
-            self.suite.pool.release(self.engine, ok=False)
+            self.ctx.pool.release(self.engine, ok=False)
             return
         try:
             w = self.rec.workload()
@@ -133,20 +139,19 @@ class EngineMachine(RuleBasedStateMachine):
             self._judge(list(PROPERTIES), partial=False)
             self.ok = True
         finally:
-            self.suite.pool.release(self.engine, ok=self.ok)
+            self.ctx.pool.release(self.engine, ok=self.ok)
 
 
-def engine_machine(suite_or_factory: Suite | Callable[[], Engine]) -> type[EngineMachine]:
-    """A state machine class bound to one engine factory (or a prepared Suite)."""
-    from engines.testing.suite import Suite
+def engine_machine(ctx_or_factory: SuiteContext | Callable[[], Engine]) -> type[EngineMachine]:
+    """A state machine class bound to one engine factory (or a built SuiteContext)."""
+    if isinstance(ctx_or_factory, SuiteContext):
+        ctx = ctx_or_factory
+    else:
+        ctx = build_context(ctx_or_factory, name=getattr(ctx_or_factory, "__name__", "engine"))
+    return type("EngineMachine", (EngineMachine,), {"ctx": ctx})
 
-    suite = suite_or_factory if isinstance(suite_or_factory, Suite) else Suite(suite_or_factory)
-    suite.prepare()
-    return type("EngineMachine", (EngineMachine,), {"suite": suite})
 
-
-def run_engine_machine(suite: Suite, **settings_kw: Any) -> None:
-    """Run the machine as a test under the current Hypothesis profile."""
+def run_engine_machine(ctx: SuiteContext, *, settings: Settings | None = None) -> None:
+    """Run the machine as a test under the current Hypothesis profile (or `settings`)."""
     __tracebackhide__ = True
-    machine = engine_machine(suite)
-    run_state_machine_as_test(machine, settings=suite.settings(**settings_kw))
+    run_state_machine_as_test(engine_machine(ctx), settings=search_settings(settings))

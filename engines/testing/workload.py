@@ -7,12 +7,22 @@ unique runtime ids, so one engine can serve many workloads in a row.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from engines.protocol import Request, SamplingParams
 
-__all__ = ["Abort", "BadRequest", "Workload", "render_request", "repro_snippet"]
+__all__ = [
+    "Abort",
+    "BadRequest",
+    "Workload",
+    "factory_source",
+    "render_request",
+    "repro_sequence",
+    "repro_snippet",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +96,28 @@ def render_request(r: Request) -> str:
     return f"Request({r.prompt_token_ids!r}, {_params_src(r.params)}, request_id={r.request_id!r})"
 
 
+def factory_source(factory: Callable[..., Any], spec: str | None) -> str:
+    """Source lines binding `make_engine` for a runnable script."""
+    if spec:
+        module, _, attr = spec.partition(":")
+        head, _, rest = attr.partition(".")
+        if not rest:
+            return f"from {module} import {head} as make_engine"
+        return f"from {module} import {head}\nmake_engine = {attr}"
+    if isinstance(factory, functools.partial):
+        inner = factory_source(factory.func, None)
+        if inner.startswith("from "):
+            args = [repr(a) for a in factory.args]
+            args += [f"{k}={v!r}" for k, v in factory.keywords.items()]
+            return (f"{inner.replace(' as make_engine', '')}\nfrom functools import partial\n"
+                    f"make_engine = partial({factory.func.__name__}, {', '.join(args)})")
+    where = getattr(factory, "__module__", None)
+    qualname = getattr(factory, "__qualname__", "")
+    if where and where != "__main__" and qualname and "<" not in qualname:
+        return f"from {where} import {qualname.split('.')[0]} as make_engine"
+    return "make_engine = ...  # your engine factory (what the engine_factory fixture returns)"
+
+
 def repro_snippet(workload: Workload, factory_src: str, steps: int) -> str:
     """A short runnable script that replays the workload and prints every step's outputs.
 
@@ -144,4 +176,7 @@ def _replay(workload: Workload, steps: int, *, show: bool) -> list[str]:
         "        engine.abort_request(request_id)",
         "    print(step, engine.step(), engine.has_work())" if show else "    engine.step()",
     ]
+    if show:  # the slot table after each step, where the engine offers one
+        lines += ["    if hasattr(engine, 'slot_table'):",
+                  "        print('  slots', list(engine.slot_table()))"]
     return lines

@@ -28,7 +28,14 @@ _serial = itertools.count()
 
 
 class EngineCrashed(AssertionError):
-    """The engine raised (or hung) inside a protocol call; the message names call and step."""
+    """The engine raised (or hung) inside a protocol call; the message names call and step.
+
+    Any check catches a crash, so reports label it `crash`, whichever check was running."""
+
+    prop = "crash"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"crash: {message}")
 
 
 class StepTimeout(Exception):

@@ -1,0 +1,45 @@
+"""Failure reports: the property's sentence, then a runnable script that replays the shrunk
+counterexample against the user's factory; for a leak across workloads, the engine history
+it needs (found and shrunk by engines.testing.leaks), replayed on one engine."""
+
+from __future__ import annotations
+
+from engines.testing.context import SuiteContext
+from engines.testing.leaks import minimal_leak
+from engines.testing.properties import Violation
+from engines.testing.verdict import Failure, Leak, failure_after
+from engines.testing.workload import Workload, repro_sequence, repro_snippet
+
+__all__ = ["explain", "explain_leak"]
+
+
+def explain(ctx: SuiteContext, failure: Failure, w: Workload) -> Violation:
+    """The failure's message plus the counterexample as a runnable script."""
+    snippet = repro_snippet(w, ctx.repro_source, failure.steps + 1)
+    check = getattr(failure.error, "prop", "engine")
+    return Violation(
+        check,
+        f"{failure.error}\n\nCounterexample ({len(w.requests)} request(s), {len(w.bad)} bad, "
+        f"{len(w.aborts)} abort(s), {failure.steps} step(s)) as a runnable script:"
+        f"\n\n{snippet}\n",
+    )
+
+
+def explain_leak(ctx: SuiteContext, leak: Leak, w: Workload, check: str) -> Violation:
+    """w passes on a fresh engine but failed on one with a history: replay the history."""
+    # Every try builds an engine: a handful for one that is slow to build.
+    cheap = ctx.pool.cheap
+    earlier, w = minimal_leak(
+        leak.history, w, lambda e, c: failure_after(ctx, e, c, check) is not None,
+        shrink=cheap, budget=40 if cheap else 4)
+    failure = failure_after(ctx, earlier, w, check) or leak.first
+    script = repro_sequence(earlier, w, ctx.repro_source, w.step_bound())
+    n_earlier = sum(len(e.requests) for e in earlier)
+    return Violation(
+        check,
+        f"{failure.error}\n\nThis workload passes on a fresh engine but fails on one that has "
+        f"served the {len(earlier)} earlier workload(s) in the script below, drained them and "
+        "reported itself idle: state leaks across requests. Counterexample "
+        f"({len(earlier)} earlier workload(s) of {n_earlier} request(s), then "
+        f"{len(w.requests)} request(s)) as a runnable script:\n\n{script}\n",
+    )

@@ -1,0 +1,85 @@
+"""The search for one check on one engine: the hand-picked seed workloads first (deterministic,
+so a declared expected failure fails every time), then a Hypothesis search over workloads.
+
+Failures become reports (engines.testing.report). A leak across workloads cannot be handed to
+Hypothesis (it does not replay on a fresh engine, so Hypothesis would call it flaky): the
+first one found is kept in this call's own list and reported when the search ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given
+from hypothesis import settings as Settings
+from hypothesis import strategies as st
+
+from engines.testing.context import SuiteContext
+from engines.testing.report import explain, explain_leak
+from engines.testing.shrink import shrink_workload
+from engines.testing.strategies import seed_workloads, workloads
+from engines.testing.verdict import Leak, fails, verify
+from engines.testing.workload import Workload
+
+__all__ = ["search", "search_settings", "strategy_for"]
+
+_SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+
+def search_settings(parent: Settings | None = None, **overrides: Any) -> Settings:
+    """The current Hypothesis profile (or `parent`), minus what cannot suit whole engine runs:
+    no per-example deadline (the step timeout guards hangs), no too-slow health checks."""
+    return Settings(parent, **{"deadline": None, "suppress_health_check": _SUPPRESS,
+                               **overrides})
+
+
+def strategy_for(ctx: SuiteContext, check: str) -> st.SearchStrategy[Workload]:
+    bad = (1, 2) if check == "bad_input" else (0, 1)
+    return workloads(ctx.limits, alone=ctx.oracle.tokens, min_bad=bad[0], max_bad=bad[1])
+
+
+def _seeds(ctx: SuiteContext, check: str) -> int:
+    """Run the seed workloads; a failure is shrunk greedily (Hypothesis cannot shrink them)."""
+    __tracebackhide__ = True
+    seeds = seed_workloads(ctx.limits, bad=check == "bad_input", alone=ctx.oracle.tokens)
+    for w in seeds:
+        outcome = verify(ctx, w, check)
+        if outcome.leak is not None:
+            raise explain_leak(ctx, outcome.leak, w, check)
+        if outcome.failure is not None:
+            shrunk = shrink_workload(w, lambda c: fails(ctx, c, check))
+            again = verify(ctx, shrunk, check).failure
+            if again is not None:
+                raise explain(ctx, again, shrunk)
+            raise explain(ctx, outcome.failure, w)  # the shrunk one did not fail on replay
+    return len(seeds)
+
+
+def search(ctx: SuiteContext, check: str, *, settings: Settings | None = None,
+           seeds: bool = True) -> int:
+    """Check one property; raises Violation with a runnable counterexample, else returns how
+    many workloads passed."""
+    __tracebackhide__ = True
+    passed = _seeds(ctx, check) if seeds else 0
+    leaks: list[tuple[Leak, Workload]] = []
+
+    @search_settings(settings)
+    @given(strategy_for(ctx, check))
+    def check_workload(workload: Workload) -> None:
+        nonlocal passed
+        outcome = verify(ctx, workload, check)
+        if outcome.failure is not None:
+            # One raise site, outside any except block: Hypothesis then sees every failure of
+            # this check as one bug and shrinks toward the smallest counterexample.
+            raise explain(ctx, outcome.failure, workload)
+        if outcome.leak is not None and not leaks:
+            leaks.append((outcome.leak, workload))
+        passed += 1
+
+    inner: Any = check_workload.hypothesis.inner_test  # type: ignore[attr-defined]
+    inner._hypothesis_internal_add_digest = f"{ctx.name}-{check}".encode()
+    check_workload()
+    if leaks:
+        leak, workload = leaks[0]
+        raise explain_leak(ctx, leak, workload, check)
+    return passed

@@ -1,0 +1,101 @@
+"""One workload, one check: serve it on an engine, judge the trace, and say what happened.
+
+A failure on a reused engine is confirmed on a fresh one, so that a verdict depends on the
+workload alone (Hypothesis replays and shrinks it); one that does not replay on a fresh engine
+is a leak across workloads, returned with the engine's history for the report to replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engines.protocol import Engine
+from engines.testing.context import SuiteContext
+from engines.testing.properties import PROPERTIES
+from engines.testing.recorder import Trace, is_drained, run_workload
+from engines.testing.workload import Workload
+
+__all__ = ["Failure", "Leak", "Outcome", "attempt", "fails", "failure_after", "verify"]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    error: AssertionError  # a Violation, or EngineCrashed from inside a protocol call
+    steps: int  # step() calls the failing run made (the repro script makes one more)
+
+
+@dataclass(frozen=True, slots=True)
+class Leak:
+    first: Failure  # how the workload failed on the reused engine
+    history: tuple[Workload, ...]  # what that engine had served before, oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    failure: Failure | None = None  # the workload fails on a fresh engine too
+    leak: Leak | None = None  # it fails only after the engine's history
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.leak is None
+
+
+def _run(ctx: SuiteContext, engine: Engine, w: Workload, check: str) -> tuple[Failure | None,
+                                                                            Trace | None]:
+    trace = None
+    try:
+        trace = run_workload(engine, w, deadline=ctx.step_timeout)
+        PROPERTIES[check](trace, ctx.judge)
+    except AssertionError as exc:
+        steps = len(trace.steps) if trace is not None else w.last_event_step + 1
+        return Failure(exc, steps), trace
+    return None, trace
+
+
+def attempt(ctx: SuiteContext, engine: Engine, w: Workload, check: str) -> Failure | None:
+    """Judge w on engine; the engine goes back to the pool unless it failed or stalled."""
+    failure, trace = _run(ctx, engine, w, check)
+    if failure is None and trace is not None:
+        ctx.pool.served(engine, w)
+    ctx.pool.release(engine, ok=failure is None and trace is not None and not trace.stalled)
+    return failure
+
+
+def fails(ctx: SuiteContext, w: Workload, check: str) -> bool:
+    """Whether w fails the check: on a fresh engine where engines are cheap to build."""
+    engine = ctx.pool.fresh() if ctx.pool.cheap else ctx.pool.acquire()[0]
+    return attempt(ctx, engine, w, check) is not None
+
+
+def verify(ctx: SuiteContext, w: Workload, check: str) -> Outcome:
+    """Judge w on a pooled engine, confirming a failure on a reused one with a fresh one."""
+    engine, fresh = ctx.pool.acquire()
+    history = tuple(ctx.pool.history(engine))
+    failure = attempt(ctx, engine, w, check)
+    if failure is None:
+        return Outcome()
+    if fresh:
+        return Outcome(failure=failure)
+    confirmed = attempt(ctx, ctx.pool.fresh(), w, check)
+    if confirmed is not None:
+        return Outcome(failure=confirmed)
+    return Outcome(leak=Leak(failure, history))
+
+
+def failure_after(ctx: SuiteContext, earlier: Sequence[Workload], w: Workload,
+                  check: str) -> Failure | None:
+    """How w fails the check on a fresh engine that first serves `earlier` (unjudged)."""
+    engine = ctx.pool.fresh()
+    try:
+        try:
+            for e in earlier:
+                run_workload(engine, e, deadline=ctx.step_timeout)
+        except Exception:
+            return None  # an earlier workload broke the engine: a different failure
+        if not is_drained(engine):
+            return None
+        failure, _ = _run(ctx, engine, w, check)
+        return failure
+    finally:
+        ctx.pool.release(engine, ok=False)  # never reused: its history is not the pool's

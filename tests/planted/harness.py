@@ -1,0 +1,42 @@
+"""How the repo's tests and the planted-bug report run the suite on one planted bug."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import Phase
+from hypothesis import settings as Settings
+
+from engines.testing.context import SuiteContext, build_context
+from engines.testing.properties import Violation
+from engines.testing.search import search
+
+__all__ = ["check_of", "context_of", "hunt", "pinned"]
+
+
+def check_of(bug: Any) -> str:
+    """The check to run: the one named by `caught_by`, except for bugs that surface as a
+    crash (any check sees one), which name the check they are run under in `check`."""
+    return str(getattr(bug, "check", bug.caught_by))
+
+
+def context_of(bug: Any, **kwargs: Any) -> SuiteContext:
+    module = bug.__module__
+    return build_context(bug, name=bug.__name__, spec=f"{module}:{bug.__name__}", **kwargs)
+
+
+def pinned(max_examples: int = 150, *, shrink: bool = True) -> Settings:
+    """Derandomized settings, whatever the profile: a verdict must not depend on luck."""
+    phases = [Phase.generate, Phase.shrink] if shrink else [Phase.generate]
+    return Settings(max_examples=max_examples, derandomize=True, database=None, phases=phases)
+
+
+def hunt(bug: Any, *, seeds: bool = True, settings: Settings | None = None,
+         ctx: SuiteContext | None = None) -> Violation | None:
+    """Run the bug's check; the Violation it raised, or None if the bug went uncaught."""
+    try:
+        search(ctx or context_of(bug), check_of(bug), settings=settings or pinned(),
+               seeds=seeds)
+    except Violation as caught:
+        return caught
+    return None
