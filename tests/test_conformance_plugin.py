@@ -20,7 +20,7 @@ def importable_examples(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_engine_option_runs_the_suite_with_readable_ids(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(*SUITE, "--engine", "examples.toy_engine:ToyEngine", "-v")
-    result.assert_outcomes(passed=9)
+    result.assert_outcomes(passed=12, skipped=3)
     result.stdout.fnmatch_lines([
         "batching-engines: engine examples.toy_engine:ToyEngine, parity exact, *",
         "*test_conformance[[]ToyEngine-parity[]] PASSED*",
@@ -31,17 +31,20 @@ def test_engine_option_runs_the_suite_with_readable_ids(pytester: pytest.Pyteste
 def test_ini_key_and_tie_aware_mode(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nengine = examples.toy_engine:ToyEngine\nparity = tie-aware\n")
     result = pytester.runpytest(*SUITE, "-k", "parity")
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 1e-3)*"])
+    result.assert_outcomes(passed=1, skipped=1)  # reference_parity: no reference given
+    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 1e-3; margins from the engine's "
+                                 "own logprobs)*"])
 
 
 def test_tie_aware_suite_on_a_real_bf16_engine(pytester: pytest.Pytester) -> None:
     # The whole suite, tie-aware, on the continuous engine in bf16: every property that asks
     # for top_logprobs gets them from a real engine, and no near-tie is called a bug.
     result = pytester.runpytest(*SUITE, "--engine", "tests.helpers:bf16_continuous",
-                                "--parity=tie-aware", "--parity-tolerance=0.125")
-    result.assert_outcomes(passed=9)
-    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 0.125)*"])
+                                "--parity=tie-aware", "--parity-tolerance=0.125",
+                                "--reference-engine", "engines.sequential:SequentialEngine")
+    result.assert_outcomes(passed=13, skipped=2)  # no variants, no KV introspection
+    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 0.125; margins from the "
+                                 "reference engine)*"])
 
 
 def test_fixture_override_pulls_the_suite_in(pytester: pytest.Pytester) -> None:
@@ -51,7 +54,7 @@ def test_fixture_override_pulls_the_suite_in(pytester: pytest.Pytester) -> None:
     )
     pytester.makepyfile(test_mine="from engines.testing.conformance import *  # noqa: F403\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "--hypothesis-profile=batching-dev")
-    result.assert_outcomes(passed=9)
+    result.assert_outcomes(passed=12, skipped=3)
 
 
 def test_declared_expected_failures_are_strict_xfails(pytester: pytest.Pytester) -> None:

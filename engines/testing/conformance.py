@@ -14,19 +14,24 @@ Checks an engine declares in `expected_failed_checks` run as strict xfails.
 
 from __future__ import annotations
 
+import pytest
+
 from engines.testing.context import SuiteContext
 
 __all__ = ["test_conformance"]
 
 
-def test_conformance(conformance_context: SuiteContext, conformance_check: str) -> None:
+def test_conformance(conformance_context: SuiteContext, conformance_check: str,
+                     request: pytest.FixtureRequest) -> None:
     """One check (docs/architecture.md), on seed workloads and then a Hypothesis search."""
     __tracebackhide__ = True
     if conformance_check == "stateful":
         from engines.testing.stateful import run_engine_machine
 
         run_engine_machine(conformance_context)
-    else:
-        from engines.testing.search import search
+        return
+    from engines.testing.plugin import COVERAGE
+    from engines.testing.search import search
 
-        search(conformance_context, conformance_check)
+    coverage = search(conformance_context, conformance_check)
+    request.node.user_properties.append((COVERAGE, coverage.as_dict()))

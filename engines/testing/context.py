@@ -8,17 +8,21 @@ answers are shared, and no piece keeps results of its own between calls.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from engines.factories import EngineSpecError
 from engines.protocol import Engine
 from engines.testing.checks import Applicability, applicability
-from engines.testing.oracle import AloneOracle, ParityMode
+from engines.testing.limits import EngineLimits
+from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
 from engines.testing.properties import Judge
-from engines.testing.strategies import EngineLimits
-from engines.testing.workload import factory_source
+from engines.testing.recorder import Trace, run_workload
+from engines.testing.workload import Workload, factory_source
 
 __all__ = ["SuiteContext", "SuiteOptions", "build_context"]
+
+Factory = Callable[[], Engine]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +32,15 @@ class SuiteOptions:
     parity: ParityMode = "exact"
     tolerance: float = 1e-3  # tie-aware: largest logprob gap that counts as a tie
     step_timeout: float | None = 60.0  # seconds a protocol call may take
+    reference: Factory | None = None  # --reference-engine
+    reference_spec: str | None = None
+    variants: Mapping[str, Factory] = field(default_factory=dict)  # --engine-variant
 
 
 @dataclass(frozen=True, slots=True)
 class SuiteContext:
     name: str  # the engine's name in test ids and reports
-    factory: Callable[[], Engine]
+    factory: Factory
     pool: EnginePool  # engines that serve workloads (drained ones are reused)
     oracle: AloneOracle  # requests served alone, on engines of their own pool
     judge: Judge  # what the properties compare against
@@ -46,42 +53,75 @@ class SuiteContext:
     def step_timeout(self) -> float | None:
         return self.options.step_timeout
 
-    def applies(self, check: str) -> bool:
-        """The check runs (strictly xfailed ones included)."""
-        return self.checks[check].status != "skip"
+
+def _variant_runner(pool: EnginePool, deadline: float | None) -> Callable[[Workload], Trace]:
+    def run(w: Workload) -> Trace:
+        engine = pool.acquire()[0]
+        trace = None
+        try:
+            trace = run_workload(engine, w, deadline=deadline)
+        finally:
+            pool.release(engine, ok=trace is not None and not trace.stalled)
+        return trace
+
+    return run
 
 
-def build_context(
-    factory: Callable[[], Engine],
-    *,
-    name: str = "engine",
-    spec: str | None = None,
-    options: SuiteOptions | None = None,
-) -> SuiteContext:
-    """Build one engine (which checks that it speaks the protocol), read its limits and
-    declared expected failures, and set up the pools; the engine goes to the pool."""
+def _probe(factory: Factory, source: str) -> tuple[EnginePool, Engine]:
+    pool = EnginePool(factory, source)
+    return pool, pool.fresh()
+
+
+def build_context(factory: Factory, *, name: str = "engine", spec: str | None = None,
+                  options: SuiteOptions | None = None) -> SuiteContext:
+    """Build one engine of the factory (and of the reference and each variant), which checks
+    that each speaks the protocol; read limits and declared expected failures; set up the
+    pools. The built engines go to their pools."""
     options = options or SuiteOptions()
     source = f"--engine {spec}" if spec else f"engine factory {name}"
-    pool = EnginePool(factory, source)
-    engine = pool.fresh()
+    pool, engine = _probe(factory, source)
     declared = dict(getattr(engine, "expected_failed_checks", {}) or {})
-    logprobs = 5 if options.parity == "tie-aware" else 0
-    limits = EngineLimits.of(engine, logprobs=logprobs,
-                             seeded_sampling="seeds" not in declared)
-    pool.release(engine)
+    others: dict[str, tuple[EnginePool, Engine]] = {}
+    if options.reference is not None:
+        others["reference"] = _probe(options.reference,
+                                     f"--reference-engine {options.reference_spec or ''}")
+    for vname, vfactory in options.variants.items():
+        others[vname] = _probe(vfactory, f"--engine-variant {vname}")
+    for label, (_, other) in others.items():
+        if int(other.vocab_size) != int(engine.vocab_size):
+            raise EngineSpecError(f"{label} engine has vocab_size {other.vocab_size} but the "
+                                  f"engine under test has {engine.vocab_size}: they cannot "
+                                  "serve the same requests (not the same model?)")
+    limits = EngineLimits.of(
+        engine,
+        # Every engine compared must accept every request drawn.
+        max_model_len=min(int(e.max_model_len) for e in (engine, *(o for _, o in
+                                                                    others.values()))),
+        logprobs=TOP_K if options.parity == "tie-aware" else 0,
+        sampling="seeds" not in declared,
+    )
+    for p, e in [(pool, engine), *others.values()]:
+        p.release(e)
     if not pool.cheap and (pool.build_s or 0) < 2.0:
         # The first build may have paid for loading the model (shared by later builds): time
         # a second one before deciding that engines are expensive.
         pool.release(pool.fresh())
     oracle = AloneOracle(EnginePool(factory, source), deadline=options.step_timeout)
+    reference = None
+    if "reference" in others:
+        reference = AloneOracle(others.pop("reference")[0], deadline=options.step_timeout)
+    variants = {n: _variant_runner(p, options.step_timeout) for n, (p, _) in others.items()}
+    judge = Judge(oracle, options.parity, options.tolerance, reference, variants)
     return SuiteContext(
         name=name,
         factory=factory,
         pool=pool,
         oracle=oracle,
-        judge=Judge(oracle, options.parity, options.tolerance),
+        judge=judge,
         limits=limits,
-        checks=applicability(limits, declared),
+        checks=applicability(limits, declared, reference=reference is not None,
+                             variants=bool(variants)),
         options=options,
         repro_source=factory_source(factory, spec),
     )
+

@@ -16,7 +16,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from engines.protocol import Abortable, Engine, Request, SlotIntrospection, StepOutput
+from engines.protocol import (
+    Abortable,
+    Engine,
+    KVIntrospection,
+    Request,
+    SlotIntrospection,
+    StepOutput,
+)
 from engines.testing.workload import Abort, BadRequest, Workload
 
 __all__ = [
@@ -68,6 +75,17 @@ def step_deadline(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+@dataclass(frozen=True, slots=True)
+class KVSnapshot:
+    """What an engine with KVIntrospection reported, request ids in display ids."""
+
+    block_size: int
+    total: int
+    free: int
+    tables: dict[Hashable, tuple[int, ...]]
+    cached: dict[Hashable, int]
+
+
 @dataclass(slots=True)
 class StepRecord:
     index: int
@@ -77,6 +95,8 @@ class StepRecord:
     table: tuple[Hashable | None, ...] | None = None  # after the step, display ids
     lengths: tuple[int, ...] | None = None  # after the step
     wasted: int = 0  # wasted_slot_steps delta since the workload started
+    table_before: tuple[Hashable | None, ...] | None = None  # the table step() started from
+    kv: KVSnapshot | None = None  # after the step
 
 
 @dataclass
@@ -84,6 +104,7 @@ class Trace:
     workload: Workload
     slots: bool  # the engine has SlotIntrospection
     max_batch_size: int | None
+    vocab_size: int = 0  # the engine's, for the token range
     steps: list[StepRecord] = field(default_factory=list)
     outputs: dict[Hashable, list[tuple[int, StepOutput]]] = field(default_factory=dict)
     stray: list[tuple[int, StepOutput]] = field(default_factory=list)  # unknown/bad ids
@@ -93,6 +114,7 @@ class Trace:
     aborted_at: dict[Hashable, int] = field(default_factory=dict)
     finished_at: dict[Hashable, int] = field(default_factory=dict)  # first finishing output
     stalled: bool = False
+    kv_after_drain: KVSnapshot | None = None  # once has_work() said False
 
     def tokens(self, rid: Hashable) -> list[int]:
         return [t for _, out in self.outputs.get(rid, []) for t in out.token_ids]
@@ -123,8 +145,9 @@ class Recorder:
         self.engine = engine
         self.deadline = deadline
         self.slots = isinstance(engine, SlotIntrospection)
+        self.kv = isinstance(engine, KVIntrospection)
         size = int(engine.max_batch_size) if self.slots else None  # type: ignore[attr-defined]
-        self.trace = Trace(Workload((), ()), self.slots, size)
+        self.trace = Trace(Workload((), ()), self.slots, size, int(engine.vocab_size))
         self.serial = next(_serial)
         self.rt: dict[Hashable, Hashable] = {}  # display id -> runtime id
         self.to_display: dict[Hashable, Hashable] = {}
@@ -166,7 +189,9 @@ class Recorder:
         else:
             bad_id = f"{b.request.request_id}#{self.serial}"
         bad = dataclasses.replace(b.request, request_id=bad_id)
-        idle = not self.unfinished
+        # Compared before and after: an engine may rightly report work for a step after its
+        # last request finished (retire-at-start), which is no side effect of the refusal.
+        busy = self.call("has_work()", self.engine.has_work)
         try:
             with step_deadline(self.deadline):
                 self.engine.add_request(bad)
@@ -174,10 +199,10 @@ class Recorder:
         except Exception as exc:  # judged by the bad-input property
             self.trace.refusals.append(exc)
         self.bad.append(b)
-        if idle and self.call("has_work()", self.engine.has_work):
+        if not busy and self.call("has_work()", self.engine.has_work):
             self.trace.bad_side_effects.append(
-                (self.k, f"has_work() is True after refusing a bad request ({b.kind}) on an "
-                 "idle engine")
+                (self.k, f"has_work() turned True when a bad request ({b.kind}) was refused "
+                 "on an idle engine")
             )
 
     def abort(self, rid: Hashable) -> None:
@@ -199,6 +224,8 @@ class Recorder:
             )
         live = pending - trace.aborted_at.keys()
         record = StepRecord(k, [], frozenset(live - self.holders), frozenset(live & self.holders))
+        if self.slots:
+            record.table_before = self._table()
         for out in self.call(f"step() #{k}", self.engine.step):
             disp = self.to_display.get(out.request_id)
             if disp is None:
@@ -212,14 +239,32 @@ class Recorder:
                 trace.finished_at[disp] = k
         if self.slots:
             eng: Any = self.engine
-            table = self.call("slot_table()", eng.slot_table)
-            record.table = tuple(None if x is None else self.to_display.get(x, x) for x in table)
+            record.table = self._table()
             record.lengths = tuple(int(n) for n in self.call("slot_lengths()", eng.slot_lengths))
             record.wasted = int(eng.wasted_slot_steps) - self.wasted0
             self.holders = frozenset(x for x in record.table if x is not None)
+        if self.kv:
+            record.kv = self.kv_snapshot()
         trace.steps.append(record)
         self.k += 1
         return record
+
+    def _table(self) -> tuple[Hashable | None, ...]:
+        table = self.call("slot_table()", self.engine.slot_table)  # type: ignore[attr-defined]
+        return tuple(None if x is None else self.to_display.get(x, x) for x in table)
+
+    def kv_snapshot(self) -> KVSnapshot:
+        eng: Any = self.engine
+        tables = self.call("kv_block_tables()", eng.kv_block_tables)
+        cached = self.call("kv_cached_tokens()", eng.kv_cached_tokens)
+        return KVSnapshot(
+            block_size=int(eng.kv_block_size),
+            total=int(eng.kv_total_blocks),
+            free=int(self.call("kv_free_blocks()", eng.kv_free_blocks)),
+            tables={self.to_display.get(r, r): tuple(int(b) for b in t)
+                    for r, t in dict(tables).items()},
+            cached={self.to_display.get(r, r): int(n) for r, n in dict(cached).items()},
+        )
 
     def drain(self, bound: int) -> Trace:
         """Step until every request finished (or the bound), then watch the engine settle."""
@@ -243,6 +288,8 @@ class Recorder:
         last = self.trace.steps[-1].table if self.trace.steps else None
         if self.slots and (last is None or any(x is not None for x in last)):
             self.step()
+        if self.kv and not self.call("has_work()", self.engine.has_work):
+            self.trace.kv_after_drain = self.kv_snapshot()
         self.workload()
         return self.trace
 

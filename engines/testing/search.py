@@ -15,10 +15,12 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from engines.testing.context import SuiteContext
+from engines.testing.coverage import Coverage
 from engines.testing.report import explain, explain_leak
+from engines.testing.seed_workloads import seed_workloads
 from engines.testing.shrink import shrink_workload
-from engines.testing.strategies import seed_workloads, workloads
-from engines.testing.verdict import Leak, fails, verify
+from engines.testing.strategies import workloads
+from engines.testing.verdict import Leak, Outcome, fails, verify
 from engines.testing.workload import Workload
 
 __all__ = ["search", "search_settings", "strategy_for"]
@@ -35,15 +37,22 @@ def search_settings(parent: Settings | None = None, **overrides: Any) -> Setting
 
 def strategy_for(ctx: SuiteContext, check: str) -> st.SearchStrategy[Workload]:
     bad = (1, 2) if check == "bad_input" else (0, 1)
-    return workloads(ctx.limits, alone=ctx.oracle.tokens, min_bad=bad[0], max_bad=bad[1])
+    return workloads(ctx.limits, alone=ctx.oracle.tokens, min_bad=bad[0], max_bad=bad[1],
+                     seed_group=check == "seeds")
 
 
-def _seeds(ctx: SuiteContext, check: str) -> int:
+def _tally(ctx: SuiteContext, check: str, outcome: Outcome, coverage: Coverage) -> None:
+    if outcome.trace is not None:
+        coverage.record(outcome.trace, ctx.limits, ctx.judge if check == "seeds" else None)
+
+
+def _seeds(ctx: SuiteContext, check: str, coverage: Coverage) -> None:
     """Run the seed workloads; a failure is shrunk greedily (Hypothesis cannot shrink them)."""
     __tracebackhide__ = True
     seeds = seed_workloads(ctx.limits, bad=check == "bad_input", alone=ctx.oracle.tokens)
     for w in seeds:
         outcome = verify(ctx, w, check)
+        _tally(ctx, check, outcome, coverage)
         if outcome.leak is not None:
             raise explain_leak(ctx, outcome.leak, w, check)
         if outcome.failure is not None:
@@ -52,21 +61,21 @@ def _seeds(ctx: SuiteContext, check: str) -> int:
             if again is not None:
                 raise explain(ctx, again, shrunk)
             raise explain(ctx, outcome.failure, w)  # the shrunk one did not fail on replay
-    return len(seeds)
 
 
 def search(ctx: SuiteContext, check: str, *, settings: Settings | None = None,
-           seeds: bool = True) -> int:
-    """Check one property; raises Violation with a runnable counterexample, else returns how
-    many workloads passed."""
+           seeds: bool = True) -> Coverage:
+    """Check one property; raises Violation with a runnable counterexample, else returns what
+    the passing workloads exercised."""
     __tracebackhide__ = True
-    passed = _seeds(ctx, check) if seeds else 0
+    coverage = Coverage()
+    if seeds:
+        _seeds(ctx, check, coverage)
     leaks: list[tuple[Leak, Workload]] = []
 
     @search_settings(settings)
     @given(strategy_for(ctx, check))
     def check_workload(workload: Workload) -> None:
-        nonlocal passed
         outcome = verify(ctx, workload, check)
         if outcome.failure is not None:
             # One raise site, outside any except block: Hypothesis then sees every failure of
@@ -74,7 +83,7 @@ def search(ctx: SuiteContext, check: str, *, settings: Settings | None = None,
             raise explain(ctx, outcome.failure, workload)
         if outcome.leak is not None and not leaks:
             leaks.append((outcome.leak, workload))
-        passed += 1
+        _tally(ctx, check, outcome, coverage)
 
     inner: Any = check_workload.hypothesis.inner_test  # type: ignore[attr-defined]
     inner._hypothesis_internal_add_digest = f"{ctx.name}-{check}".encode()
@@ -82,4 +91,4 @@ def search(ctx: SuiteContext, check: str, *, settings: Settings | None = None,
     if leaks:
         leak, workload = leaks[0]
         raise explain_leak(ctx, leak, workload, check)
-    return passed
+    return coverage

@@ -27,12 +27,13 @@ from hypothesis.stateful import (
 )
 
 from engines.protocol import Engine, Request
+from engines.testing.bad_requests import BAD_KINDS, bad_request
 from engines.testing.context import SuiteContext, build_context
 from engines.testing.properties import PROPERTIES
 from engines.testing.recorder import Recorder
 from engines.testing.report import explain
 from engines.testing.search import search_settings
-from engines.testing.strategies import BAD_KINDS, _bad_request, prompts, request_mixes
+from engines.testing.strategies import prompts, request_mixes
 from engines.testing.verdict import Failure
 from engines.testing.workload import BadRequest
 
@@ -104,7 +105,7 @@ class EngineMachine(RuleBasedStateMachine):
             bad = BadRequest(self.rec.k, kind, Request((*prompt, 0), request_id=rid),
                              duplicate_of=target)
         else:
-            bad = BadRequest(self.rec.k, kind, _bad_request(self.limits, kind, prompt, rid))
+            bad = BadRequest(self.rec.k, kind, bad_request(self.limits, kind, prompt, rid))
         note(f"before step {self.rec.k}: add bad request ({kind})")
         self.rec.add_bad(bad)
         self._judge(["bad_input"], partial=True)

@@ -35,6 +35,7 @@ class Leak:
 class Outcome:
     failure: Failure | None = None  # the workload fails on a fresh engine too
     leak: Leak | None = None  # it fails only after the engine's history
+    trace: Trace | None = None  # the passing run, for the coverage tally
 
     @property
     def ok(self) -> bool:
@@ -53,34 +54,35 @@ def _run(ctx: SuiteContext, engine: Engine, w: Workload, check: str) -> tuple[Fa
     return None, trace
 
 
-def attempt(ctx: SuiteContext, engine: Engine, w: Workload, check: str) -> Failure | None:
+def attempt(ctx: SuiteContext, engine: Engine, w: Workload,
+            check: str) -> tuple[Failure | None, Trace | None]:
     """Judge w on engine; the engine goes back to the pool unless it failed or stalled."""
     failure, trace = _run(ctx, engine, w, check)
     if failure is None and trace is not None:
         ctx.pool.served(engine, w)
     ctx.pool.release(engine, ok=failure is None and trace is not None and not trace.stalled)
-    return failure
+    return failure, trace
 
 
 def fails(ctx: SuiteContext, w: Workload, check: str) -> bool:
     """Whether w fails the check: on a fresh engine where engines are cheap to build."""
     engine = ctx.pool.fresh() if ctx.pool.cheap else ctx.pool.acquire()[0]
-    return attempt(ctx, engine, w, check) is not None
+    return attempt(ctx, engine, w, check)[0] is not None
 
 
 def verify(ctx: SuiteContext, w: Workload, check: str) -> Outcome:
     """Judge w on a pooled engine, confirming a failure on a reused one with a fresh one."""
     engine, fresh = ctx.pool.acquire()
     history = tuple(ctx.pool.history(engine))
-    failure = attempt(ctx, engine, w, check)
+    failure, trace = attempt(ctx, engine, w, check)
     if failure is None:
-        return Outcome()
+        return Outcome(trace=trace)
     if fresh:
         return Outcome(failure=failure)
-    confirmed = attempt(ctx, ctx.pool.fresh(), w, check)
+    confirmed, trace = attempt(ctx, ctx.pool.fresh(), w, check)
     if confirmed is not None:
         return Outcome(failure=confirmed)
-    return Outcome(leak=Leak(failure, history))
+    return Outcome(leak=Leak(failure, history), trace=trace)
 
 
 def failure_after(ctx: SuiteContext, earlier: Sequence[Workload], w: Workload,

@@ -67,9 +67,11 @@ class Workload:
         return max(steps, default=0)
 
     def step_bound(self) -> int:
-        """Steps within which every request must finish: generous for any sane scheduler
-        (one request at a time, a prefill step each), so only a stuck engine exceeds it."""
-        work = sum(r.params.max_tokens + 2 for r in self.requests)
+        """Steps within which every request must finish: generous for any sane scheduler (one
+        request at a time, its prompt prefilled 4 tokens a step, everything recomputed once
+        after a preemption), so only a stuck engine exceeds it."""
+        work = sum(2 * (r.params.max_tokens + 2) + -(-len(r.prompt_token_ids) // 4)
+                   for r in self.requests)
         return self.last_event_step + work + 8
 
     def __repr__(self) -> str:

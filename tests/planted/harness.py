@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import Phase
 from hypothesis import settings as Settings
 
-from engines.testing.context import SuiteContext, build_context
+from engines.testing.context import SuiteContext, SuiteOptions, build_context
 from engines.testing.properties import Violation
 from engines.testing.search import search
 
@@ -20,9 +20,11 @@ def check_of(bug: Any) -> str:
     return str(getattr(bug, "check", bug.caught_by))
 
 
-def context_of(bug: Any, **kwargs: Any) -> SuiteContext:
-    module = bug.__module__
-    return build_context(bug, name=bug.__name__, spec=f"{module}:{bug.__name__}", **kwargs)
+def context_of(bug: Any) -> SuiteContext:
+    """The bug's context; bugs only a reference engine can see name it in `reference`."""
+    options = SuiteOptions(reference=getattr(bug, "reference", None))
+    return build_context(bug, name=bug.__name__, spec=f"{bug.__module__}:{bug.__name__}",
+                         options=options)
 
 
 def pinned(max_examples: int = 150, *, shrink: bool = True) -> Settings:
@@ -32,10 +34,10 @@ def pinned(max_examples: int = 150, *, shrink: bool = True) -> Settings:
 
 
 def hunt(bug: Any, *, seeds: bool = True, settings: Settings | None = None,
-         ctx: SuiteContext | None = None) -> Violation | None:
-    """Run the bug's check; the Violation it raised, or None if the bug went uncaught."""
+         ctx: SuiteContext | None = None, check: str | None = None) -> Violation | None:
+    """Run the bug's check (or `check`); the Violation it raised, or None if it passed."""
     try:
-        search(ctx or context_of(bug), check_of(bug), settings=settings or pinned(),
+        search(ctx or context_of(bug), check or check_of(bug), settings=settings or pinned(),
                seeds=seeds)
     except Violation as caught:
         return caught

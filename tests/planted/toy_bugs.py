@@ -295,13 +295,14 @@ class LengthsNotMoved(ToyEngine):
 
 # Any: each class adds `caught_by`, which ToyEngine itself lacks.
 class LeaksBlockPerRequest(ToyEngine):
-    """Each admitted request takes one of 8 KV blocks, and the block goes back to the free
-    list only on abort (the path someone tested), never on a normal finish. A workload has
-    at most 5 requests, so this shows only on an engine that served earlier workloads: it
-    reports itself idle, and then admits nothing."""
+    """Each admitted request takes one of 12 KV blocks, and the block goes back to the free
+    list only on abort (the path someone tested), never on a normal finish. A workload of
+    the liveness check has at most 9 requests (a burst on this 4-slot engine), so this shows
+    only on an engine that served earlier workloads: it reports itself idle, and then admits
+    nothing."""
 
     caught_by = "liveness"
-    BLOCKS = 8
+    BLOCKS = 12
 
     def __init__(self, **kw: int) -> None:
         super().__init__(**kw)

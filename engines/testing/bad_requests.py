@@ -1,0 +1,83 @@
+"""Bad requests, each refused at add_request with InvalidRequest naming the field and value.
+
+Every kind sits just past a boundary: the first token id past the vocabulary, -1, a budget
+one past the context, so an off-by-one in an engine's validation is what fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import strategies as st
+
+from engines.protocol import Request, SamplingParams
+from engines.testing.limits import EngineLimits
+from engines.testing.workload import BadRequest
+
+__all__ = ["BAD_KINDS", "bad_request", "bad_requests_for"]
+
+BAD_KINDS = (
+    "empty prompt",
+    "out-of-vocabulary token",
+    "negative token",
+    "non-integer token",
+    "max_tokens 0",
+    "prompt + max_tokens beyond max_model_len",
+    "stop id vocab_size",
+    "stop id -1",
+    "duplicate id",
+)
+
+
+def bad_request(limits: EngineLimits, kind: str, prompt: tuple[int, ...], rid: str) -> Request:
+    """A request of the given bad kind around `prompt` (not for "duplicate id")."""
+    one = SamplingParams(max_tokens=1)
+    if kind == "empty prompt":
+        return Request((), one, request_id=rid)
+    if kind == "out-of-vocabulary token":
+        return Request((*prompt, limits.vocab_size), one, request_id=rid)
+    if kind == "negative token":
+        return Request((-1, *prompt), one, request_id=rid)
+    if kind == "non-integer token":
+        return Request((*prompt, 1.5), one, request_id=rid)  # type: ignore[arg-type]
+    if kind == "max_tokens 0":
+        return Request(prompt, SamplingParams(max_tokens=0), request_id=rid)
+    if kind == "stop id vocab_size":
+        return Request(prompt, SamplingParams(max_tokens=1, stop_token_ids=(limits.vocab_size,)),
+                       request_id=rid)
+    if kind == "stop id -1":
+        return Request(prompt, SamplingParams(max_tokens=1, stop_token_ids=(-1,)),
+                       request_id=rid)
+    assert kind == "prompt + max_tokens beyond max_model_len", kind
+    one_past = limits.max_model_len - len(prompt) + 1
+    return Request(prompt, SamplingParams(max_tokens=one_past), request_id=rid)
+
+
+@st.composite
+def bad_requests_for(
+    draw: st.DrawFn,
+    limits: EngineLimits,
+    requests: Sequence[Request],
+    arrivals: Sequence[int],
+    *,
+    min_bad: int = 0,
+    max_bad: int = 2,
+) -> tuple[BadRequest, ...]:
+    """Bad requests interleaved with the good ones. A "duplicate id" one reuses the id of a
+    request added in the same step (so it is surely in flight) with a different prompt."""
+    kinds = draw(st.lists(st.sampled_from(BAD_KINDS), min_size=min_bad, max_size=max_bad),
+                 label="bad_kinds")
+    last = max(arrivals, default=0) + 2
+    out = []
+    for j, kind in enumerate(kinds):
+        rid = f"bad{j}"
+        prompt = tuple(draw(st.lists(st.integers(0, limits.vocab_size - 1), min_size=1,
+                                     max_size=4), label=f"{rid}.prompt"))
+        if kind == "duplicate id" and requests:
+            i = draw(st.integers(0, len(requests) - 1), label=f"{rid}.duplicates")
+            req = Request((*prompt, 0), SamplingParams(max_tokens=1), request_id=rid)
+            out.append(BadRequest(arrivals[i], kind, req, duplicate_of=requests[i].request_id))
+        elif kind != "duplicate id":
+            step = draw(st.integers(0, last), label=f"{rid}.step")
+            out.append(BadRequest(step, kind, bad_request(limits, kind, prompt, rid)))
+    return tuple(out)

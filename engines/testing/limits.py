@@ -1,0 +1,67 @@
+"""What the strategies need to know about an engine, read through the protocol only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engines.protocol import Abortable, Engine, KVIntrospection, SlotIntrospection
+
+__all__ = ["DEFAULT_BLOCK", "DEFAULT_CONCURRENCY", "EngineLimits"]
+
+# For engines that do not say: the concurrency bursts must exceed (vLLM and transformers both
+# default to more than 8 running requests on a CPU, so bursts reach at least twice this), and
+# the KV block size that prompts and outputs are drawn to cross (16: vLLM's, transformers').
+DEFAULT_CONCURRENCY = 8
+DEFAULT_BLOCK = 16
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    vocab_size: int
+    max_model_len: int
+    max_batch_size: int | None = None  # None: no SlotIntrospection
+    concurrency: int | None = None  # requests the engine runs at once, where it says
+    block_size: int | None = None  # KV block size, where the engine has KVIntrospection
+    abortable: bool = False
+    kv: bool = False  # the engine has KVIntrospection
+    sampling: bool = True  # draw sampled requests (off when the engine declares no seeds)
+    logprobs: int = 0  # top candidates every request asks for (tie-aware parity)
+    max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
+    short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
+
+    @classmethod
+    def of(cls, engine: Engine, **overrides: object) -> EngineLimits:
+        slots = isinstance(engine, SlotIntrospection)
+        kv = isinstance(engine, KVIntrospection)
+        declared = getattr(engine, "max_concurrency", None)
+        fields: dict[str, object] = {
+            "vocab_size": int(engine.vocab_size),
+            "max_model_len": int(engine.max_model_len),
+            "max_batch_size": int(engine.max_batch_size) if slots else None,  # type: ignore[attr-defined]
+            "concurrency": int(declared) if isinstance(declared, int) else None,
+            "block_size": int(engine.kv_block_size) if kv else None,  # type: ignore[attr-defined]
+            "abortable": isinstance(engine, Abortable),
+            "kv": kv,
+        }
+        fields.update(overrides)
+        return cls(**fields)  # type: ignore[arg-type]
+
+    @property
+    def slots(self) -> int:
+        """How many requests run at once: max_batch_size, else the declared concurrency,
+        else a stated default."""
+        return self.max_batch_size or self.concurrency or DEFAULT_CONCURRENCY
+
+    @property
+    def block(self) -> int:
+        return self.block_size or DEFAULT_BLOCK
+
+    @property
+    def burst(self) -> int:
+        """Requests in a burst: more than twice what the engine runs at once."""
+        return 2 * self.slots + 1
+
+    @property
+    def long_budget(self) -> int:
+        """A budget whose output crosses a KV block boundary at least twice."""
+        return max(self.max_tokens, min(2 * self.block + 3, self.max_model_len - 1))

@@ -1,0 +1,100 @@
+"""What every property shares: Violation, the Judge (what a trace is compared against), and
+the sentence pieces that name a request, a step and a token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from engines.protocol import Request, SamplingParams
+from engines.testing.oracle import AloneOracle, ParityMode, TopAt, first_divergence
+from engines.testing.recorder import Trace
+from engines.testing.workload import Workload
+
+__all__ = ["Judge", "Violation", "describe", "fail", "step_of_token", "tops"]
+
+# Serves a workload on a config variant's engine and returns its trace.
+VariantRunner = Callable[[Workload], Trace]
+
+
+class Violation(AssertionError):
+    """A property failed; str() is the whole explanation, starting with the check's name."""
+
+    def __init__(self, prop: str, message: str) -> None:
+        super().__init__(message)
+        self.prop = prop
+
+
+def fail(prop: str, text: str) -> Violation:
+    return Violation(prop, f"{prop}: {text}")
+
+
+@dataclass(frozen=True, slots=True)
+class Judge:
+    """What properties compare a trace against: requests served alone on the same factory,
+    optionally on a reference factory, and the same workload on config variants."""
+
+    oracle: AloneOracle
+    parity: ParityMode = "exact"
+    tolerance: float = 1e-3
+    reference: AloneOracle | None = None
+    variants: Mapping[str, VariantRunner] = field(default_factory=dict)
+
+    def comparable(self, params: SamplingParams) -> bool:
+        """Whether a request's tokens are a function of the request, so that two runs must
+        agree: greedy, or sampled under a seed. Not in tie-aware mode for sampled requests: a
+        batch-variant kernel's perturbed logits may move a sampled token across a boundary of
+        the sampling distribution, and no margin tells when (the seeds check still compares
+        such requests served alone twice)."""
+        if params.temperature == 0:
+            return True
+        return params.seed is not None and self.parity == "exact"
+
+    def top_at(self, prompt: Sequence[int], tokens: Sequence[int]) -> TopAt | None:
+        """Margins for tie-aware parity, from the reference engine (independent of the
+        engine under test) at prompt + the tokens before the divergence; None without one."""
+        reference = self.reference
+        if reference is None or self.parity != "tie-aware":
+            return None
+        return lambda pos: reference.top_at((*prompt, *tokens[:pos]))
+
+    def diverges(self, prompt: Sequence[int], observed: Sequence[int],
+                 expected: Sequence[int], *, observed_top: Sequence[Mapping[int, float]] | None,
+                 expected_top: Sequence[Mapping[int, float]] | None) -> str | None:
+        """None if observed agrees with expected (or diverges at a forgiven near-tie), else
+        where and how they diverge."""
+        d = first_divergence(observed, expected, observed_top=observed_top,
+                             expected_top=expected_top, top_at=self.top_at(prompt, observed),
+                             mode=self.parity, tolerance=self.tolerance)
+        return None if d is None or d.accepted else d.describe()
+
+
+def describe(r: Request, trace: Trace) -> str:
+    i = trace.workload.requests.index(r)
+    p = r.params
+    return (
+        f"request {r.request_id!r} (arrived before step {trace.workload.arrivals[i]}, "
+        f"prompt of {len(r.prompt_token_ids)} tokens, max_tokens {p.max_tokens}"
+        + (f", stop_token_ids {p.stop_token_ids}" if p.stop_token_ids else "")
+        + (f", temperature {p.temperature} seed {p.seed}" if p.temperature else "")
+        + ")"
+    )
+
+
+def step_of_token(trace: Trace, rid: Hashable, pos: int) -> int | None:
+    seen = 0
+    for step, out in trace.outputs.get(rid, []):
+        seen += len(out.token_ids)
+        if seen > pos:
+            return step
+    return None
+
+
+def tops(trace: Trace, rid: Hashable) -> list[Mapping[int, float]] | None:
+    """The request's top_logprobs, one per token, or None if any output lacked them."""
+    found: list[Mapping[int, float]] = []
+    for _, out in trace.outputs.get(rid, []):
+        if out.token_ids and out.top_logprobs is None:
+            return None
+        found.extend(out.top_logprobs or ())
+    return found

@@ -1,0 +1,81 @@
+"""KV accounting, for engines with KVIntrospection (block pools): every block is either held
+or free, a request holds the blocks its cached tokens need, blocks are shared only as full
+prefix blocks over the same tokens, and a drained engine holds nothing (as vLLM's own tests
+assert of an empty scheduler)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable
+
+from engines.testing.properties.base import Judge, fail
+from engines.testing.recorder import KVSnapshot, Trace
+
+__all__ = ["check_kv_accounting"]
+
+
+def _streams(trace: Trace, upto: int) -> dict[Hashable, tuple[int, ...]]:
+    """Each request's tokens known after step `upto`: its prompt, then its outputs."""
+    out = {}
+    for r in trace.workload.requests:
+        gen = [t for s, o in trace.outputs.get(r.request_id, []) if s <= upto for t in o.token_ids]
+        out[r.request_id] = (*r.prompt_token_ids, *gen)
+    return out
+
+
+def _judge_snapshot(kv: KVSnapshot, streams: dict[Hashable, tuple[int, ...]],
+                    when: str) -> None:
+    held = {b for table in kv.tables.values() for b in table}
+    if len(held) + kv.free != kv.total:
+        raise fail("kv_accounting", f"{when}, {len(held)} block(s) are held and "
+                   f"{kv.free} free, but the pool has {kv.total}: blocks "
+                   + ("leaked." if len(held) + kv.free < kv.total else
+                      "counted free while still held."))
+    owners: dict[int, list[tuple[Hashable, int]]] = defaultdict(list)
+    bs = kv.block_size
+    for rid, table in kv.tables.items():
+        if len(set(table)) != len(table):
+            raise fail("kv_accounting", f"{when}, request {rid!r} holds a block twice: {table}.")
+        cached = kv.cached.get(rid, 0)
+        if len(table) * bs < cached:
+            raise fail("kv_accounting", f"{when}, request {rid!r} caches {cached} tokens in "
+                       f"{len(table)} block(s) of {bs}: it needs {-(-cached // bs)}.")
+        stream = streams.get(rid)
+        if stream is not None and cached > len(stream):
+            raise fail("kv_accounting", f"{when}, request {rid!r} caches {cached} tokens but "
+                       f"only {len(stream)} exist (prompt and generated).")
+        for j, block in enumerate(table):
+            owners[block].append((rid, j))
+    for block, users in owners.items():
+        if len(users) < 2:
+            continue
+        (a, ja), *rest = users
+        for b, jb in rest:
+            end = (ja + 1) * bs
+            sa, sb = streams.get(a, ()), streams.get(b, ())
+            same = ja == jb and len(sa) >= end and len(sb) >= end and sa[:end] == sb[:end]
+            full = min(kv.cached.get(a, 0), kv.cached.get(b, 0)) >= end
+            if not (same and full):
+                raise fail("kv_accounting", f"{when}, block {block} is held by {a!r} (as its "
+                           f"block {ja}) and by {b!r} (as its block {jb}), but it is not a full "
+                           f"block of a prefix both share: tokens up to {end} "
+                           f"{'agree' if same else 'differ'}, cached "
+                           f"{kv.cached.get(a, 0)} and {kv.cached.get(b, 0)}.")
+
+
+def check_kv_accounting(trace: Trace, judge: Judge | None = None) -> None:
+    """Held + free blocks add up to the pool after every step; each request holds enough
+    blocks for what it caches and never a block twice; a block in two tables is a full shared
+    prefix block at the same index over the same tokens; after the drain, nothing is held."""
+    __tracebackhide__ = True
+    for rec in trace.steps:
+        if rec.kv is not None:
+            _judge_snapshot(rec.kv, _streams(trace, rec.index), f"after step {rec.index}")
+    last = trace.kv_after_drain
+    if last is None or trace.stalled:
+        return
+    if last.tables or last.free != last.total:
+        raise fail("kv_accounting", f"after every request finished and has_work() turned "
+                   f"False, {sorted(map(str, last.tables))} still hold blocks and "
+                   f"{last.free} of {last.total} are free. Expected every block free or "
+                   "evictable.")

@@ -1,0 +1,88 @@
+"""Seeded sampling: reproducible under one seed, sensitive to the seed.
+
+Sensitivity is a statistical check, and its false-alarm probability is bounded, not guessed.
+K requests of one prompt at temperature 1 under K distinct seeds produce the same first token
+with probability sum_i p_i^K, where p is the first-token distribution; a correct engine draws
+K independent samples, so all K sequences are identical with at most that probability. From
+the top candidates' logprobs (p_1 >= ... >= p_m, the rest r = 1 - sum p_i, each at most p_m):
+
+    P(all K identical) <= sum_i p_i^K + p_m^(K-1) * r
+
+A group is judged only when this bound is below 1e-6 (FALSE_ALARM); the bound comes from the
+reference engine where one is given, else from the engine's own logprobs. On the tiny preset,
+first-token probabilities are at most about 0.03, so 4 seeds suffice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Hashable, Mapping
+
+from engines.protocol import Request
+from engines.testing.properties.base import Judge, describe, fail
+from engines.testing.recorder import Trace
+
+__all__ = ["FALSE_ALARM", "check_seeds", "identical_bound", "seed_groups"]
+
+FALSE_ALARM = 1e-6
+
+
+def identical_bound(top: Mapping[int, float], k: int) -> float:
+    """Upper bound on the chance that k independent samples at temperature 1 agree."""
+    probs = sorted((math.exp(v) for v in top.values()), reverse=True)
+    if not probs:
+        return 1.0
+    rest = max(0.0, 1.0 - sum(probs))
+    return float(sum(p**k for p in probs) + probs[-1] ** (k - 1) * rest)
+
+
+def seed_groups(trace: Trace) -> list[list[Request]]:
+    """Finished requests of one prompt and budget at temperature 1, by distinct seed."""
+    by_key: dict[tuple[object, ...], dict[Hashable, Request]] = defaultdict(dict)
+    for r in trace.workload.requests:
+        p = r.params
+        if (p.temperature == 1.0 and p.seed is not None and not p.stop_token_ids
+                and trace.finish_reason(r.request_id) is not None
+                and r.request_id not in trace.aborted_at):
+            by_key[(r.prompt_token_ids, p.max_tokens)].setdefault(p.seed, r)
+    return [list(g.values()) for g in by_key.values() if len(g) >= 2]
+
+
+def check_seeds(trace: Trace, judge: Judge) -> None:
+    """A seeded request gives the same tokens served alone twice, and in this workload;
+    requests of one prompt under distinct seeds are not all identical (judged where the
+    chance that a correct engine makes them so is below FALSE_ALARM)."""
+    __tracebackhide__ = True
+    for r in trace.workload.requests:
+        p = r.params
+        if p.temperature == 0 or p.seed is None:
+            continue
+        first = judge.oracle(r.prompt_token_ids, p).tokens
+        again = judge.oracle.serve(r.prompt_token_ids, p).tokens
+        if again != first:
+            raise fail("seeds", f"{describe(r, trace)} served alone twice under seed {p.seed} "
+                       f"gave {list(first)}, then {list(again)}. Expected the same tokens.")
+        if not judge.comparable(p):
+            continue  # tie-aware: batched vs alone is not comparable for sampled tokens
+        got = trace.tokens(r.request_id)
+        if r.request_id in trace.aborted_at or r.request_id not in trace.finished_at:
+            first = first[: len(got)]
+        if tuple(got) != tuple(first):
+            raise fail("seeds", f"{describe(r, trace)} gave {got} in this workload but "
+                       f"{list(first)} alone under the same seed. Expected the same tokens.")
+    source = judge.reference or judge.oracle
+    for group in seed_groups(trace):
+        outputs = {tuple(trace.tokens(r.request_id)) for r in group}
+        if len(outputs) > 1:
+            continue
+        top = source.top_at(group[0].prompt_token_ids)
+        if top is None:
+            continue  # no logprobs to bound the chance: not judged
+        bound = identical_bound(top, len(group))
+        if bound < FALSE_ALARM:
+            seeds = [r.params.seed for r in group]
+            raise fail("seeds", f"{len(group)} requests of one prompt {group[0].prompt_token_ids}"
+                       f" at temperature 1 under seeds {seeds} all generated "
+                       f"{list(outputs.pop())}. A correct engine does that with probability "
+                       f"below {bound:.2g}: the seed does not reach the sampler.")

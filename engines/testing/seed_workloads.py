@@ -1,0 +1,100 @@
+"""The hand-picked hard cases, run before any random search: deterministic, so a declared
+expected failure fails every time, and each aimed at a bug class real engines have had."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engines.protocol import Request, SamplingParams
+from engines.testing.bad_requests import BAD_KINDS, bad_request
+from engines.testing.limits import EngineLimits
+from engines.testing.strategies import AloneFn, pseudo_tokens
+from engines.testing.workload import Abort, BadRequest, Workload
+
+__all__ = ["seed_workloads"]
+
+
+def seed_workloads(
+    limits: EngineLimits, *, bad: bool = False, alone: AloneFn | None = None
+) -> list[Workload]:
+    """More requests than the engine runs at once with uneven budgets; one long prompt among
+    short ones in staggered arrivals; slot reuse after the engine idled; aborts of a running,
+    a waiting and a finished request; stop ids at the first and the last budgeted token;
+    seeded sampling beside greedy and unseeded; prompts sharing whole KV blocks, and a block
+    after two different prefixes; the whole context; and (for bad input) every bad kind."""
+    v = limits.vocab_size
+    budget = max(1, min(limits.max_tokens, 4))
+    room = limits.max_model_len - budget
+    lp = limits.logprobs
+
+    def req(i: int, prompt: Sequence[int], max_tokens: int, **kw: object) -> Request:
+        params = SamplingParams(max_tokens=max(1, min(max_tokens, limits.max_model_len - 1)),
+                                logprobs=lp, **kw)  # type: ignore[arg-type]
+        return Request(tuple(prompt)[: limits.max_model_len - params.max_tokens], params,
+                       request_id=f"r{i}")
+
+    burst = [req(i, [(7 * i + j) % v for j in range(1 + i % 3)], 1 + (i % 2) * 3)
+             for i in range(limits.burst)]
+    long_len = max(1, min(room, 48))
+    mixed = [req(0, [1, 2, 3], 4), req(1, [(5 * j + 3) % v for j in range(long_len)], 3),
+             req(2, [4], 2), req(3, [1, 2, 3], 4)]
+    reuse = [req(0, [9, 8], 1), req(1, [3, 1, 4], 3), req(2, [9, 8], 1), req(3, [2, 7, 1], 2)]
+    out = [
+        Workload(tuple(burst), tuple(0 for _ in burst), label="more requests than slots"),
+        Workload(tuple(mixed), (0, 1, 1, 2), label="long prompt among short ones"),
+        Workload(tuple(reuse), (0, 0, 1, 1 + budget + 4), label="slot reuse after idle"),
+    ]
+    blk = limits.block
+    if limits.max_model_len > 3 * blk + limits.long_budget:
+        a, x, c = (pseudo_tokens(s, blk, v) for s in (1, 2, 3))
+        shared = [req(0, a + x + (5,), limits.long_budget), req(1, c + x + (6,), 3),
+                  req(2, a + x + (7, 8), 3), req(3, a + x + (5,), 2)]
+        out.append(Workload(tuple(shared), (0, 0, 1, 3), label="shared prefix blocks"))
+    whole = max(1, limits.max_model_len - 2)
+    edge = [req(0, pseudo_tokens(9, whole, v), 2), req(1, [3, 4], budget)]
+    out.append(Workload(tuple(edge), (0, 1), label="the whole context, admitted mid-stream"))
+    if limits.abortable:
+        # A running request, a waiting one, and one that already finished (a no-op).
+        aborts = (Abort(0, f"r{len(burst) - 1}"), Abort(1, "r1"), Abort(2, "r0"))
+        out.append(Workload(tuple(burst), tuple(0 for _ in burst), aborts, label="aborts"))
+    if alone is not None:
+        out.append(_stop_edges(limits, alone, budget))
+    if limits.sampling:
+        # The unseeded request first, so it shares the first step with seeded ones however
+        # few slots the engine has; six distinct seeds and one repeated.
+        unseeded = req(0, (3, 1), budget, temperature=1.0)
+        sampled = [req(i + 1, (3, 1), budget, temperature=1.0, seed=s)
+                   for i, s in enumerate((11, 22, 33, 44, 55, 66, 11))]
+        out.append(Workload((unseeded, *sampled, req(8, (2,), budget)), (0,) * 8 + (1,),
+                            label="seeded sampling beside unseeded and greedy"))
+    if bad:
+        kinds = [k for k in BAD_KINDS if k != "duplicate id"]
+        bads = [BadRequest(i % 3, k, bad_request(limits, k, (1, 2), f"bad{i}"))
+                for i, k in enumerate(kinds)]
+        dup = BadRequest(0, "duplicate id", Request((5, 5), SamplingParams(max_tokens=1),
+                                                    request_id="bad9"), duplicate_of="r0")
+        out.append(Workload(tuple(mixed), (0, 1, 1, 2), bad=(*bads, dup), label="bad requests"))
+    return out
+
+
+def _stop_edges(limits: EngineLimits, alone: AloneFn, budget: int) -> Workload:
+    """Stops that fire on the first token (listed after one that never fires), on the last
+    budgeted token (STOP, not LENGTH), and a prompt token that must not stop the request."""
+    lp = limits.logprobs
+    p0, p1, p2 = (1, 2, 3), (4, 5), (6, 7)
+    first = alone(p0, SamplingParams(max_tokens=budget, logprobs=lp))
+    last = alone(p1, SamplingParams(max_tokens=budget, logprobs=lp))
+    plain = alone(p2, SamplingParams(max_tokens=budget, logprobs=lp))
+    never = next(t for t in range(limits.vocab_size) if t not in first)
+    in_prompt = [t for t in p2 if t not in plain][:1]
+    at_last = last[-1] if list(last).index(last[-1]) == len(last) - 1 else None
+    stops = [
+        Request(p0, SamplingParams(max_tokens=budget, stop_token_ids=(never, first[0]),
+                                   logprobs=lp), request_id="r0"),
+        Request(p1, SamplingParams(max_tokens=budget, logprobs=lp,
+                                   stop_token_ids=(at_last,) if at_last is not None else ()),
+                request_id="r1"),
+        Request(p2, SamplingParams(max_tokens=budget, stop_token_ids=tuple(in_prompt),
+                                   logprobs=lp), request_id="r2"),
+    ]
+    return Workload(tuple(stops), (0, 0, 1), label="stop tokens at the edges")
