@@ -186,3 +186,9 @@ class ToyEngine:
             raise InvalidRequest(f"stop_token_ids: bad ids {p.stop_token_ids!r}")
         if not p.temperature >= 0:
             raise InvalidRequest(f"temperature: must be >= 0, got {p.temperature!r}")
+
+
+def one_slot() -> ToyEngine:
+    """A config variant: the same engine with one slot. Every request must get the same
+    tokens on it (`--engine-variant one_slot=examples.toy_engine:one_slot`)."""
+    return ToyEngine(max_batch_size=1)

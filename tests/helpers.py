@@ -61,3 +61,11 @@ def bf16_continuous() -> Engine:
     from engines.continuous import ContinuousBatchEngine
 
     return ContinuousBatchEngine(dtype="bfloat16", max_batch_size=3)
+
+
+def one_slot_continuous() -> Engine:
+    """The continuous engine with one slot: a config variant (--engine-variant) of the default
+    engine, which must give every request the same tokens."""
+    from engines.continuous import ContinuousBatchEngine
+
+    return ContinuousBatchEngine(max_batch_size=1)

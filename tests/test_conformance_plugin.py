@@ -109,3 +109,41 @@ def test_engine_missing_one_member_is_named(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(*SUITE, "--engine", "half:NoHasWork")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*which is not an engine: it lacks has_work (*"])
+
+
+def test_variants_and_their_failures_through_the_command_line(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(*SUITE, "--engine", "examples.toy_engine:ToyEngine",
+                                "--engine-variant", "one_slot=examples.toy_engine:one_slot",
+                                "-k", "variants")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["batching-engines: variants one_slot=examples.toy_*"])
+    result = pytester.runpytest(*SUITE, "--engine",
+                                "tests.planted.edge_bugs:ChunkBoundaryOffByOne",
+                                "--engine-variant", "chunk4=tests.planted.edge_bugs:chunked4",
+                                "-k", "variants or parity")
+    result.assert_outcomes(failed=1, passed=1, skipped=1)  # parity passes; no reference
+    result.stdout.fnmatch_lines(["*variants: request * on variant 'chunk4' but * on the main "
+                                 "engine*"])
+
+
+def test_reference_engine_through_the_command_line(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(*SUITE, "--engine", "tests.planted.model_bugs:DropsQKVBias",
+                                "--reference-engine", "engines.sequential:SequentialEngine",
+                                "-k", "parity")
+    result.assert_outcomes(failed=1, passed=1)  # self-parity cannot see a dropped bias
+    result.stdout.fnmatch_lines(["*reference_parity: request * diverged from the reference*"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--reference-engine", "examples.toy_engine"), "*--reference-engine 'examples.toy_engine':"
+     " expected 'module:callable'*"),
+    (("--engine-variant", "examples.toy_engine:one_slot"), "*--engine-variant "
+     "'examples.toy_engine:one_slot': expected NAME=MODULE:CALLABLE*"),
+    (("--reference-engine", "engines.sequential:SequentialEngine"), "*reference engine has "
+     "vocab_size 1024 but the engine under test has 512*"),
+])
+def test_bad_reference_or_variant_is_a_usage_error(pytester: pytest.Pytester,
+                                                   args: tuple[str, str], message: str) -> None:
+    result = pytester.runpytest(*SUITE, "--engine", "examples.toy_engine:ToyEngine", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])

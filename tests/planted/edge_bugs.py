@@ -4,11 +4,12 @@ and a validation off by one. Plus RetireAtStart, a correct engine the suite must
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 from engines.protocol import FinishReason, Request, StepOutput
-from examples.toy_engine import Seq, ToyEngine
+from examples.toy_engine import Seq, ToyEngine, _key
 
 
 class StopLosesToBudget(ToyEngine):
@@ -100,6 +101,32 @@ class AcceptsOnePastContext(ToyEngine):
         super().validate(r)
 
 
+class ChunkBoundaryOffByOne(ToyEngine):
+    """With `chunk` set, prompts are prefilled `chunk` tokens at a time, and the first token of
+    every chunk after the first is cached one position too far. The default configuration
+    (no chunking) is correct, and the chunked one agrees with itself batched and alone: only
+    comparing the two configurations on one workload shows it."""
+
+    caught_by = "variants"
+
+    def __init__(self, chunk: int = 0, **kw: int) -> None:
+        super().__init__(**kw)
+        self.chunk = chunk
+
+    def prefill(self, slot: int) -> int:
+        seq = self.slots[slot]
+        assert seq is not None
+        if not self.chunk:
+            return super().prefill(slot)
+        self.kv[slot] = [_key(t, pos + (pos > 0 and pos % self.chunk == 0))
+                         for pos, t in enumerate(seq.request.prompt_token_ids)]
+        return self.sample(slot)
+
+
+chunked4 = functools.partial(ChunkBoundaryOffByOne, chunk=4)  # --engine-variant chunk4=...
+ChunkBoundaryOffByOne.variants = {"chunk4": chunked4}  # type: ignore[attr-defined]
+
+
 class RetireAtStart(ToyEngine):
     """A CORRECT engine, the suite's control: it retires finished requests at the start of
     the next step (as the llmserve book's engine does), so a finished request holds its slot
@@ -135,6 +162,7 @@ EDGE_PLANTED: list[Any] = [
     OneRowPerStep,
     EmptySlotTable,
     AcceptsOnePastContext,
+    ChunkBoundaryOffByOne,
 ]
 CONTROLS: list[Any] = [RetireAtStart]
 

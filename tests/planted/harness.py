@@ -21,8 +21,10 @@ def check_of(bug: Any) -> str:
 
 
 def context_of(bug: Any) -> SuiteContext:
-    """The bug's context; bugs only a reference engine can see name it in `reference`."""
-    options = SuiteOptions(reference=getattr(bug, "reference", None))
+    """The bug's context; a bug only a reference engine (or a config variant) can see names
+    it in `reference` (or `variants`)."""
+    options = SuiteOptions(reference=getattr(bug, "reference", None),
+                           variants=getattr(bug, "variants", {}))
     return build_context(bug, name=bug.__name__, spec=f"{bug.__module__}:{bug.__name__}",
                          options=options)
 
