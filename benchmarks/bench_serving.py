@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from benchmarks.common import ENGINES, config
-from engines.bench import suite
+from engines.bench import comparison
 
 try:
     from asv_runner.benchmarks.mark import SkipNotImplemented
@@ -24,7 +24,7 @@ except ImportError:  # imported outside asv
 def setup_cache() -> dict[str, dict[str, Any]]:
     """Run the whole comparison once; every track_ below reads its row."""
     cfg = config()
-    summary, _ = suite.compare(suite.default_engines(cfg), cfg)
+    summary, _ = comparison.compare(comparison.default_engines(cfg), cfg)
     return summary.set_index("engine").to_dict("index")
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from benchmarks.common import ENGINES, config
-from engines.bench import suite
-from engines.bench.workloads import uniform
+from engines.bench import comparison
+from engines.bench.draws import uniform
 from engines.protocol import Engine
 
 PROMPT_LEN = 16
@@ -19,7 +19,7 @@ class DecodeStep:
 
     def setup(self, engine: str) -> None:
         cfg = config()
-        self.engine: Engine = suite.default_engines(cfg)[engine]()
+        self.engine: Engine = comparison.default_engines(cfg)[engine]()
         budget = self.engine.max_model_len - PROMPT_LEN  # far more steps than asv will take
         items = uniform(cfg.max_batch_size, prompt_len=PROMPT_LEN, max_tokens=budget,
                         vocab_size=self.engine.vocab_size)

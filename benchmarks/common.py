@@ -9,25 +9,25 @@ from __future__ import annotations
 
 import os
 
-from engines.bench import suite
+from engines.bench import comparison
 
 
-def config() -> suite.Config:
+def config() -> comparison.Config:
     import torch
 
     # As the CLI: one CPU thread unless told otherwise (see engines.bench.cli --threads).
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     device = os.environ.get("BENCH_DEVICE")
-    cfg = suite.Config.for_hardware(quick=True, device=device,
+    cfg = comparison.Config.for_hardware(quick=True, device=device,
                                     preset=os.environ.get("BENCH_PRESET"))
     if cfg.device == "cpu":
-        cfg = suite.Config.for_hardware(
+        cfg = comparison.Config.for_hardware(
             quick=True, device="cpu", preset=cfg.preset, capacity_requests=48, iterations=2,
             closed_requests=16, disturbance_requests=32)
     requests = os.environ.get("BENCH_REQUESTS")
     if requests:
         fields = {f: getattr(cfg, f) for f in cfg.__slots__}
-        cfg = suite.Config(**{**fields, "capacity_requests": int(requests)})
+        cfg = comparison.Config(**{**fields, "capacity_requests": int(requests)})
     return cfg
 
 

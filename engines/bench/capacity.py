@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 
 from engines.bench import traces
-from engines.bench.driver import Clock, Run
+from engines.bench.draws import WorkItem
 from engines.bench.metrics import SLO, requests_frame, summarize
 from engines.bench.paired import run_paired
-from engines.bench.workloads import WorkItem
+from engines.bench.replay import Clock, Run
 from engines.protocol import Engine
 
 MAX_WAIT_SLOPE = 0.05

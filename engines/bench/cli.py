@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.bench import suite, traces, workloads
+from engines.bench import comparison, draws, traces
 from engines.bench.metrics import SLO, summarize, write_csv
 from engines.bench.paired import run_closed_paired
+from engines.factories import EngineSpecError, load_labeled
 from engines.models import PRESETS
 
 TABLE_COLUMNS = {
@@ -67,21 +68,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config(args: argparse.Namespace) -> suite.Config:
-    config = suite.Config.for_hardware(
+def _config(args: argparse.Namespace) -> comparison.Config:
+    config = comparison.Config.for_hardware(
         quick=args.quick, device=args.device, preset=args.preset, dtype=args.dtype,
         max_batch_size=args.max_batch_size, seed=args.seed, capacity_requests=args.requests,
         reference_rps=args.rate, warmup=args.warmup, runs=args.runs, iterations=args.iterations)
     if args.slo_ttft is not None or args.slo_tpot is not None:
         slo = SLO(args.slo_ttft or config.slo.ttft_s, args.slo_tpot or config.slo.tpot_s)
-        config = suite.Config(**{**{f: getattr(config, f) for f in config.__slots__}, "slo": slo})
+        fields = {f: getattr(config, f) for f in config.__slots__}
+        config = comparison.Config(**{**fields, "slo": slo})
     return config
 
 
-def _factories(args: argparse.Namespace, config: suite.Config) -> dict[str, suite.EngineFactory]:
+def _factories(args: argparse.Namespace,
+               config: comparison.Config) -> dict[str, comparison.EngineFactory]:
     if not args.engine:
-        return suite.default_engines(config)
-    return dict(suite.load_factory(spec) for spec in args.engine)
+        return comparison.default_engines(config)
+    return dict(load_labeled(spec) for spec in args.engine)
 
 
 def _fmt(value: object) -> str:
@@ -100,12 +103,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     print(f"batching-bench: preset {config.preset} on {config.device} ({config.dtype}), "
           f"{config.max_batch_size} slots, seed {config.seed}", file=sys.stderr)
-    summary, results = suite.compare(_factories(args, config), config,
+    summary, results = comparison.compare(_factories(args, config), config,
                                      show_progress=not args.no_progress)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     write_csv(summary, out / "summary.csv")
-    for name, frame in suite.frames(results, config).items():
+    for name, frame in comparison.frames(results, config).items():
         write_csv(frame, out / f"{name}.csv")
     for result in results.values():
         if result.reference is not None:
@@ -114,7 +117,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not args.no_plots:
         from engines.bench import plots
 
-        plots.rate_plot(suite.frames(results, config)["probes"], out / "rate.png")
+        plots.rate_plot(comparison.frames(results, config)["probes"], out / "rate.png")
         timelines = [r.timeline for r in results.values() if r.timeline is not None]
         if timelines:
             plots.slot_timeline(timelines, out / "slot_timeline.png")
@@ -139,14 +142,14 @@ def cmd_closed(args: argparse.Namespace) -> int:
 
         factories["hf-generate"] = functools.partial(
             HFGenerateEngine, config.preset, device=config.device, dtype=config.dtype)
-    engines = {name: make() for name, make in factories.items()}
-    _, vocab_size = suite.scale(engines)
-    items = workloads.comparison(vocab_size=vocab_size, seed=config.seed)
+    engines = comparison.build(factories)
+    _, vocab_size = comparison.scale(engines)
+    items = draws.closed_mix(vocab_size=vocab_size, seed=config.seed)
     trace = traces.closed(items, tag="cmp")
-    print(f"closed: {workloads.describe(items)}; preset {config.preset}, "
+    print(f"closed: {draws.describe(items)}; preset {config.preset}, "
           f"{config.warmup} warm-up + {config.runs} recorded runs", file=sys.stderr)
     rows = []
-    with suite.progress(not args.no_progress) as bar:
+    with comparison.progress(not args.no_progress) as bar:
         bar.stage("closed runs, paired")
         paired = run_closed_paired(engines, trace, warmup=config.warmup, runs=config.runs,
                                    on_run=bar.tick)
@@ -168,12 +171,16 @@ def cmd_closed(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    return cmd_closed(args) if args.command == "closed" else cmd_compare(args)
+    try:
+        return cmd_closed(args) if args.command == "closed" else cmd_compare(args)
+    except EngineSpecError as exc:  # a bad --engine: say which and why, no traceback
+        parser.error(str(exc))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Many mixed requests through few slots, every token timed. An incumbent's gap in 
 time between its tokens from steps k-1 and k (it was running in both). Steps that admitted
 nobody give the baseline gap; steps that admitted someone are grouped by the longest prompt
 they admitted, and each group's median incumbent gap is reported as a ratio to the baseline
-(the seeds: 46 ms baseline, 690 ms, 15x, when a 4096-token prompt joins).
+(the serving series' continuous-batching part, docs/references.md: 46 ms baseline, 690 ms,
+15x, when a 4096-token prompt joins).
 
 An engine that never admits while others run (static batching) has no such steps: its spike
 ratio is NaN, because its cost of admission is paid as queue wait instead.
@@ -15,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from engines.bench.driver import Run
 from engines.bench.metrics import steps_frame, tokens_frame
+from engines.bench.replay import Run
 
 
 def incumbent_gaps(run: Run) -> pd.DataFrame:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engines.bench.driver import Run
+from engines.bench.replay import Run
 
 
 @dataclass(frozen=True, slots=True)

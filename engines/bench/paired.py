@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Mapping
 
-from engines.bench.driver import Clock, Run, drive, gc_paused
-from engines.bench.traces import Trace
+from engines.bench.replay import Clock, Run, drive, gc_paused
+from engines.bench.traces import ArrivalTrace
 from engines.protocol import Engine
 
 
@@ -47,7 +47,7 @@ class EngineClock:
 
 def run_paired(
     engines: Mapping[str, Engine],
-    traces: Mapping[str, Trace],
+    traces: Mapping[str, ArrivalTrace],
     *,
     clocks: Mapping[str, Clock] | None = None,
     record_slots: bool = False,
@@ -91,14 +91,14 @@ def _alternate(runs: dict[str, Generator[None, None, Run]], clocks: Mapping[str,
 
 def run_closed_paired(
     engines: Mapping[str, Engine],
-    trace: Trace,
+    trace: ArrivalTrace,
     *,
     warmup: int = 2,
     runs: int = 5,
     on_run: Callable[[], None] | None = None,
 ) -> dict[str, list[Run]]:
-    """The seeds' closed protocol (`warmup` unrecorded runs, then `runs` recorded ones), every
-    engine's run i paired with the others'."""
+    """The closed protocol (docs/references.md: `warmup` unrecorded runs, then `runs` recorded
+    ones), every engine's run i paired with the others'."""
     recorded: dict[str, list[Run]] = {name: [] for name in engines}
     for i in range(warmup + runs):
         paired = run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"#{i}")

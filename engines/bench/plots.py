@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engines.bench.driver import Run
+from engines.bench.replay import Run
 
 PREFILL = "0.6"  # grey: the step that admitted the request and prefilled its prompt
 WASTE = "tab:red"  # a slot computed for a request that had already finished

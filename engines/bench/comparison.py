@@ -4,13 +4,13 @@ Per engine: closed mixed runs (2 warm-up, 5 recorded: output tokens/s and the st
 capacity search), the capacity search, the admission-disturbance run and a small slot-timeline
 run; the closed runs and the capacity probes run the engines paired. Then, for all engines at
 one common rate, a paired reference open-loop run for the latency columns (0.8 x the best
-capacity measured, as the seeds compared engines at 1 req/s against a 1.25 req/s capacity).
+capacity measured, as the serving series' continuous-batching part, docs/references.md,
+compared engines at 1 req/s against a 1.25 req/s capacity).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engines.bench import capacity, disturbance, traces, workloads
-from engines.bench.driver import Run, run_trace
+from engines.bench import capacity, disturbance, draws, traces
 from engines.bench.metrics import SLO, requests_frame, summarize, tokens_frame
 from engines.bench.paired import run_closed_paired, run_paired
+from engines.bench.replay import Run, run_trace
+from engines.factories import check_engine
 from engines.protocol import Engine
 
 EngineFactory = Callable[[], Engine]
@@ -44,12 +45,12 @@ class Config:
     dtype: str = "float32"
     max_batch_size: int = 8
     seed: int = 0
-    capacity_requests: int = 400  # per probe, as the seeds' traces
+    capacity_requests: int = 400  # per probe, as the write-up's traces (docs/references.md)
     iterations: int = 5  # bisection steps after the bracket holds
     closed_requests: int = 32
     warmup: int = 2
     runs: int = 5
-    disturbance_requests: int = 64  # the seeds: 64 mixed through 8 slots
+    disturbance_requests: int = 64  # the write-up: 64 mixed through 8 slots
     slo: SLO = SLO(ttft_s=1.0, tpot_s=0.1)
     reference_rps: float | None = None  # default: 0.8 x the best capacity
 
@@ -106,18 +107,9 @@ def default_engines(config: Config) -> dict[str, EngineFactory]:
             "continuous": functools.partial(ContinuousBatchEngine, **kwargs)}
 
 
-def load_factory(spec: str) -> tuple[str, EngineFactory]:
-    """'module:callable' or 'label=module:callable' -> (label, zero-argument factory)."""
-    label, _, target = spec.rpartition("=")
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"--engine: expected module:callable, got {spec!r}")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"--engine: {target!r} is not callable")
-    return label or attr, obj
+def build(factories: dict[str, EngineFactory]) -> dict[str, Engine]:
+    """One fresh engine per factory, each checked against the protocol (engines.factories)."""
+    return {name: check_engine(make(), f"--engine {name}") for name, make in factories.items()}
 
 
 def scale(engines: dict[str, Engine]) -> tuple[int, int]:
@@ -192,7 +184,7 @@ def bench_engines(engines: dict[str, Engine], config: Config, *, max_model_len: 
     engine. The disturbance and timeline runs are per engine, on the wall clock."""
     bar = bar or Progress(False)
     seed = config.seed
-    mixed = functools.partial(workloads.mixed, max_model_len=max_model_len,
+    mixed = functools.partial(draws.mixed, max_model_len=max_model_len,
                               vocab_size=vocab_size)
     bar.stage("closed runs")
     closed_trace = traces.closed(mixed(config.closed_requests, seed=seed), tag="closed")
@@ -216,7 +208,7 @@ def bench_engines(engines: dict[str, Engine], config: Config, *, max_model_len: 
 def reference_runs(results: dict[str, EngineResult], engines: dict[str, Engine], rate: float,
                    config: Config, *, max_model_len: int, vocab_size: int) -> None:
     """Every engine at one common rate, paired: the latency columns of the summary."""
-    items = workloads.mixed(config.capacity_requests, max_model_len=max_model_len,
+    items = draws.mixed(config.capacity_requests, max_model_len=max_model_len,
                             vocab_size=vocab_size, seed=config.seed + 1)
     trace = traces.poisson(items, rate, seed=config.seed, tag="ref")
     for name, run in run_paired(engines, dict.fromkeys(engines, trace)).items():
@@ -252,7 +244,7 @@ def summary_row(result: EngineResult, config: Config) -> dict[str, Any]:
 def compare(factories: dict[str, EngineFactory], config: Config, *,
             show_progress: bool = False) -> tuple[pd.DataFrame, dict[str, EngineResult]]:
     """Benchmark every engine on the same draws and traces; one summary row per engine."""
-    engines = {name: make() for name, make in factories.items()}
+    engines = build(factories)
     max_model_len, vocab_size = scale(engines)
     with progress(show_progress) as bar:
         results = bench_engines(engines, config, max_model_len=max_model_len,
