@@ -13,9 +13,11 @@ import pytest
 
 from engines.bench import capacity, disturbance, draws, traces
 from engines.bench.fake import FakeEngine, VirtualClock
-from engines.bench.metrics import SLO, requests_frame, summarize, tokens_frame
+from engines.bench.metrics import requests_frame, summarize, tokens_frame
 from engines.bench.paired import EngineClock, run_closed_paired, run_paired
+from engines.bench.probes import MAX_GROWTH
 from engines.bench.replay import run_closed, run_trace
+from engines.bench.slo import SLO
 from engines.protocol import Request, StepOutput
 
 
@@ -72,7 +74,7 @@ def test_metrics_on_a_synthetic_run() -> None:
     np.testing.assert_allclose(req["e2e_s"], [0.2, 0.4, 0.6])
     tok = tokens_frame(run)
     assert len(tok) == 6 and tok["itl_s"].dropna().tolist() == pytest.approx([0.1] * 3)
-    row = summarize(run, slo=SLO(ttft_s=0.35, tpot_s=1.0))
+    row = summarize(run, slo=SLO(ttft_s=0.35, itl_s=1.0))
     assert row["output_tokens_per_s"] == pytest.approx(6 / 0.6)
     assert row["ttft_p50_s"] == pytest.approx(0.3)
     assert row["slo_attained"] == pytest.approx(2 / 3)
@@ -91,7 +93,7 @@ def test_closed_mode_records_five_runs_after_two_warmups() -> None:
 def test_capacity_bracket_is_tight_around_a_known_service_rate() -> None:
     # One slot, one-token requests, 0.1 s a step: the engine serves exactly 10 req/s, and past
     # that its queue wait grows by rate/10 - 1 seconds a second. The rule credits a rate whose
-    # wait slope is at most MAX_WAIT_SLOPE, so the bracket must sit within 10 .. 10 x 1.05 and
+    # latency slopes are at most MAX_GROWTH, so the bracket must sit within 10 .. 10 x 1.05 and
     # five bisection steps must make it narrow.
     true_rate = 10.0
     clock = VirtualClock()
@@ -99,7 +101,7 @@ def test_capacity_bracket_is_tight_around_a_known_service_rate() -> None:
     result = capacity.search(engine, _items(300, max_tokens=1), name="fake", start_rate=7.0,
                              iterations=5, clock=clock)
     assert result.high >= true_rate, result.bracket()
-    assert true_rate * 0.97 <= result.low <= true_rate * (1 + capacity.MAX_WAIT_SLOPE)
+    assert true_rate * 0.97 <= result.low <= true_rate * (1 + MAX_GROWTH)
     assert result.high / result.low <= 1.05, result.bracket()
     assert all(p.stable == (p.rate <= result.low) for p in result.probes)
     assert result.low == max(p.rate for p in result.probes if p.stable)
@@ -147,6 +149,22 @@ def test_an_unstable_verdict_is_retried_before_it_counts(retries: int) -> None:
     assert first.rate == pytest.approx(8.0) and not first.stable
     assert len(result.probes) == 1 + retries
     assert result.low == (pytest.approx(8.0) if retries else 0.0)
+
+
+def test_a_retry_reruns_the_whole_round_paired() -> None:
+    # Two 10 req/s engines at 8 req/s; a slow spell fails only the first engine's first
+    # probe. The retry runs both again, paired, so neither engine gets more tries than the
+    # other; each rate passes if any of its tries did.
+    clocks = {"spell": VirtualClock(), "steady": VirtualClock()}
+    engines = {"spell": _SlowSpell(spell=150, max_batch_size=1, base_s=0.1,
+                                   clock=clocks["spell"]),
+               "steady": FakeEngine(max_batch_size=1, base_s=0.1, clock=clocks["steady"])}
+    results = capacity.search_many(engines, _items(300, max_tokens=1),
+                                   start_rates=dict.fromkeys(engines, 8.0 / 1.2), iterations=0,
+                                   max_expand=0, clocks=clocks, retries=1)
+    assert [p.stable for p in results["spell"].probes] == [False, True]
+    assert [p.stable for p in results["steady"].probes] == [True, True]
+    assert results["spell"].low == results["steady"].low == pytest.approx(8.0)
 
 
 class _Logged:
@@ -209,9 +227,11 @@ def test_disturbance_groups_spikes_by_admitted_prompt_length() -> None:
              *_items(1, prompt_len=200, max_tokens=3)]
     baseline, table = disturbance.spikes(run_trace(engine, traces.closed(items), clock=clock))
     assert baseline == pytest.approx(0.01)
-    by_len = table.set_index("admitted_prompt_len")["ratio"]
-    assert by_len[200] == pytest.approx((0.01 + 0.2) / 0.01)
-    assert disturbance.spike_ratio(table) == by_len[200]
+    by_len = table.set_index("admitted_prompt_len")
+    assert by_len.loc[200, "ratio"] == pytest.approx((0.01 + 0.2) / 0.01)
+    assert disturbance.spike_ratio(table) == by_len.loc[200, "ratio"]
+    # Every sample is the same exact gap on a virtual clock: the interval has no width.
+    assert by_len.loc[200, "ci_low"] == pytest.approx(by_len.loc[200, "ci_high"])
 
 
 def test_static_batching_has_no_admission_spike() -> None:
@@ -227,7 +247,7 @@ def test_cli_quick_writes_consistent_tables_and_plots(
     from engines.bench import cli
 
     args = ["--quick", "--requests", "24", "--warmup", "0", "--runs", "2", "--iterations", "2",
-            "--out", str(tmp_path), "--no-progress",
+            "--out", str(tmp_path), "--no-progress", "--slo-ttft", "0.01", "--slo-itl", "0.002",
             "--engine", "static=engines.bench.fake:static",
             "--engine", "continuous=engines.bench.fake:continuous"]
     assert cli.main(args) == 0
@@ -237,13 +257,21 @@ def test_cli_quick_writes_consistent_tables_and_plots(
     assert list(summary.index) == ["static", "continuous"]
     ratio = summary.loc["continuous", "capacity_rps"] / summary.loc["static", "capacity_rps"]
     assert f"capacity ratio continuous/static: {ratio:.2f}x" in out
+    assert "SLO: TTFT <= 10 ms and mean ITL <= 2 ms for >= 90% of requests (given)" in out
+    assert "winner" in out.splitlines()[0]
     for name, row in summary.iterrows():
-        mine = probes[probes["engine"] == name]
+        mine = probes[(probes["engine"] == name) & (probes["search"] == "capacity")]
         # Capacity is the bracket's low end: the highest stable rate probed, below every
         # rate that stayed unstable.
         assert row["capacity_rps"] == row["capacity_low_rps"] < row["capacity_high_rps"]
         assert row["capacity_low_rps"] == pytest.approx(mine.loc[mine["stable"], "offered_rps"]
                                                         .max(), rel=1e-5)
+        # Goodput needs stability too: its bracket lies inside capacity's.
+        assert row["goodput_rps"] <= row["capacity_rps"]
+        assert row["goodput_high_rps"] <= row["capacity_high_rps"]
+        assert (row["slo_ttft_s"], row["slo_itl_s"], row["slo_attainment"]) == (0.01, 0.002, 0.9)
+        assert row["reference_rps"] == pytest.approx(0.8 * row["capacity_rps"], rel=1e-5)
+        assert f"goodput {name}: {row['goodput_rps']:.4g} req/s" in out
         assert row["output_tokens_per_s"] > 0 and row["driver_overhead_pct"] >= 0
         assert row["ttft_p50_s"] <= row["ttft_p95_s"] and row["itl_p50_s"] <= row["itl_p95_s"]
     # Static batching computes finished members until the batch drains; continuous never.
@@ -258,8 +286,8 @@ def test_cli_quick_writes_consistent_tables_and_plots(
     assert requests.groupby(["engine", "run"]).size().min() > 0
     for name in ("tokens", "spikes", "closed"):
         assert len(pd.read_csv(tmp_path / f"{name}.csv")) > 0
-    assert (tmp_path / "rate.png").stat().st_size > 0
-    assert (tmp_path / "slot_timeline.png").stat().st_size > 0
+    for png in ("rate", "goodput", "itl_timeline", "slot_timeline"):
+        assert (tmp_path / f"{png}.png").stat().st_size > 0
 
 
 def test_cli_names_a_bad_engine_spec(capsys: pytest.CaptureFixture[str]) -> None:

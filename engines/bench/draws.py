@@ -65,12 +65,33 @@ def mixed(n: int, *, max_model_len: int, vocab_size: int, seed: int = 0,
     items = []
     for _ in range(n):
         length = int(rng.choice(classes))
-        if rng.random() < FULL_BUDGET_P:
-            tokens = budget
-        else:
-            tokens = max(1, round(budget * float(rng.choice(SMALL_BUDGET_FRACTIONS))))
+        tokens = _budget(rng, budget)
         items.append(WorkItem(_prompt(rng, length, vocab_size), tokens))
     return items
+
+
+def _budget(rng: np.random.Generator, budget: int) -> int:
+    if rng.random() < FULL_BUDGET_P:
+        return budget
+    return max(1, round(budget * float(rng.choice(SMALL_BUDGET_FRACTIONS))))
+
+
+def admissions(per_class: int, *, max_model_len: int, vocab_size: int, slots: int,
+               seed: int = 0, budget: int | None = None) -> list[WorkItem]:
+    """The admission-disturbance draw: first `slots` short requests whose budgets end one
+    after another (they fill the batch, so nothing below is admitted into an empty one, and
+    they free slots singly), then `per_class` requests of every prompt-length class, budgets
+    as in `mixed`, shuffled. Served closed, each class is admitted into a running batch about
+    `per_class` times."""
+    budget = default_budget(max_model_len) if budget is None else budget
+    rng = np.random.default_rng(seed)
+    classes = prompt_classes(max_model_len, budget)
+    fill = [WorkItem(_prompt(rng, classes[0], vocab_size), max(1, budget * (i + 1) // slots))
+            for i in range(slots)]
+    lengths = [length for length in classes for _ in range(per_class)]
+    rng.shuffle(lengths)
+    return fill + [WorkItem(_prompt(rng, length, vocab_size), _budget(rng, budget))
+                   for length in lengths]
 
 
 def uniform(n: int, *, prompt_len: int, max_tokens: int, vocab_size: int,

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engines.bench.devices import Sync
 from engines.bench.traces import ArrivalTrace
 from engines.protocol import Engine
 
@@ -85,6 +86,7 @@ def run_trace(
     record_slots: bool = False,
     give_up_wait_s: float | None = None,
     id_suffix: str = "",
+    sync: Sync | None = None,
 ) -> Run:
     """Replay `trace` open-loop on `engine` (which must be drained) and record every token.
 
@@ -94,7 +96,7 @@ def run_trace(
     """
     steps = drive(engine, trace, name=name, clock=clock or WallClock(),
                   record_slots=record_slots, give_up_wait_s=give_up_wait_s,
-                  id_suffix=id_suffix)
+                  id_suffix=id_suffix, sync=sync)
     with gc_paused():
         while True:
             try:
@@ -127,9 +129,14 @@ def drive(
     record_slots: bool = False,
     give_up_wait_s: float | None = None,
     id_suffix: str = "",
+    sync: Sync | None = None,
 ) -> Generator[None, None, Run]:
     """`run_trace` one step at a time: yields after every engine step, returns the Run. Lets
-    a caller interleave several engines' runs (engines.bench.paired)."""
+    a caller interleave several engines' runs (engines.bench.paired).
+
+    sync: called before and after every step (engines.bench.devices: CUDA synchronize), so a
+    step's time covers the device work it queued.
+    """
     run = Run(name, trace, id_suffix=id_suffix)
     slot_table: Callable[[], Sequence[Hashable | None]] | None = (
         getattr(engine, "slot_table", None) if record_slots else None
@@ -162,8 +169,12 @@ def drive(
             clock.sleep_until(t0 + pending[0].at_s)
             run.idle_s += clock.now() - idle_from
             continue
+        if sync is not None:
+            sync()
         start = clock.now()
         outputs = engine.step()
+        if sync is not None:
+            sync()
         end = clock.now()
         run.step_s += end - start
         index = len(run.steps)
@@ -201,6 +212,7 @@ def run_closed(
     clock: Clock | None = None,
     record_slots: bool = False,
     on_run: Callable[[], None] | None = None,
+    sync: Sync | None = None,
 ) -> list[Run]:
     """The closed protocol (docs/references.md): `warmup` unrecorded runs, then `runs` recorded.
 
@@ -210,7 +222,7 @@ def run_closed(
     recorded = []
     for i in range(warmup + runs):
         run = run_trace(engine, trace, name=name, clock=clock, record_slots=record_slots,
-                        id_suffix=f"#{i}")
+                        id_suffix=f"#{i}", sync=sync)
         if i >= warmup:
             recorded.append(run)
         if on_run is not None:
