@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== asv smoke: every benchmark once on the CPU"
+echo "== asv: HEAD built into its own environment (as on the GPU runner), every benchmark once"
 bash ci/asv-smoke.sh
 
 echo "== the conformance suite on third-party engines (transformers CB, vLLM CPU)"
