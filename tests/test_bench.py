@@ -298,3 +298,17 @@ def test_cli_names_a_bad_engine_spec(capsys: pytest.CaptureFixture[str]) -> None
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--engine 'no_such_module_xyz:make'" in err and "no_such_module_xyz" in err
+
+
+@pytest.mark.parametrize(("flag", "value", "field"), [
+    ("--slo-ttft", "-1", "slo_ttft_s"), ("--slo-attainment", "1.5", "slo_attainment"),
+    ("--replicas", "0", "replicas"), ("--rate", "0", "reference_rps")])
+def test_cli_names_the_bad_value(flag: str, value: str, field: str,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from engines.bench import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([flag, value, "--no-progress", "--engine", "engines.bench.fake:static"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{field}: must be" in err and f"got {float(value):g}" in err.replace(".0", "")

@@ -53,6 +53,12 @@ class Config:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if not 0 < self.reference_load <= 1:
             raise ValueError(f"reference_load: must be in (0, 1], got {self.reference_load}")
+        for name in ("slo_ttft_s", "slo_itl_s", "reference_rps"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name}: must be > 0 seconds or req/s, got {value}")
+        if not 0 < self.slo_attainment <= 1:
+            raise ValueError(f"slo_attainment: must be in (0, 1], got {self.slo_attainment}")
 
     @classmethod
     def for_hardware(cls, *, quick: bool = False, device: str | None = None,
@@ -91,11 +97,16 @@ def default_engines(config: Config) -> dict[str, EngineFactory]:
         make = functools.partial(load_factory(spec), **kwargs)
         fraction = planted(name)
         if fraction:
-            print(f"batching-bench: PLANTED SLOWDOWN: {name} steps {fraction:.0%} slower",
-                  file=sys.stderr)
+            if name not in _WARNED:  # once per process: asv builds engines per sample
+                _WARNED.add(name)
+                print(f"batching-bench: PLANTED SLOWDOWN: {name} steps {fraction:.0%} slower",
+                      file=sys.stderr)
             make = functools.partial(_slowed, make, fraction)
         factories[name] = make
     return factories
+
+
+_WARNED: set[str] = set()
 
 
 def _slowed(make: EngineFactory, fraction: float) -> Engine:
