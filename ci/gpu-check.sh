@@ -23,6 +23,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 ASV=${ASV:-$(dirname "$PY")/asv}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
+CAP_SCALE=${GPU_CHECK_CAP_SCALE:-1}
 OUT=${GPU_CHECK_OUT:-gpu-check-results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 export GPU_CHECK_DEVICE=$DEVICE GPU_CHECK_DTYPE=${GPU_CHECK_DTYPE:-bfloat16}
@@ -39,10 +40,12 @@ if [[ $DEVICE == cuda ]]; then
         exit 1
     fi
     nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
-    BENCH_PRESET=qwen2.5-1.5b
+    BENCH_PRESET=qwen2.5-1.5b BENCH_DTYPE=$GPU_CHECK_DTYPE BENCH_FLAGS=()
 else
     echo "gpu-check: REHEARSAL on $DEVICE: the parts and their plumbing, not GPU figures"
-    BENCH_PRESET=tiny
+    # bf16 matmuls are slow on a CPU: the rehearsal's bench runs fp32 with small probes.
+    BENCH_PRESET=tiny BENCH_DTYPE=float32 BENCH_FLAGS=(--requests 48 --iterations 2)
+    CAP_SCALE=${GPU_CHECK_CAP_SCALE:-3}  # a CPU is slower than the GPU the caps are set for
 fi
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
           torch.cuda.get_device_name() if torch.cuda.is_available() else "(no GPU)")' \
@@ -50,7 +53,7 @@ fi
 
 failed=()
 part() {  # name, time cap in seconds, command...
-    local name=$1 cap=$2 start rc
+    local name=$1 cap=$(($2 * CAP_SCALE)) start rc
     shift 2
     echo "== $name (cap ${cap}s): $*"
     start=$(date +%s)
@@ -98,18 +101,20 @@ fi
 
 # 3. the bench's quick comparison
 part bench 140 "$PY" -m engines.bench --quick --device "$DEVICE" --preset "$BENCH_PRESET" \
-    --dtype "$GPU_CHECK_DTYPE" --no-progress --out "$OUT/bench"
+    --dtype "$BENCH_DTYPE" "${BENCH_FLAGS[@]}" --no-progress --out "$OUT/bench"
 
 # 4. asv's quick run of HEAD: small probes and one replica, to fit the cap
 export BENCH_DEVICE=$DEVICE BENCH_PRESET BENCH_REQUESTS=${BENCH_REQUESTS:-24} \
     BENCH_REPLICAS=${BENCH_REPLICAS:-1} ASV_TORCH_BUILD=${ASV_TORCH_BUILD:-$DEVICE}
 "$ASV" machine --yes >/dev/null 2>&1
 part asv 100 "$ASV" run --quick --show-stderr HEAD^!
-# asv_install.py prints the torch it installed: without that line the environment never got one.
-if [[ " ${failed[*]} " == *" asv "* ]] && ! grep -q "asv_install: torch" "$OUT/asv.log"; then
+# asv shows an install command's output only when it fails: ci/asv_install.py in the log means
+# the per-commit environment could not be built.
+if [[ " ${failed[*]} " == *" asv "* ]] && grep -q "asv_install" "$OUT/asv.log"; then
     echo "asv: the per-commit environment could not be built here (see asv.log); the same" \
          "benchmarks in $PY's environment instead" | tee -a "$OUT/summary.txt"
-    part asv-existing 50 "$ASV" run --quick --show-stderr -E "existing:$(realpath "$PY")" HEAD^!
+    venv_python="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"  # not the symlink's target
+    part asv-existing 50 "$ASV" run --quick --show-stderr -E "existing:$venv_python"
 fi
 
 echo "gpu-check: results in $OUT/"
