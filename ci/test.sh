@@ -11,7 +11,7 @@ python -m pytest --pyargs engines.testing.conformance -p no:cacheprovider -q \
     --engine-variant one_slot=tests.helpers:one_slot_continuous \
     --hypothesis-profile=batching-ci
 
-echo "== asv smoke: every benchmark once on the CPU"
+echo "== asv: HEAD built into its own environment (as on the GPU runner), every benchmark once"
 bash ci/asv-smoke.sh
 
 echo "== the conformance suite on third-party engines (transformers CB, vLLM CPU)"

@@ -52,6 +52,36 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def decode_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    scale: float,
+    *,
+    fold_groups: bool | None = None,
+) -> torch.Tensor:
+    """One query token per row: q [n, H, 1, D] against keys/values [n, Hkv, W, D] under a
+    boolean mask [n, 1, 1, W]; returns [n, H, 1, D].
+
+    On CUDA (fold_groups defaults to q.is_cuda) no fused kernel takes a boolean mask together
+    with enable_gqa (flash attention takes no mask, the memory-efficient one no GQA), so SDPA
+    would fall back to its math kernel. Each KV head's group of query heads is folded into the
+    query length instead: q [n, Hkv, H/Hkv, D] is plain attention over the same keys, the mask
+    broadcasts over the group, and the memory-efficient kernel runs. The CPU call is unchanged.
+    """
+    if not (q.is_cuda if fold_groups is None else fold_groups):
+        return F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, scale=scale, enable_gqa=True
+        )
+    n, heads, _, dim = q.shape
+    kv_heads = keys.shape[1]
+    # Query head i reads KV head i // (heads / kv_heads), as enable_gqa does.
+    folded = q.reshape(n, kv_heads, heads // kv_heads, dim)
+    out = F.scaled_dot_product_attention(folded, keys, values, attn_mask=mask, scale=scale)
+    return out.reshape(n, heads, 1, dim)
+
+
 class SlotForward:
     """The only engine piece that runs the model: decode the live prefix, prefill new slots."""
 
@@ -127,13 +157,8 @@ class SlotForward:
             keys, values = cache.keys(i), cache.values(i)
             keys[rows, :, pos] = k[:, :, 0]
             values[rows, :, pos] = v[:, :, 0]
-            attn = F.scaled_dot_product_attention(
-                q,
-                keys[:n, :, :width],
-                values[:n, :, :width],
-                attn_mask=mask,
-                scale=self.scale,
-                enable_gqa=True,
+            attn = decode_attention(
+                q, keys[:n, :, :width], values[:n, :, :width], mask, self.scale
             )
             x = self._finish_layer(layer, x, attn)
         for i in range(n):
@@ -179,13 +204,12 @@ class SlotForward:
             values[rows, :, pos] = v[0].transpose(0, 1)
             parts = []
             if n:
-                attn = F.scaled_dot_product_attention(
+                attn = decode_attention(
                     q[0, :, :n].transpose(0, 1).unsqueeze(2),
                     keys[:n, :, :width],
                     values[:n, :, :width],
-                    attn_mask=mask,
-                    scale=self.scale,
-                    enable_gqa=True,
+                    mask,
+                    self.scale,
                 )
                 parts.append(attn[:, :, 0].transpose(0, 1))
             for start, end in itertools.pairwise(bounds):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engines.bench.workloads import comparison
+from engines.bench.draws import closed_mix
 from engines.continuous import ContinuousBatchEngine
 
 
@@ -45,7 +45,7 @@ def main() -> None:
         engine.runner.mixed = timed(engine.runner.mixed)  # type: ignore[method-assign]
         engine.runner.decode = timed(engine.runner.decode)  # type: ignore[method-assign]
         # The foundation issue's closed mix: prompts 4-256 tokens, budgets 1-64.
-        items = comparison(vocab_size=engine.vocab_size, n=args.requests)
+        items = closed_mix(vocab_size=engine.vocab_size, n=args.requests)
         for i, item in enumerate(items):
             engine.add_request(item.to_request(f"r{i}"))
         inside[0] = 0.0

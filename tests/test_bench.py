@@ -8,43 +8,47 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from engines.bench import capacity, disturbance, traces, workloads
-from engines.bench.driver import run_closed, run_trace
+from engines.bench import capacity, disturbance, draws, traces
 from engines.bench.fake import FakeEngine, VirtualClock
-from engines.bench.metrics import SLO, requests_frame, summarize, tokens_frame
+from engines.bench.metrics import requests_frame, summarize, tokens_frame
 from engines.bench.paired import EngineClock, run_closed_paired, run_paired
+from engines.bench.probes import MAX_GROWTH
+from engines.bench.replay import run_closed, run_trace
+from engines.bench.slo import SLO
 from engines.protocol import Request, StepOutput
 
 
-def _items(n: int, prompt_len: int = 8, max_tokens: int = 4) -> list[workloads.WorkItem]:
-    return workloads.uniform(n, prompt_len=prompt_len, max_tokens=max_tokens, vocab_size=100)
+def _items(n: int, prompt_len: int = 8, max_tokens: int = 4) -> list[draws.WorkItem]:
+    return draws.uniform(n, prompt_len=prompt_len, max_tokens=max_tokens, vocab_size=100)
 
 
 def test_mixed_draw_is_seeded_and_fits_the_context() -> None:
-    a = workloads.mixed(64, max_model_len=512, vocab_size=1000, seed=3)
-    b = workloads.mixed(64, max_model_len=512, vocab_size=1000, seed=3)
+    a = draws.mixed(64, max_model_len=512, vocab_size=1000, seed=3)
+    b = draws.mixed(64, max_model_len=512, vocab_size=1000, seed=3)
     assert a == b
-    classes = workloads.prompt_classes(512)
+    classes = draws.prompt_classes(512)
     assert {item.prompt_len for item in a} <= set(classes)
-    assert max(classes) + workloads.default_budget(512) <= 512  # one very long class fits
+    assert max(classes) + draws.default_budget(512) <= 512  # one very long class fits
     assert all(item.prompt_len + item.max_tokens <= 512 for item in a)
 
 
 def test_trace_round_trips_and_rates_stretch_one_draw(tmp_path: Path) -> None:
-    items = workloads.mixed(50, max_model_len=512, vocab_size=1000)
+    items = draws.mixed(50, max_model_len=512, vocab_size=1000)
     trace = traces.poisson(items, 3.7, seed=5)
-    assert traces.Trace.load(trace.save(tmp_path / "t.json")) == trace
+    assert traces.ArrivalTrace.load(trace.save(tmp_path / "t.json")) == trace
     bursty = traces.gamma(items, 3.7, cv=3.0, seed=5)
-    assert traces.Trace.load(bursty.save(tmp_path / "g.json")) == bursty
+    assert traces.ArrivalTrace.load(bursty.save(tmp_path / "g.json")) == bursty
     doubled = traces.poisson(items, 7.4, seed=5)
     np.testing.assert_allclose([a.at_s for a in doubled.arrivals],
                                [a.at_s / 2 for a in trace.arrivals])
 
 
 def test_replay_is_exact_and_adds_each_request_at_its_arrival(tmp_path: Path) -> None:
-    trace = traces.Trace.load(traces.poisson(_items(40), 20.0, seed=1).save(tmp_path / "t.json"))
+    saved = traces.poisson(_items(40), 20.0, seed=1).save(tmp_path / "t.json")
+    trace = traces.ArrivalTrace.load(saved)
     runs = []
     for _ in range(2):
         clock = VirtualClock()
@@ -70,7 +74,7 @@ def test_metrics_on_a_synthetic_run() -> None:
     np.testing.assert_allclose(req["e2e_s"], [0.2, 0.4, 0.6])
     tok = tokens_frame(run)
     assert len(tok) == 6 and tok["itl_s"].dropna().tolist() == pytest.approx([0.1] * 3)
-    row = summarize(run, slo=SLO(ttft_s=0.35, tpot_s=1.0))
+    row = summarize(run, slo=SLO(ttft_s=0.35, itl_s=1.0))
     assert row["output_tokens_per_s"] == pytest.approx(6 / 0.6)
     assert row["ttft_p50_s"] == pytest.approx(0.3)
     assert row["slo_attained"] == pytest.approx(2 / 3)
@@ -86,16 +90,21 @@ def test_closed_mode_records_five_runs_after_two_warmups() -> None:
     assert all(run.wasted_slot_steps == 4 for run in runs)  # the short one rides 4 steps
 
 
-def test_capacity_bisection_brackets_a_known_capacity() -> None:
-    # One slot, one-token requests, 0.1 s a step: the engine serves exactly 10 req/s.
+def test_capacity_bracket_is_tight_around_a_known_service_rate() -> None:
+    # One slot, one-token requests, 0.1 s a step: the engine serves exactly 10 req/s, and past
+    # that its queue wait grows by rate/10 - 1 seconds a second. The rule credits a rate whose
+    # latency slopes are at most MAX_GROWTH, so the bracket must sit within 10 .. 10 x 1.05 and
+    # five bisection steps must make it narrow.
+    true_rate = 10.0
     clock = VirtualClock()
-    engine = FakeEngine(max_batch_size=1, base_s=0.1, clock=clock)
-    result = capacity.search(engine, _items(300, max_tokens=1), name="fake", start_rate=10.0,
-                             iterations=4, clock=clock)
-    assert 0 < result.low < result.high
-    # The rule tolerates a wait slope of 0.05, so it may credit up to ~1.05x the true rate.
-    assert 8.0 <= result.low <= 10.5 and 10.0 <= result.high <= 12.0, result.bracket()
+    engine = FakeEngine(max_batch_size=1, base_s=1 / true_rate, clock=clock)
+    result = capacity.search(engine, _items(300, max_tokens=1), name="fake", start_rate=7.0,
+                             iterations=5, clock=clock)
+    assert result.high >= true_rate, result.bracket()
+    assert true_rate * 0.97 <= result.low <= true_rate * (1 + MAX_GROWTH)
+    assert result.high / result.low <= 1.05, result.bracket()
     assert all(p.stable == (p.rate <= result.low) for p in result.probes)
+    assert result.low == max(p.rate for p in result.probes if p.stable)
     assert "slope" in result.rule
 
 
@@ -140,6 +149,22 @@ def test_an_unstable_verdict_is_retried_before_it_counts(retries: int) -> None:
     assert first.rate == pytest.approx(8.0) and not first.stable
     assert len(result.probes) == 1 + retries
     assert result.low == (pytest.approx(8.0) if retries else 0.0)
+
+
+def test_a_retry_reruns_the_whole_round_paired() -> None:
+    # Two 10 req/s engines at 8 req/s; a slow spell fails only the first engine's first
+    # probe. The retry runs both again, paired, so neither engine gets more tries than the
+    # other; each rate passes if any of its tries did.
+    clocks = {"spell": VirtualClock(), "steady": VirtualClock()}
+    engines = {"spell": _SlowSpell(spell=150, max_batch_size=1, base_s=0.1,
+                                   clock=clocks["spell"]),
+               "steady": FakeEngine(max_batch_size=1, base_s=0.1, clock=clocks["steady"])}
+    results = capacity.search_many(engines, _items(300, max_tokens=1),
+                                   start_rates=dict.fromkeys(engines, 8.0 / 1.2), iterations=0,
+                                   max_expand=0, clocks=clocks, retries=1)
+    assert [p.stable for p in results["spell"].probes] == [False, True]
+    assert [p.stable for p in results["steady"].probes] == [True, True]
+    assert results["spell"].low == results["steady"].low == pytest.approx(8.0)
 
 
 class _Logged:
@@ -202,34 +227,88 @@ def test_disturbance_groups_spikes_by_admitted_prompt_length() -> None:
              *_items(1, prompt_len=200, max_tokens=3)]
     baseline, table = disturbance.spikes(run_trace(engine, traces.closed(items), clock=clock))
     assert baseline == pytest.approx(0.01)
-    by_len = table.set_index("admitted_prompt_len")["ratio"]
-    assert by_len[200] == pytest.approx((0.01 + 0.2) / 0.01)
-    assert disturbance.spike_ratio(table) == by_len[200]
+    by_len = table.set_index("admitted_prompt_len")
+    assert by_len.loc[200, "ratio"] == pytest.approx((0.01 + 0.2) / 0.01)
+    assert disturbance.spike_ratio(table) == by_len.loc[200, "ratio"]
+    # Every sample is the same exact gap on a virtual clock: the interval has no width.
+    assert by_len.loc[200, "ci_low"] == pytest.approx(by_len.loc[200, "ci_high"])
 
 
 def test_static_batching_has_no_admission_spike() -> None:
     clock = VirtualClock()
     engine = FakeEngine(max_batch_size=2, static=True, prefill_s_per_token=0.001, clock=clock)
-    items = workloads.mixed(8, max_model_len=128, vocab_size=100)
+    items = draws.mixed(8, max_model_len=128, vocab_size=100)
     _, table = disturbance.spikes(run_trace(engine, traces.closed(items), clock=clock))
     assert table.empty and math.isnan(disturbance.spike_ratio(table))
 
 
-def test_cli_quick_writes_table_csvs_and_plots(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_quick_writes_consistent_tables_and_plots(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from engines.bench import cli
 
-    args = ["--quick", "--requests", "16", "--warmup", "0", "--runs", "1", "--iterations", "1",
-            "--out", str(tmp_path), "--no-progress",
+    args = ["--quick", "--requests", "24", "--warmup", "0", "--runs", "2", "--iterations", "2",
+            "--out", str(tmp_path), "--no-progress", "--slo-ttft", "0.01", "--slo-itl", "0.002",
             "--engine", "static=engines.bench.fake:static",
             "--engine", "continuous=engines.bench.fake:continuous"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "capacity ratio continuous/static" in out
-    summary = (tmp_path / "summary.csv").read_text().splitlines()
-    assert summary[0].startswith("engine,capacity_rps,")
-    assert {"output_tokens_per_s", "ttft_p95_s", "queue_wait_p50_s", "itl_p50_s",
-            "itl_spike_ratio"} <= set(summary[0].split(","))
-    for name in ("requests", "tokens", "probes", "spikes", "closed"):
-        assert (tmp_path / f"{name}.csv").stat().st_size > 0
-    assert (tmp_path / "rate.png").exists() and (tmp_path / "slot_timeline.png").exists()
+    summary = pd.read_csv(tmp_path / "summary.csv").set_index("engine")
+    probes = pd.read_csv(tmp_path / "probes.csv")
+    assert list(summary.index) == ["static", "continuous"]
+    ratio = summary.loc["continuous", "capacity_rps"] / summary.loc["static", "capacity_rps"]
+    assert f"capacity ratio continuous/static: {ratio:.2f}x" in out
+    assert "SLO: TTFT <= 10 ms and mean ITL <= 2 ms for >= 90% of requests (given)" in out
+    assert "winner" in out.splitlines()[0]
+    for name, row in summary.iterrows():
+        mine = probes[(probes["engine"] == name) & (probes["search"] == "capacity")]
+        # Capacity is the bracket's low end: the highest stable rate probed, below every
+        # rate that stayed unstable.
+        assert row["capacity_rps"] == row["capacity_low_rps"] < row["capacity_high_rps"]
+        assert row["capacity_low_rps"] == pytest.approx(mine.loc[mine["stable"], "offered_rps"]
+                                                        .max(), rel=1e-5)
+        # Goodput needs stability too: its bracket lies inside capacity's.
+        assert row["goodput_rps"] <= row["capacity_rps"]
+        assert row["goodput_high_rps"] <= row["capacity_high_rps"]
+        assert (row["slo_ttft_s"], row["slo_itl_s"], row["slo_attainment"]) == (0.01, 0.002, 0.9)
+        assert row["reference_rps"] == pytest.approx(0.8 * row["capacity_rps"], rel=1e-5)
+        assert f"goodput {name}: {row['goodput_rps']:.4g} req/s" in out
+        assert row["output_tokens_per_s"] > 0 and row["driver_overhead_pct"] >= 0
+        assert row["ttft_p50_s"] <= row["ttft_p95_s"] and row["itl_p50_s"] <= row["itl_p95_s"]
+    # Static batching computes finished members until the batch drains; continuous never.
+    assert summary.loc["static", "wasted_slot_steps"] > 0
+    assert summary.loc["continuous", "wasted_slot_steps"] == 0
+    # Admitting a long prompt stalls continuous batching's incumbents (the fake charges
+    # prefill per token); static batching never admits while others decode.
+    assert summary.loc["continuous", "itl_spike_ratio"] > 1.5
+    assert np.isnan(summary.loc["static", "itl_spike_ratio"])
+    requests = pd.read_csv(tmp_path / "requests.csv")
+    assert set(requests["engine"]) == {"static", "continuous"}
+    assert requests.groupby(["engine", "run"]).size().min() > 0
+    for name in ("tokens", "spikes", "closed"):
+        assert len(pd.read_csv(tmp_path / f"{name}.csv")) > 0
+    for png in ("rate", "goodput", "itl_timeline", "slot_timeline"):
+        assert (tmp_path / f"{png}.png").stat().st_size > 0
+
+
+def test_cli_names_a_bad_engine_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    from engines.bench import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--engine", "mine=no_such_module_xyz:make", "--no-progress"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--engine 'no_such_module_xyz:make'" in err and "no_such_module_xyz" in err
+
+
+@pytest.mark.parametrize(("flag", "value", "field"), [
+    ("--slo-ttft", "-1", "slo_ttft_s"), ("--slo-attainment", "1.5", "slo_attainment"),
+    ("--replicas", "0", "replicas"), ("--rate", "0", "reference_rps")])
+def test_cli_names_the_bad_value(flag: str, value: str, field: str,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from engines.bench import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([flag, value, "--no-progress", "--engine", "engines.bench.fake:static"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{field}: must be" in err and f"got {float(value):g}" in err.replace(".0", "")

@@ -75,3 +75,21 @@ def test_testing_and_bench_never_import_each_other() -> None:
 
 def test_the_protocol_imports_nothing_of_ours() -> None:
     assert GRAPH["engines.protocol"] == set()
+
+
+def _names(package: str) -> tuple[set[str], set[str]]:
+    """(module names, class names) defined in one subpackage of engines."""
+    modules, classes = set(), set()
+    for name, path in MODULES.items():
+        if name.startswith(f"engines.{package}."):
+            modules.add(name.rsplit(".", 1)[1])
+            tree = ast.parse(path.read_text())
+            classes |= {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    return modules, classes
+
+
+def test_one_name_one_thing_across_testing_and_bench() -> None:
+    (tm, tc), (bm, bc) = _names("testing"), _names("bench")
+    assert tm and bm and tc and bc
+    assert not (tm & bm) - {"__init__"}, tm & bm
+    assert not tc & bc, tc & bc

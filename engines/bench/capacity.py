@@ -1,30 +1,24 @@
-"""Capacity: the highest Poisson arrival rate an engine sustains, by bisection on the rate.
+"""Capacity and goodput capacity: the highest Poisson arrival rates an engine sustains, found
+by bisection on the rate and reported as brackets.
 
-Stability rule (one probe = one seeded trace of n requests replayed open-loop at a rate):
-a probe is stable when
-  1. every request finished and the driver never gave up (no request waited longer than half
-     the trace's span for its first token), and
-  2. the queue stayed bounded: the least-squares slope of queue wait against arrival time is
-     at most `max_wait_slope` (0.05: queue wait grows by under 0.05 s per second of trace). Past
-     capacity c the queue grows and that slope approaches rate/c - 1, so 0.05 means the engine
-     kept up with about 95% or more of the offered rate, and
-  3. if `queue_bound_s` is given, the p90 queue wait is within it (an absolute SLO on queueing,
-     like Sarathi-Serve's scheduling-delay bound).
-A trend, not a level, is the default because it is scale-free: the same rule serves a 1 ms CPU
-step and a 50 ms GPU step, and it does not penalise static batching's steady wait for the
-running batch to drain, only a wait that keeps growing.
+- Throughput capacity: the highest rate whose probe is stable (engines.bench.probes: every
+  request finished, no latency growth).
+- Goodput capacity: the highest rate whose probe is stable and in which at least the SLO's
+  share of requests met both latency targets (engines.bench.slo). Stability is part of it, so
+  goodput never exceeds the capacity bracket: its search starts at the capacity and walks down.
 
-Search: the bracket starts around the closed-batch request rate, widens until its low end is
-stable and its high end is not, then bisects. Probes at every rate replay one seed's trace on
-a stretched time axis, so they differ only in rate. The answer is the bracket: the highest
-stable rate probed and the lowest unstable one above it.
+Search: the capacity bracket starts around the closed-batch request rate, widens by factors of
+2 until its low end is stable and its high end is not, then bisects at geometric midpoints.
+Probes at every rate replay one seed's trace on a stretched time axis, so they differ only in
+rate. The answer is the bracket: the highest passing rate probed and the lowest failing one
+above it.
 
 Noise: a shared machine has slow spells (another tenant's burst, CPU steal) that make a probe
-below capacity look unstable, and one such verdict early in a bisection costs the engine a
-third of its capacity. A slow spell only ever fails a probe, never passes one, so an unstable
-verdict is retried (`retries`, default 1) and a rate counts as unstable only if every try was.
-Engines are searched together, each round's probes paired step by step (engines.bench.paired),
-so drift in the machine's speed hits all of them alike.
+below capacity fail, and one such verdict early in a bisection costs the engine a third of
+its capacity. A slow spell only ever fails a probe, never passes one, so a failing verdict is
+retried (`retries`, default 1) and a rate fails only if every try failed. Engines are searched
+together: round k runs every engine's k-th probe paired step by step (engines.bench.paired),
+and a retry re-runs the whole round, paired again, so every engine gets the same tries.
 """
 
 from __future__ import annotations
@@ -35,33 +29,22 @@ from typing import Any
 
 import numpy as np
 
-from engines.bench import traces
-from engines.bench.driver import Clock, Run
-from engines.bench.metrics import SLO, requests_frame, summarize
-from engines.bench.paired import run_paired
-from engines.bench.workloads import WorkItem
+from engines.bench.devices import Sync
+from engines.bench.draws import WorkItem
+from engines.bench.probes import MAX_GROWTH, RULE, Probe, probe_paired
+from engines.bench.replay import Clock
+from engines.bench.slo import SLO
 from engines.protocol import Engine
 
-MAX_WAIT_SLOPE = 0.05
 RETRIES = 1
-RULE = ("stable: all requests finished, least-squares slope of queue wait vs arrival time "
-        "<= {slope}{bound}; an unstable verdict stands only if {tries} tries all failed")
-
-
-@dataclass(slots=True)
-class Probe:
-    rate: float
-    stable: bool
-    wait_slope: float
-    summary: dict[str, Any]
-    run: Run
+Plan = Generator[float, bool, None]
 
 
 @dataclass(slots=True)
 class Capacity:
     engine: str
-    low: float  # highest stable rate probed (the reported capacity); 0 if none was stable
-    high: float  # lowest unstable rate probed above it; inf if none was unstable
+    low: float  # highest passing rate probed (the reported figure); 0 if none passed
+    high: float  # lowest failing rate probed above it; inf if none failed
     rule: str
     probes: list[Probe] = field(default_factory=list)
 
@@ -73,68 +56,41 @@ class Capacity:
         return f"[{self.low:.3g}, {self.high:.3g}) req/s"
 
 
-def wait_slope(run: Run) -> float:
-    df = requests_frame(run).dropna(subset=["queue_wait_s"])
-    if len(df) < 2 or df["arrival_s"].nunique() < 2:
-        return float("nan")
-    return float(np.polyfit(df["arrival_s"], df["queue_wait_s"], 1)[0])
-
-
-def _verdict(run: Run, rate: float, n: int, *, max_wait_slope: float,
-             queue_bound_s: float | None, slo: SLO | None) -> Probe:
-    summary = summarize(run, slo=slo)
-    slope = wait_slope(run)
-    stable = not run.gave_up and summary["completed"] == n and bool(slope <= max_wait_slope)
-    if queue_bound_s is not None and stable:
-        waits = requests_frame(run)["queue_wait_s"]
-        stable = bool(waits.quantile(0.9) <= queue_bound_s)
-    summary.update(wait_slope=slope, stable=stable)
-    return Probe(rate, stable, slope, summary, run)
-
-
-def probe_paired(engines: Mapping[str, Engine], items: list[WorkItem],
-                 rates: Mapping[str, float], *, seed: int,
-                 max_wait_slope: float = MAX_WAIT_SLOPE, queue_bound_s: float | None = None,
-                 slo: SLO | None = None, clocks: Mapping[str, Clock] | None = None,
-                 tag: str = "") -> dict[str, Probe]:
-    """One probe per engine, each at its own rate, run paired (engines.bench.paired)."""
-    trace = {name: traces.poisson(items, rate, seed=seed, tag=f"p{tag}{rate:.6g}")
-             for name, rate in rates.items()}
-    runs = run_paired({name: engines[name] for name in rates}, trace, clocks=clocks,
-                      give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()})
-    return {name: _verdict(run, rates[name], len(items), max_wait_slope=max_wait_slope,
-                           queue_bound_s=queue_bound_s, slo=slo)
-            for name, run in runs.items()}
-
-
-def probe(engine: Engine, items: list[WorkItem], rate: float, *, name: str, seed: int,
-          max_wait_slope: float = MAX_WAIT_SLOPE, queue_bound_s: float | None = None,
-          slo: SLO | None = None, clock: Clock | None = None, tag: str = "") -> Probe:
-    """One probe of one engine on `clock` (default: its own EngineClock)."""
-    return probe_paired({name: engine}, items, {name: rate}, seed=seed,
-                        max_wait_slope=max_wait_slope, queue_bound_s=queue_bound_s, slo=slo,
-                        clocks=None if clock is None else {name: clock}, tag=tag)[name]
-
-
-def _bisection(start_rate: float, iterations: int,
-               max_expand: int) -> Generator[float, bool, None]:
+def _capacity_plan(start_rate: float, iterations: int, max_expand: int) -> Plan:
     """Yield the rates to probe, receiving each verdict; a generator so that several engines'
     searches can advance round by round. Its bracket only picks the next rate: the caller
     keeps the reported one (Capacity) from the same verdicts."""
     low, high = 0.0, float("inf")
-    # Widen: the closed-batch rate is a throughput ceiling for most engines, so start just
-    # above it and walk down (or up) by factors of 2 until the bracket holds capacity.
+    # The closed-batch rate is a throughput ceiling for most engines: start just above it and
+    # walk down (or up) by factors of 2 until the bracket holds capacity.
     rate = start_rate * 1.2
-    stable = yield rate
-    low, high = (rate, high) if stable else (low, rate)
+    passed = yield rate
+    low, high = (rate, high) if passed else (low, rate)
     for _ in range(max_expand):
-        rate = rate * 2 if stable else rate / 2
-        if (yield rate) != stable:
-            low, high = (low, rate) if stable else (rate, high)
+        rate = rate * 2 if passed else rate / 2
+        if (yield rate) != passed:
+            low, high = (low, rate) if passed else (rate, high)
             break
-        low, high = (rate, high) if stable else (low, rate)
+        low, high = (rate, high) if passed else (low, rate)
     if low == 0.0 or not np.isfinite(high):
         return  # no bracket within max_expand: report the open interval as measured
+    yield from _bisect(low, high, iterations)
+
+
+def _goodput_plan(capacity: Capacity, iterations: int, max_expand: int) -> Plan:
+    """Start at the throughput capacity (goodput needs stability, so cannot be higher); if
+    that rate meets the SLO the capacity bracket is the answer, else halve until one does."""
+    rate = capacity.low
+    if rate <= 0 or (yield rate):
+        return
+    for _ in range(max_expand):
+        rate /= 2
+        if (yield rate):
+            yield from _bisect(rate, rate * 2, iterations)
+            return
+
+
+def _bisect(low: float, high: float, iterations: int) -> Plan:
     for _ in range(iterations):
         # Geometric midpoint: the bracket spans a factor, and rates are compared as ratios.
         rate = float(np.sqrt(low * high))
@@ -144,35 +100,28 @@ def _bisection(start_rate: float, iterations: int,
             high = rate
 
 
-def search_many(engines: Mapping[str, Engine], items: list[WorkItem], *,
-                start_rates: Mapping[str, float], seed: int = 0, iterations: int = 4,
-                max_expand: int = 4, max_wait_slope: float = MAX_WAIT_SLOPE,
-                queue_bound_s: float | None = None, slo: SLO | None = None,
-                retries: int = RETRIES, clocks: Mapping[str, Clock] | None = None,
-                on_probe: Callable[[Probe], None] | None = None) -> dict[str, Capacity]:
-    """Bisect every engine's capacity together: round k runs each engine's k-th probe paired
-    with the others' (engines.bench.paired), so drift in the machine's speed hits every
-    engine alike instead of whichever happened to run during a slow spell."""
-    bound = f", p90 queue wait <= {queue_bound_s} s" if queue_bound_s is not None else ""
-    rule = RULE.format(slope=max_wait_slope, bound=bound, tries=retries + 1)
-    results = {name: Capacity(name, 0.0, float("inf"), rule) for name in engines}
-    plans = {name: _bisection(start_rates[name], iterations, max_expand) for name in engines}
-    pending = {name: next(plan) for name, plan in plans.items()}
+def _run_rounds(engines: Mapping[str, Engine], items: list[WorkItem],
+                plans: dict[str, Plan], results: dict[str, Capacity],
+                passes: Callable[[Probe], bool], *, retries: int, tag: str,
+                on_probe: Callable[[Probe], None] | None, **probe_args: Any) -> None:
+    """Advance every plan round by round; `tag` keeps request ids unique per engine."""
+    pending: dict[str, float] = {}
+    for name, plan in plans.items():
+        try:
+            pending[name] = next(plan)
+        except StopIteration:  # nothing to probe (goodput of an engine with no capacity)
+            pass
     while pending:
-        verdicts: dict[str, bool] = {}
-        todo = dict(pending)
+        verdicts = dict.fromkeys(pending, False)
         for _ in range(retries + 1):
-            probes = probe_paired(engines, items, todo, seed=seed,
-                                  max_wait_slope=max_wait_slope, queue_bound_s=queue_bound_s,
-                                  slo=slo, clocks=clocks,
-                                  tag=str(sum(len(r.probes) for r in results.values())))
-            for name, p in probes.items():
+            count = sum(len(r.probes) for r in results.values())
+            for name, p in probe_paired(engines, items, pending, tag=f"{tag}{count}",
+                                        **probe_args).items():
                 results[name].probes.append(p)
+                verdicts[name] = verdicts[name] or passes(p)
                 if on_probe is not None:
                     on_probe(p)
-                verdicts[name] = p.stable
-            todo = {name: rate for name, rate in todo.items() if not verdicts[name]}
-            if not todo:
+            if all(verdicts.values()):
                 break
         for name, rate in list(pending.items()):
             result = results[name]
@@ -184,6 +133,45 @@ def search_many(engines: Mapping[str, Engine], items: list[WorkItem], *,
                 pending[name] = plans[name].send(verdicts[name])
             except StopIteration:
                 del pending[name]
+
+
+def search_many(engines: Mapping[str, Engine], items: list[WorkItem], *,
+                start_rates: Mapping[str, float], seed: int = 0, iterations: int = 4,
+                max_expand: int = 4, max_growth: float = MAX_GROWTH,
+                queue_bound_s: float | None = None, slo: SLO | None = None,
+                retries: int = RETRIES, clocks: Mapping[str, Clock] | None = None,
+                sync: Sync | None = None, tag: str = "c",
+                on_probe: Callable[[Probe], None] | None = None) -> dict[str, Capacity]:
+    """Bisect every engine's throughput capacity together, round by round, paired. With an
+    SLO, each probe also records its attainment (for plots and tables)."""
+    bound = f", p90 queue wait <= {queue_bound_s} s" if queue_bound_s is not None else ""
+    rule = (RULE.format(growth=max_growth, bound=bound)
+            + f"; a failing verdict stands only if all {retries + 1} paired tries failed")
+    results = {name: Capacity(name, 0.0, float("inf"), rule) for name in engines}
+    plans = {name: _capacity_plan(start_rates[name], iterations, max_expand)
+             for name in engines}
+    _run_rounds(engines, items, plans, results, lambda p: p.stable, retries=retries, tag=tag,
+                on_probe=on_probe, seed=seed, max_growth=max_growth,
+                queue_bound_s=queue_bound_s, slo=slo, clocks=clocks, sync=sync)
+    return results
+
+
+def goodput_many(engines: Mapping[str, Engine], items: list[WorkItem], *,
+                 capacities: Mapping[str, Capacity], slo: SLO, seed: int = 0,
+                 iterations: int = 4, max_expand: int = 5, max_growth: float = MAX_GROWTH,
+                 retries: int = RETRIES, clocks: Mapping[str, Clock] | None = None,
+                 sync: Sync | None = None, tag: str = "g",
+                 on_probe: Callable[[Probe], None] | None = None) -> dict[str, Capacity]:
+    """Bisect every engine's goodput capacity under `slo`, below its throughput capacity."""
+    rule = (f"meets the SLO: stable and {slo.describe()}; a failing verdict stands only if "
+            f"all {retries + 1} paired tries failed")
+    # Every rate above the capacity bracket's high end is unstable: that is goodput's ceiling.
+    results = {name: Capacity(name, 0.0, cap.high, rule) for name, cap in capacities.items()}
+    plans = {name: _goodput_plan(cap, iterations, max_expand)
+             for name, cap in capacities.items()}
+    _run_rounds(engines, items, plans, results, lambda p: p.meets(slo), retries=retries,
+                tag=tag, on_probe=on_probe, seed=seed, max_growth=max_growth, slo=slo,
+                clocks=clocks, sync=sync)
     return results
 
 

@@ -3,7 +3,8 @@
 The fake speaks the protocol (and slot introspection) without torch. Its tokens are
 meaningless; its timing is exact: a step costs `base_s + prefill_s_per_token * admitted prompt
 tokens + decode_s_per_row * decoding rows`, spent on a VirtualClock (deterministic, instant) or
-slept on the wall clock. `static=True` forms a batch once and drains it, like static batching.
+slept on the wall clock. `static=True` forms a batch once and drains it, like static batching;
+a huge `max_batch_size` with a per-row cost admits everyone and slows everyone (admit_everyone).
 """
 
 from __future__ import annotations
@@ -105,3 +106,9 @@ def continuous() -> FakeEngine:
 
 def static() -> FakeEngine:
     return FakeEngine(static=True, base_s=2e-4, prefill_s_per_token=2e-6)
+
+
+def admit_everyone() -> FakeEngine:
+    """Admits every waiting request at once and makes every row pay: queue wait stays at one
+    step while every request slows down. `--engine engines.bench.fake:admit_everyone`."""
+    return FakeEngine(max_batch_size=10**6, base_s=2e-4, decode_s_per_row=5e-5)

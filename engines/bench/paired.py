@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Mapping
 
-from engines.bench.driver import Clock, Run, drive, gc_paused
-from engines.bench.traces import Trace
+from engines.bench.devices import Sync
+from engines.bench.replay import Clock, Run, drive, gc_paused
+from engines.bench.traces import ArrivalTrace
 from engines.protocol import Engine
 
 
@@ -47,12 +48,13 @@ class EngineClock:
 
 def run_paired(
     engines: Mapping[str, Engine],
-    traces: Mapping[str, Trace],
+    traces: Mapping[str, ArrivalTrace],
     *,
     clocks: Mapping[str, Clock] | None = None,
     record_slots: bool = False,
     give_up_wait_s: Mapping[str, float] | None = None,
     id_suffix: str = "",
+    sync: Sync | None = None,
 ) -> dict[str, Run]:
     """Replay traces[name] on engines[name] for every engine at once, one step each in turn.
 
@@ -62,7 +64,7 @@ def run_paired(
     clocks = clocks or {name: EngineClock() for name in engines}
     runs: dict[str, Generator[None, None, Run]] = {
         name: drive(engine, traces[name], name=name, clock=clocks[name],
-                    record_slots=record_slots, id_suffix=id_suffix,
+                    record_slots=record_slots, id_suffix=id_suffix, sync=sync,
                     give_up_wait_s=(give_up_wait_s or {}).get(name))
         for name, engine in engines.items()
     }
@@ -91,17 +93,19 @@ def _alternate(runs: dict[str, Generator[None, None, Run]], clocks: Mapping[str,
 
 def run_closed_paired(
     engines: Mapping[str, Engine],
-    trace: Trace,
+    trace: ArrivalTrace,
     *,
     warmup: int = 2,
     runs: int = 5,
     on_run: Callable[[], None] | None = None,
+    sync: Sync | None = None,
 ) -> dict[str, list[Run]]:
-    """The seeds' closed protocol (`warmup` unrecorded runs, then `runs` recorded ones), every
-    engine's run i paired with the others'."""
+    """The closed protocol (docs/references.md: `warmup` unrecorded runs, then `runs` recorded
+    ones), every engine's run i paired with the others'."""
     recorded: dict[str, list[Run]] = {name: [] for name in engines}
     for i in range(warmup + runs):
-        paired = run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"#{i}")
+        paired = run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"#{i}",
+                            sync=sync)
         if i >= warmup:
             for name, run in paired.items():
                 recorded[name].append(run)

@@ -1,19 +1,17 @@
-"""PNG figures: latency and achieved rate against arrival rate; a slot timeline per engine."""
+"""PNG figures against the arrival rate: achieved rate and latency (rate.png), SLO attainment
+and the latencies the SLO judges, with its targets drawn in (goodput.png)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from engines.bench.driver import Run
-
-PREFILL = "0.6"  # grey: the step that admitted the request and prefilled its prompt
-WASTE = "tab:red"  # a slot computed for a request that had already finished
+from engines.bench.slo import SLO
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never a display
@@ -22,15 +20,31 @@ def _pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
+def save(fig: Any, path: str | Path) -> Path:
+    path = Path(path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
+    return path
+
+
+def _by_engine(probes: pd.DataFrame, best: str, ascending: bool) -> Any:
+    """One probe per engine and rate: the try the verdict rests on (a rate passes if any of
+    its paired tries did), i.e. the one with the best `best` value."""
+    tries = probes.sort_values(best, ascending=ascending, na_position="last")
+    chosen = tries.drop_duplicates(["engine", "offered_rps"])
+    return chosen.sort_values("offered_rps").groupby("engine", sort=False)
+
+
 def rate_plot(probes: pd.DataFrame, path: str | Path) -> Path:
-    """probes: one row per capacity probe (engine, offered_rps, achieved_rps, latencies)."""
-    plt = _pyplot()
+    """probes: one row per probe (engine, offered_rps, achieved_rps, latencies, gave_up)."""
+    plt = pyplot()
     fig, (ax_rate, ax_lat) = plt.subplots(1, 2, figsize=(11, 4.2))
     top = float(probes["offered_rps"].max()) * 1.05
     ax_rate.plot([0, top], [0, top], color="0.7", linestyle=":", label="achieved = offered")
-    for engine, all_probes in probes.sort_values("offered_rps").groupby("engine", sort=False):
-        # A probe the driver gave up on measured only the requests admitted before it stopped:
-        # its latencies are truncated, so it is marked, not joined to the curves.
+    for engine, all_probes in _by_engine(probes, "growth", ascending=True):
+        # A probe the driver gave up on measured only the requests admitted before it
+        # stopped: its latencies are truncated, so it is marked, not joined to the curves.
         gave_up = all_probes["gave_up"].astype(bool)
         df = all_probes[~gave_up]
         line, = ax_rate.plot(df["offered_rps"], df["achieved_rps"], marker="o", label=engine)
@@ -50,46 +64,37 @@ def rate_plot(probes: pd.DataFrame, path: str | Path) -> Path:
     for ax in (ax_rate, ax_lat):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
-def slot_timeline(runs: Sequence[Run], path: str | Path) -> Path:
-    """One panel per run: which request held each slot at each step, from slot tables."""
-    plt = _pyplot()
-    runs = [r for r in runs if r.steps and r.steps[0].slots is not None]
-    if not runs:
-        raise ValueError("slot_timeline: no run recorded slot tables (engine lacks slot_table)")
-    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 1.2 + 0.45 * max(
-        len(r.steps[0].slots or ()) for r in runs) * len(runs)), squeeze=False)
-    # tab20 without its reds and greys, which mean waste and prefill here.
-    palette = [c for i, c in enumerate(plt.get_cmap("tab20").colors) if i not in (6, 7, 14, 15)]
-    for ax, run in zip(axes[:, 0], runs, strict=True):
-        first = {rid: steps[0] for rid, steps in run.token_steps.items() if steps}
-        last = {rid: steps[-1] for rid, steps in run.token_steps.items() if steps}
-        order = {rid: i for i, rid in enumerate(run.token_steps)}
-        n_slots = len(run.steps[0].slots or ())
-        for k, step in enumerate(run.steps):
-            width = step.end_s - step.start_s
-            for slot, rid in enumerate(step.slots or ()):
-                if rid is None:
-                    continue
-                rid = str(rid)
-                if first.get(rid) == k:
-                    color = PREFILL
-                elif k > last.get(rid, k):
-                    color = WASTE
-                else:
-                    color = palette[order.get(rid, 0) % len(palette)]
-                ax.broken_barh([(step.start_s, width)], (slot - 0.4, 0.8), facecolors=color)
-        ax.set(yticks=range(n_slots), ylabel="slot", xlabel="seconds", ylim=(n_slots - 0.5, -0.5),
-               title=f"{run.engine}: {len(run.trace)} requests through {n_slots} slots "
-                     "(grey: prefill step, red: finished but still computed)")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+def goodput_plot(probes: pd.DataFrame, slo: SLO, goodput: dict[str, float],
+                 path: str | Path) -> Path:
+    """Left: share of requests within the SLO against the rate, the attainment target as a
+    line and each engine's goodput capacity marked. Right: TTFT p90 and mean-ITL p90 against
+    the rate, with the two targets as lines. Probes of both searches, best try per rate."""
+    plt = pyplot()
+    fig, (ax_att, ax_lat) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax_att.axhline(slo.attainment, color="k", linestyle="--", linewidth=1,
+                   label=f"SLO: {slo.attainment:.0%} of requests")
+    ax_lat.axhline(slo.ttft_s, color="k", linestyle="--", linewidth=1,
+                   label=f"TTFT target {slo.ttft_s * 1e3:.3g} ms")
+    ax_lat.axhline(slo.itl_s, color="k", linestyle=":", linewidth=1,
+                   label=f"ITL target {slo.itl_s * 1e3:.3g} ms")
+    for engine, df in _by_engine(probes, "slo_attained", ascending=False):
+        line, = ax_att.plot(df["offered_rps"], df["slo_attained"], marker="o", label=engine)
+        color = line.get_color()
+        if goodput.get(str(engine), 0) > 0:
+            ax_att.axvline(goodput[str(engine)], color=color, linestyle=":", linewidth=1,
+                           label=f"{engine} goodput {goodput[str(engine)]:.3g} req/s")
+        ax_lat.plot(df["offered_rps"], df["ttft_p90_s"], marker="o", color=color,
+                    label=f"{engine} TTFT p90")
+        ax_lat.plot(df["offered_rps"], df["itl_mean_p90_s"], marker="s", linestyle="--",
+                    color=color, label=f"{engine} mean ITL p90")
+    ax_att.set(xlabel="arrival rate (req/s)", ylabel="share of requests within SLO",
+               ylim=(-0.02, 1.02), title="Goodput: SLO attainment vs arrival rate")
+    ax_lat.set(xlabel="arrival rate (req/s)", ylabel="seconds", yscale="log",
+               title="What the SLO judges")
+    for ax in (ax_att, ax_lat):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return save(fig, path)

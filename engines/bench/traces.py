@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from engines.bench.workloads import WorkItem
+from engines.bench.draws import WorkItem
 
 Process = Literal["poisson", "gamma", "closed"]
 
@@ -29,7 +29,7 @@ class Arrival:
 
 
 @dataclass(frozen=True, slots=True)
-class Trace:
+class ArrivalTrace:
     arrivals: tuple[Arrival, ...]  # sorted by at_s
     rate: float  # offered requests/s (inf for a closed batch)
     process: Process
@@ -59,7 +59,7 @@ class Trace:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> Trace:
+    def load(cls, path: str | Path) -> ArrivalTrace:
         data = json.loads(Path(path).read_text())
         arrivals = tuple(
             Arrival(float(a["at_s"]), str(a["request_id"]),
@@ -75,7 +75,7 @@ def _ids(n: int, tag: str) -> list[str]:
 
 
 def _build(items: Sequence[WorkItem], gaps: np.ndarray, rate: float, process: Process,
-           seed: int, tag: str) -> Trace:
+           seed: int, tag: str) -> ArrivalTrace:
     # The first request arrives at 0, and the gaps are rescaled to average exactly 1/rate: a
     # 400-request sample's own mean gap is off by ~5%, which would misstate the offered rate.
     gaps = gaps[1:]
@@ -84,10 +84,11 @@ def _build(items: Sequence[WorkItem], gaps: np.ndarray, rate: float, process: Pr
     times = np.concatenate([[0.0], np.cumsum(gaps)])[: len(items)]
     arrivals = tuple(Arrival(float(t), rid, item)
                      for t, rid, item in zip(times, _ids(len(items), tag), items, strict=True))
-    return Trace(arrivals, rate, process, seed)
+    return ArrivalTrace(arrivals, rate, process, seed)
 
 
-def poisson(items: Sequence[WorkItem], rate: float, *, seed: int = 0, tag: str = "r") -> Trace:
+def poisson(items: Sequence[WorkItem], rate: float, *, seed: int = 0,
+            tag: str = "r") -> ArrivalTrace:
     """Exponential gaps with mean 1/rate."""
     if rate <= 0:
         raise ValueError(f"rate: must be > 0, got {rate}")
@@ -96,7 +97,7 @@ def poisson(items: Sequence[WorkItem], rate: float, *, seed: int = 0, tag: str =
 
 
 def gamma(items: Sequence[WorkItem], rate: float, *, cv: float = 2.0, seed: int = 0,
-          tag: str = "r") -> Trace:
+          tag: str = "r") -> ArrivalTrace:
     """Gamma gaps with mean 1/rate and coefficient of variation cv (cv > 1: burstier)."""
     if rate <= 0 or cv <= 0:
         raise ValueError(f"rate and cv: must be > 0, got rate={rate}, cv={cv}")
@@ -105,6 +106,6 @@ def gamma(items: Sequence[WorkItem], rate: float, *, cv: float = 2.0, seed: int 
     return _build(items, gaps, rate, "gamma", seed, tag)
 
 
-def closed(items: Sequence[WorkItem], *, tag: str = "c") -> Trace:
+def closed(items: Sequence[WorkItem], *, tag: str = "c") -> ArrivalTrace:
     """Every request at t=0: a closed batch."""
     return _build(items, np.zeros(len(items)), float("inf"), "closed", 0, tag)

@@ -182,9 +182,9 @@ def request_mixes(
 
 @st.composite
 def seed_groups(draw: st.DrawFn, limits: EngineLimits, start: int) -> list[Request]:
-    """One prompt sampled at temperature 1 under 6..8 distinct seeds (enough for the seeds
+    """One prompt sampled at temperature 1 under 6..8 distinct seeds (enough for the `seeds`
     check's 1e-6 false-alarm bound on a model as uncertain as the tiny preset), one seed
-    twice: the seeds check tells reproducible from insensitive with them."""
+    twice: the `seeds` check tells reproducible from insensitive with them."""
     prompt = draw(prompts(limits), label="group_prompt")
     seeds = draw(st.lists(st.integers(0, 2**16), min_size=6, max_size=8, unique=True),
                  label="group_seeds")

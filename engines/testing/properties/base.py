@@ -44,7 +44,7 @@ class Judge:
         """Whether a request's tokens are a function of the request, so that two runs must
         agree: greedy, or sampled under a seed. Not in tie-aware mode for sampled requests: a
         batch-variant kernel's perturbed logits may move a sampled token across a boundary of
-        the sampling distribution, and no margin tells when (the seeds check still compares
+        the sampling distribution, and no margin tells when (the `seeds` check still compares
         such requests served alone twice)."""
         if params.temperature == 0:
             return True

@@ -1,9 +1,10 @@
-"""Drive an engine through a trace on a clock, recording when every token came out.
+"""Replay an arrival trace on an engine, on a clock, recording when every token came out.
 
 Open loop: a request joins (add_request) as soon as its arrival time has passed, however busy
 the engine is; the driver never waits for the engine to ask. Closed: the whole workload at
-t=0, 2 warm-up and 5 recorded runs, as the seeds did. The engine is seen only through the
-protocol; slot tables are recorded when the engine offers them.
+t=0, 2 warm-up and 5 recorded runs, as in the serving series' continuous-batching part
+(docs/references.md). The engine is seen only through the protocol; slot tables are
+recorded when the engine offers them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engines.bench.traces import Trace
+from engines.bench.devices import Sync
+from engines.bench.traces import ArrivalTrace
 from engines.protocol import Engine
 
 
@@ -37,7 +39,7 @@ class WallClock:
 
 
 @dataclass(slots=True)
-class StepRecord:
+class StepTiming:
     start_s: float  # relative to the run's start
     end_s: float
     n_tokens: int
@@ -48,8 +50,8 @@ class StepRecord:
 @dataclass(slots=True)
 class Run:
     engine: str
-    trace: Trace
-    steps: list[StepRecord] = field(default_factory=list)
+    trace: ArrivalTrace
+    steps: list[StepTiming] = field(default_factory=list)
     added_s: dict[str, float] = field(default_factory=dict)  # when add_request was called
     token_steps: dict[str, list[int]] = field(default_factory=dict)  # step index per token
     finish_reason: dict[str, str] = field(default_factory=dict)
@@ -77,13 +79,14 @@ def _wasted(engine: Engine) -> int | None:
 
 def run_trace(
     engine: Engine,
-    trace: Trace,
+    trace: ArrivalTrace,
     *,
     name: str = "engine",
     clock: Clock | None = None,
     record_slots: bool = False,
     give_up_wait_s: float | None = None,
     id_suffix: str = "",
+    sync: Sync | None = None,
 ) -> Run:
     """Replay `trace` open-loop on `engine` (which must be drained) and record every token.
 
@@ -93,7 +96,7 @@ def run_trace(
     """
     steps = drive(engine, trace, name=name, clock=clock or WallClock(),
                   record_slots=record_slots, give_up_wait_s=give_up_wait_s,
-                  id_suffix=id_suffix)
+                  id_suffix=id_suffix, sync=sync)
     with gc_paused():
         while True:
             try:
@@ -119,16 +122,21 @@ def gc_paused() -> Iterator[None]:
 
 def drive(
     engine: Engine,
-    trace: Trace,
+    trace: ArrivalTrace,
     *,
     name: str,
     clock: Clock,
     record_slots: bool = False,
     give_up_wait_s: float | None = None,
     id_suffix: str = "",
+    sync: Sync | None = None,
 ) -> Generator[None, None, Run]:
     """`run_trace` one step at a time: yields after every engine step, returns the Run. Lets
-    a caller interleave several engines' runs (engines.bench.paired)."""
+    a caller interleave several engines' runs (engines.bench.paired).
+
+    sync: called before and after every step (engines.bench.devices: CUDA synchronize), so a
+    step's time covers the device work it queued.
+    """
     run = Run(name, trace, id_suffix=id_suffix)
     slot_table: Callable[[], Sequence[Hashable | None]] | None = (
         getattr(engine, "slot_table", None) if record_slots else None
@@ -161,8 +169,12 @@ def drive(
             clock.sleep_until(t0 + pending[0].at_s)
             run.idle_s += clock.now() - idle_from
             continue
+        if sync is not None:
+            sync()
         start = clock.now()
         outputs = engine.step()
+        if sync is not None:
+            sync()
         end = clock.now()
         run.step_s += end - start
         index = len(run.steps)
@@ -181,7 +193,7 @@ def drive(
                 run.finish_reason[rid] = out.finish_reason.value
                 waiting_first.pop(rid, None)
         slots = tuple(slot_table()) if slot_table else None
-        run.steps.append(StepRecord(start - t0, end - t0, n_tokens, tuple(firsts), slots))
+        run.steps.append(StepTiming(start - t0, end - t0, n_tokens, tuple(firsts), slots))
         yield
     run.wall_s = clock.now() - t0
     wasted1 = _wasted(engine)
@@ -192,7 +204,7 @@ def drive(
 
 def run_closed(
     engine: Engine,
-    trace: Trace,
+    trace: ArrivalTrace,
     *,
     name: str = "engine",
     warmup: int = 2,
@@ -200,8 +212,9 @@ def run_closed(
     clock: Clock | None = None,
     record_slots: bool = False,
     on_run: Callable[[], None] | None = None,
+    sync: Sync | None = None,
 ) -> list[Run]:
-    """The seeds' closed protocol: `warmup` unrecorded runs, then `runs` recorded ones.
+    """The closed protocol (docs/references.md): `warmup` unrecorded runs, then `runs` recorded.
 
     One engine serves every run (a drained engine is reusable); request ids get a per-run
     suffix so that no id is ever reused.
@@ -209,7 +222,7 @@ def run_closed(
     recorded = []
     for i in range(warmup + runs):
         run = run_trace(engine, trace, name=name, clock=clock, record_slots=record_slots,
-                        id_suffix=f"#{i}")
+                        id_suffix=f"#{i}", sync=sync)
         if i >= warmup:
             recorded.append(run)
         if on_run is not None:

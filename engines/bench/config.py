@@ -1,0 +1,113 @@
+"""What one comparison measures and on what: the preset follows the hardware, sizes follow
+--quick, and the engines of the default comparison are listed once, here."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from engines.bench.devices import default_device
+from engines.bench.slowdown import SlowedEngine, planted
+from engines.factories import load_factory
+from engines.protocol import Engine
+
+EngineFactory = Callable[[], Engine]
+
+# The default comparison: row name -> engine class, built on the preset's model with the
+# config's device, dtype and slots. One line adds an engine to every default run (CLI and asv).
+DEFAULT_ENGINES: dict[str, str] = {
+    "static": "engines.static:StaticBatchEngine",
+    "continuous": "engines.continuous:ContinuousBatchEngine",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    preset: str = "tiny"
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_batch_size: int = 8
+    seed: int = 0
+    capacity_requests: int = 400  # per probe, as the write-up's traces (docs/references.md)
+    iterations: int = 5  # capacity: bisection steps after the bracket holds
+    goodput_iterations: int = 4  # goodput: bisection steps after the bracket holds
+    retries: int = 1  # a failing probe round is re-run, paired, this many times
+    closed_requests: int = 32
+    warmup: int = 2
+    runs: int = 5
+    admissions_per_class: int = 8  # disturbance: requests per prompt-length class
+    slo_ttft_s: float | None = None  # default: derived from the hardware (engines.bench.slo)
+    slo_itl_s: float | None = None
+    slo_attainment: float = 0.9
+    reference_load: float = 0.8  # latency columns: each engine at this x its own capacity
+    reference_rps: float | None = None  # or every engine at this one rate
+    replicas: int = 1  # independent capacity and goodput searches (asv's samples)
+
+    def __post_init__(self) -> None:
+        for name in ("capacity_requests", "closed_requests", "runs", "replicas",
+                     "max_batch_size", "admissions_per_class"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.reference_load <= 1:
+            raise ValueError(f"reference_load: must be in (0, 1], got {self.reference_load}")
+        for name in ("slo_ttft_s", "slo_itl_s", "reference_rps"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name}: must be > 0 seconds or req/s, got {value}")
+        if not 0 < self.slo_attainment <= 1:
+            raise ValueError(f"slo_attainment: must be in (0, 1], got {self.slo_attainment}")
+
+    @classmethod
+    def for_hardware(cls, *, quick: bool = False, device: str | None = None,
+                     **overrides: Any) -> Config:
+        """tiny in fp32 without a GPU; qwen2.5-1.5b in bf16 on CUDA (Qwen2.5 is bf16-native;
+        --dtype float16 still selects fp16). Overrides that are None are ignored."""
+        device = device or default_device()
+        base: dict[str, Any] = (
+            {"preset": "qwen2.5-1.5b", "device": device, "dtype": "bfloat16"}
+            if device.startswith("cuda") else
+            {"preset": "tiny", "device": device, "dtype": "float32"}
+        )
+        if quick:
+            base.update(capacity_requests=200, iterations=5, goodput_iterations=3)
+            if device.startswith("cuda"):  # a 1.5B step is ~10 ms: keep the run in minutes
+                base.update(capacity_requests=48, iterations=3, goodput_iterations=2,
+                            admissions_per_class=6)
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+    def with_(self, **changes: Any) -> Config:
+        known = {f.name for f in fields(self)}
+        unknown = set(changes) - known
+        if unknown:
+            raise TypeError(f"Config has no field {sorted(unknown)}")
+        return replace(self, **changes)
+
+
+def default_engines(config: Config) -> dict[str, EngineFactory]:
+    """DEFAULT_ENGINES on the config's model; BENCH_SLOWDOWN (engines.bench.slowdown) wraps
+    them in a planted slowdown."""
+    kwargs = {"model": config.preset, "device": config.device, "dtype": config.dtype,
+              "max_batch_size": config.max_batch_size}
+    factories: dict[str, EngineFactory] = {}
+    for name, spec in DEFAULT_ENGINES.items():
+        make = functools.partial(load_factory(spec), **kwargs)
+        fraction = planted(name)
+        if fraction:
+            if name not in _WARNED:  # once per process: asv builds engines per sample
+                _WARNED.add(name)
+                print(f"batching-bench: PLANTED SLOWDOWN: {name} steps {fraction:.0%} slower",
+                      file=sys.stderr)
+            make = functools.partial(_slowed, make, fraction)
+        factories[name] = make
+    return factories
+
+
+_WARNED: set[str] = set()
+
+
+def _slowed(make: EngineFactory, fraction: float) -> Engine:
+    return SlowedEngine(make(), fraction)

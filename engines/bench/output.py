@@ -1,0 +1,73 @@
+"""What a comparison leaves behind: CSV tables, replayable traces and PNGs in one folder, and
+the closing text a person reads (the winner table, the SLO, every bracket and ratio)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from engines.bench import disturbance, summary
+from engines.bench.comparison import Comparison
+from engines.bench.metrics import write_csv
+from engines.bench.table import format_table
+
+
+def write(comparison: Comparison, table: pd.DataFrame, out: Path, *, plots: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(table, out / "summary.csv")
+    frames = summary.frames(comparison)
+    for name, frame in frames.items():
+        write_csv(frame, out / f"{name}.csv")
+    results = list(comparison.results.values())
+    for result in results:
+        if result.reference is not None:
+            result.reference.trace.save(out / f"trace-reference-{result.name}.json")
+    if results and results[0].disturbance is not None:
+        results[0].disturbance.trace.save(out / "trace-disturbance.json")
+    if not plots:
+        return
+    from engines.bench import plots as figures
+    from engines.bench import timelines
+
+    figures.rate_plot(frames["probes"], out / "rate.png")
+    figures.goodput_plot(frames["probes"], comparison.slo,
+                         {r.name: r.goodput.low for r in results}, out / "goodput.png")
+    timelines.itl_timeline([r.disturbance for r in results if r.disturbance is not None],
+                           out / "itl_timeline.png")
+    slotted = [r.timeline for r in results if r.timeline is not None]
+    if slotted:
+        timelines.slot_timeline(slotted, out / "slot_timeline.png")
+
+
+def _ratio_line(table: pd.DataFrame, column: str, label: str) -> list[str]:
+    values = table.set_index("engine")[column]
+    if not {"static", "continuous"} <= set(values.index) or not values["static"] > 0:
+        return []
+    return [f"{label} ratio continuous/static: {values['continuous'] / values['static']:.2f}x"]
+
+
+def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
+    lines = [format_table(table), "", f"SLO: {comparison.slo.describe()}"]
+    if comparison.hardware is not None:
+        lines.append(f"  measured on {comparison.hardware.describe()}")
+    for result in comparison.results.values():
+        for label, found in (("goodput", result.goodput), ("capacity", result.capacity)):
+            lines.append(f"{label} {result.name}: {found.low:.4g} req/s, bracket "
+                         f"{found.bracket()}, {len(found.probes)} probes")
+        spike = disturbance.headline(result.spikes)
+        if spike["steps"]:
+            lines.append(f"ITL spike {result.name}: {spike['ratio']:.3g}x "
+                         f"[95% CI {spike['ci_low']:.3g}, {spike['ci_high']:.3g}] over "
+                         f"{spike['steps']} admissions of {int(spike['prompt_len'])}-token "
+                         "prompts" + (" (fewer than 5: read with care)"
+                                      if spike["steps"] < disturbance.MIN_SAMPLES else ""))
+    lines += _ratio_line(table, "goodput_rps", "goodput")
+    lines += _ratio_line(table, "capacity_rps", "capacity")
+    first = next(iter(comparison.results.values()))
+    lines += [f"capacity rule: {first.capacity.rule}", f"goodput rule: {first.goodput.rule}"]
+    config = comparison.config
+    lines.append("latency columns: " + (f"every engine at {config.reference_rps:g} req/s"
+                 if config.reference_rps else
+                 f"each engine at {config.reference_load:g} x its own capacity"))
+    return "\n".join(lines)

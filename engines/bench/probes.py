@@ -1,0 +1,96 @@
+"""One capacity probe: a seeded Poisson trace replayed open-loop at one rate, and its verdicts.
+
+Stable (the throughput-capacity rule) when
+  1. every request finished and the driver never gave up (no request waited longer than half
+     the trace's span for its first token), and
+  2. latency does not grow: the least-squares slopes of queue wait, TTFT and end-to-end latency
+     against arrival time are all at most `max_growth` (0.05: under 0.05 s per second of
+     trace). Past capacity c the backlog grows and, for a first-come-first-served engine, the
+     queue-wait slope approaches rate/c - 1, so 0.05 means the engine kept up with about 95%
+     of the offered rate. Queue wait alone can be gamed: an engine that admits every request
+     at once keeps queue wait at one step while every request slows down; its TTFT and
+     end-to-end latency grow instead, and they are judged too.
+  3. if `queue_bound_s` is given, the p90 queue wait is within it.
+A slope, not a level, is the default because it is scale-free: the same rule serves a 1 ms CPU
+step and a 50 ms GPU step, and it does not penalise static batching's steady wait for the
+running batch to drain, only a wait that keeps growing.
+
+Meets the SLO (the goodput rule) when it is stable and at least `slo.attainment` of the
+trace's requests finished within both latency targets (engines.bench.slo).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engines.bench import traces
+from engines.bench.devices import Sync
+from engines.bench.draws import WorkItem
+from engines.bench.metrics import requests_frame, slo_met, summarize
+from engines.bench.paired import run_paired
+from engines.bench.replay import Clock, Run
+from engines.bench.slo import SLO
+from engines.protocol import Engine
+
+MAX_GROWTH = 0.05
+GROWTH_COLUMNS = {"wait_slope": "queue_wait_s", "ttft_slope": "ttft_s", "e2e_slope": "e2e_s"}
+RULE = ("stable: all requests finished, and the least-squares slopes of queue wait, TTFT and "
+        "end-to-end latency against arrival time are all <= {growth} s/s{bound}")
+
+
+@dataclass(slots=True)
+class Probe:
+    rate: float
+    stable: bool
+    growth: float  # the largest of the three latency slopes
+    attainment: float  # share of requests within the SLO (nan without one)
+    summary: dict[str, Any]
+    run: Run
+
+    def meets(self, slo: SLO) -> bool:
+        return self.stable and self.attainment >= slo.attainment
+
+
+def slope(df: Any, column: str) -> float:
+    """Least-squares slope of `column` against arrival time (nan with fewer than 2 points)."""
+    df = df.dropna(subset=[column])
+    if len(df) < 2 or df["arrival_s"].nunique() < 2:
+        return float("nan")
+    return float(np.polyfit(df["arrival_s"], df[column], 1)[0])
+
+
+def verdict(run: Run, rate: float, n: int, *, max_growth: float = MAX_GROWTH,
+            queue_bound_s: float | None = None, slo: SLO | None = None) -> Probe:
+    requests = requests_frame(run)
+    summary = summarize(run, requests=requests, slo=slo)
+    slopes = {name: slope(requests, column) for name, column in GROWTH_COLUMNS.items()}
+    finite = [s for s in slopes.values() if not math.isnan(s)]
+    growth = max(finite) if len(finite) == len(slopes) else float("nan")
+    stable = not run.gave_up and summary["completed"] == n and bool(growth <= max_growth)
+    if queue_bound_s is not None and stable:
+        stable = bool(requests["queue_wait_s"].quantile(0.9) <= queue_bound_s)
+    attainment = float(slo_met(requests, slo).mean()) if slo is not None else float("nan")
+    summary.update(slopes, growth=growth, stable=stable)
+    if slo is not None:
+        summary["meets_slo"] = stable and attainment >= slo.attainment
+    return Probe(rate, stable, growth, attainment, summary, run)
+
+
+def probe_paired(engines: Mapping[str, Engine], items: list[WorkItem],
+                 rates: Mapping[str, float], *, seed: int, max_growth: float = MAX_GROWTH,
+                 queue_bound_s: float | None = None, slo: SLO | None = None,
+                 clocks: Mapping[str, Clock] | None = None, sync: Sync | None = None,
+                 tag: str = "") -> dict[str, Probe]:
+    """One probe per engine, each at its own rate, run paired (engines.bench.paired)."""
+    trace = {name: traces.poisson(items, rate, seed=seed, tag=f"p{tag}{rate:.6g}")
+             for name, rate in rates.items()}
+    runs = run_paired({name: engines[name] for name in rates}, trace, clocks=clocks, sync=sync,
+                      give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()})
+    return {name: verdict(run, rates[name], len(items), max_growth=max_growth,
+                          queue_bound_s=queue_bound_s, slo=slo)
+            for name, run in runs.items()}

@@ -1,0 +1,118 @@
+"""A comparison as tables: one summary row per engine, the CSV frames, and asv's samples.
+
+The summary reads the first replica (the CLI runs one); asv's samples read every replica.
+Column names are a contract (scripts read summary.csv): new ones are appended, none renamed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engines.bench import disturbance
+from engines.bench.comparison import Comparison, EngineResult
+from engines.bench.metrics import requests_frame, summarize, tokens_frame
+
+SUMMARY_COLUMNS = [
+    "engine", "capacity_rps", "capacity_low_rps", "capacity_high_rps", "output_tokens_per_s",
+    "ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s", "itl_p50_s",
+    "itl_p95_s", "itl_max_s", "e2e_p50_s", "goodput_rps", "itl_spike_ratio",
+    "spike_prompt_len", "baseline_itl_s", "wasted_slot_steps", "driver_overhead_pct",
+    "reference_rps",
+    # goodput capacity's bracket and the SLO it was judged under; the spike's CI
+    "goodput_high_rps", "slo_ttft_s", "slo_itl_s", "slo_attainment", "itl_spike_ci_low",
+    "itl_spike_ci_high", "itl_spike_samples",
+]
+LATENCY_COLUMNS = ("ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s",
+                   "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s")
+
+
+def _overhead_pct(runs: list[Any]) -> float:
+    step_s = sum(r.step_s for r in runs)
+    return 100.0 * sum(r.driver_s for r in runs) / step_s if step_s else 0.0
+
+
+def summary_row(result: EngineResult, comparison: Comparison) -> dict[str, Any]:
+    slo = comparison.slo
+    tokens_per_s = float(np.median([summarize(r)["output_tokens_per_s"] for r in result.closed]))
+    ref = summarize(result.reference, slo=slo) if result.reference is not None else {}
+    spike = disturbance.headline(result.spikes)
+    baseline = result.spikes["baseline_gap_s"].iloc[0] if len(result.spikes) else np.nan
+    return {
+        "engine": result.name,
+        "capacity_rps": result.capacity.low,
+        "capacity_low_rps": result.capacity.low,
+        "capacity_high_rps": result.capacity.high,
+        "output_tokens_per_s": tokens_per_s,
+        **{k: ref.get(k, np.nan) for k in LATENCY_COLUMNS},
+        "goodput_rps": result.goodput.low,
+        "itl_spike_ratio": spike["ratio"],
+        "spike_prompt_len": spike["prompt_len"],
+        "baseline_itl_s": baseline,
+        "wasted_slot_steps": result.closed[-1].wasted_slot_steps,
+        "driver_overhead_pct": _overhead_pct(list(result.runs())),
+        "reference_rps": result.reference.trace.rate if result.reference else np.nan,
+        "goodput_high_rps": result.goodput.high,
+        "slo_ttft_s": slo.ttft_s,
+        "slo_itl_s": slo.itl_s,
+        "slo_attainment": slo.attainment,
+        "itl_spike_ci_low": spike["ci_low"],
+        "itl_spike_ci_high": spike["ci_high"],
+        "itl_spike_samples": spike["steps"],
+    }
+
+
+def summary(comparison: Comparison) -> pd.DataFrame:
+    rows = [summary_row(r, comparison) for r in comparison.results.values()]
+    return pd.DataFrame(rows)[SUMMARY_COLUMNS]
+
+
+def frames(comparison: Comparison) -> dict[str, pd.DataFrame]:
+    """The CSV tables: per request and per token (reference and disturbance runs), every
+    probe of both searches, spikes by admitted length, closed runs."""
+    requests: list[pd.DataFrame] = []
+    tokens: list[pd.DataFrame] = []
+    probes: list[dict[str, Any]] = []
+    closed: list[dict[str, Any]] = []
+    for result in comparison.results.values():
+        for label, run in (("reference", result.reference),
+                           ("disturbance", result.disturbance)):
+            if run is None:
+                continue
+            requests.append(requests_frame(run).assign(run=label))
+            tokens.append(tokens_frame(run).assign(run=label))
+        for replica, (cap, good) in enumerate(zip(result.capacities, result.goodputs,
+                                                  strict=True)):
+            for search, found in (("capacity", cap), ("goodput", good)):
+                probes.extend({**p.summary, "search": search, "replica": replica,
+                               "bracket": found.bracket()} for p in found.probes)
+        closed.extend({**summarize(run), "run": i} for i, run in enumerate(result.closed))
+    return {
+        "requests": pd.concat(requests, ignore_index=True),
+        "tokens": pd.concat(tokens, ignore_index=True),
+        "probes": pd.DataFrame(probes),
+        "spikes": pd.concat([r.spikes for r in comparison.results.values()],
+                            ignore_index=True),
+        "closed": pd.DataFrame(closed),
+    }
+
+
+def samples(result: EngineResult) -> dict[str, list[float]]:
+    """Repeated measurements of each tracked figure, for asv's statistics: closed runs,
+    replicas of the searches and the reference run, admission steps."""
+    def inverse(values: list[float]) -> list[float]:
+        return [1.0 / v for v in values if v > 0 and np.isfinite(v)]
+
+    references = [r for r in result.references if r is not None]
+    return {
+        "seconds_per_output_token": inverse(
+            [summarize(r)["output_tokens_per_s"] for r in result.closed]),
+        "seconds_per_request_at_capacity": inverse([c.low for c in result.capacities]),
+        "seconds_per_request_at_goodput": inverse([g.low for g in result.goodputs]),
+        "ttft_p95_s": [float(summarize(r)["ttft_p95_s"]) for r in references],
+        "itl_spike_ratio": (disturbance.headline_samples(result.disturbance)
+                            if result.disturbance is not None else []),
+        "driver_overhead_pct": [_overhead_pct([r]) for r in (*result.closed, *references)],
+    }

@@ -1,0 +1,43 @@
+"""The closing table: the winner of each figure and its ratio over every other engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from engines.bench.table import format_table, winners
+
+
+def test_winner_per_figure_respects_which_way_is_better() -> None:
+    summary = pd.DataFrame({
+        "engine": ["static", "continuous", "paged"],
+        "goodput_rps": [10.0, 30.0, 25.0],
+        "ttft_p95_s": [0.4, 0.1, 0.2],
+        "itl_spike_ratio": [np.nan, 12.0, 3.0],
+        "wasted_slot_steps": [300, 0, 0],
+        "driver_overhead_pct": [1.0, 1.2, 1.1],
+    })
+    table = winners(summary).set_index("figure")
+    goodput = table.loc["goodput req/s (SLO)"]
+    assert goodput["winner"] == "continuous"
+    assert goodput["ratio"] == "3.00x static, 1.20x paged"
+    ttft = table.loc["TTFT p95 s @ reference"]
+    assert ttft["winner"] == "continuous" and ttft["ratio"] == "4.00x static, 2.00x paged"
+    # An engine without the figure (static never admits into a running batch) takes no part.
+    spike = table.loc["ITL spike x (admission)"]
+    assert spike["winner"] == "paged" and spike["ratio"] == "4.00x continuous"
+    assert spike["static"] == "n/a"
+    # Engines tied at the best value share the win; zero has no ratio; the harness's own
+    # overhead is no contest.
+    assert table.loc["wasted slot-steps", "winner"] == "continuous, paged"
+    assert table.loc["wasted slot-steps", "ratio"] == "n/a static"
+    assert table.loc["harness overhead %", "winner"] == ""
+
+
+def test_ties_and_lone_engines_name_no_winner() -> None:
+    summary = pd.DataFrame({"engine": ["a", "b"], "capacity_rps": [5.0, 5.0],
+                            "itl_spike_ratio": [np.nan, 2.0]})
+    table = winners(summary).set_index("figure")
+    assert table.loc["capacity req/s", "winner"] == "tie"
+    assert table.loc["ITL spike x (admission)", "winner"] == ""
+    assert "capacity req/s" in format_table(summary)
