@@ -1,6 +1,6 @@
 """Planted bugs in the reference ContinuousBatchEngine's model path and sampler: the kinds that
 corrupt a request served alone just as much as one served in a batch, so self-parity passes
-and only the second-wave oracles (prefill/decode consistency, a reference engine, the seeds
+and only the second-wave oracles (prefill/decode consistency, a reference engine, the `seeds`
 check) can see them."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class DropsQKVBias(ContinuousBatchEngine):
 class ConstantSeed(ContinuousBatchEngine):
     """The request's seed never reaches the sampler: every sampled request gets a generator
     seeded with the engine's default (the llama.cpp #7381 class). Reproducible, so parity
-    passes; only the seeds check's sensitivity test sees that seeds change nothing."""
+    passes; only the `seeds` check's sensitivity test sees that seeds change nothing."""
 
     caught_by = "seeds"
 
