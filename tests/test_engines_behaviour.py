@@ -7,7 +7,15 @@ from collections.abc import Hashable
 import pytest
 
 from engines.continuous import ContinuousBatchEngine
-from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams, StepOutput
+from engines.protocol import (
+    FinishReason,
+    InvalidRequest,
+    KVIntrospection,
+    Request,
+    SamplingParams,
+    SlotIntrospection,
+    StepOutput,
+)
 from engines.static import StaticBatchEngine
 from tests.helpers import drain, make_prompts
 
@@ -56,7 +64,11 @@ def test_abort_running_and_waiting(engine_cls: type) -> None:
         assert seen[rid][-1].token_ids == ()
     assert results[running][0], "the running request had produced tokens before its abort"
     assert results[waiting][0] == [] or engine_cls is not ContinuousBatchEngine
-    assert all(x is None for x in engine.slot_table())
+    if isinstance(engine, SlotIntrospection):
+        assert all(x is None for x in engine.slot_table())
+    if isinstance(engine, KVIntrospection):
+        assert not engine.kv_block_tables()
+        assert engine.kv_free_blocks() == engine.kv_total_blocks
     engine.abort_request(running)  # finished id: a no-op
     assert not engine.has_work()
 
