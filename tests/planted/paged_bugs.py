@@ -17,6 +17,7 @@ from engines.paged import PagedEngine
 from engines.paged_forward import Row
 from engines.paged_state import PagedRequest
 from engines.protocol import StepOutput
+from engines.sequential import SequentialEngine
 
 
 class PrefixKeyIgnoresPast(PagedEngine):
@@ -25,6 +26,7 @@ class PrefixKeyIgnoresPast(PagedEngine):
     # A request whose first block equals a block cached at another index (or after another
     # prefix) is handed KV computed at other positions in another context.
     caught_by = "reference_parity"
+    reference = SequentialEngine  # the suite harness runs reference_parity against it
 
     def _block_key(self, parent: BlockKey | None, tokens: Sequence[int]) -> BlockKey:
         return block_key(None, tokens)
@@ -46,8 +48,15 @@ class RepeatsTokenOnResume(PagedEngine):
     """Preemption drops the last sampled token to recompute it, though it was already sent."""
 
     # Its KV was never computed, so "the recompute will produce it": it does, and the client
-    # gets it twice (max_tokens + 1 tokens in all). Needs a preemption.
+    # gets it twice (max_tokens + 1 tokens in all). Needs a preemption, so it is planted in
+    # a pool of 8 blocks for a context of 128 tokens (the largest request still fits alone):
+    # requests sharing a prefix while one decodes a long budget run out of blocks.
     caught_by = "budget_finish"
+
+    def __init__(self, **kw: Any) -> None:
+        kw.setdefault("max_model_len", 128)
+        kw.setdefault("num_blocks", 8)
+        super().__init__(**kw)
 
     def _preempt(self, seq: PagedRequest) -> None:
         super()._preempt(seq)
@@ -62,6 +71,7 @@ class ChunkStartsOneEarly(PagedEngine):
     # KV is overwritten and the chunk's own last slot never written. Needs a prompt longer
     # than what one step computes; the engine's own alone run has the same bug.
     caught_by = "reference_parity"
+    reference = SequentialEngine
 
     def _row(self, seq: PagedRequest, n: int) -> Row:
         row = super()._row(seq, n)
