@@ -102,7 +102,7 @@ class Group:
     size: int  # rows; their queries are the next `size` packed tokens
     width: int  # the longest member's length: every member is padded to it
     gather: torch.Tensor  # [size * width] pool slots, row-major
-    mask: torch.Tensor | None  # [size, 1, 1, width]; None when no member is padded
+    mask: torch.Tensor | None  # [size, 1, 1, width], 0 or -inf; None when none is padded
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ class Chunk:
     size: int  # tokens; the next `size` packed tokens
     start: int  # tokens of the request before the chunk, already in the pool
     gather: torch.Tensor | None  # pool slots of tokens 0..start+size-1; None when start == 0
-    mask: torch.Tensor | None  # [size, start+size]: causal over prefix + chunk
+    mask: torch.Tensor | None  # [size, start+size], 0 or -inf: causal over prefix + chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +123,8 @@ class AttentionPlan:
     chunks: list[Chunk]
 
     @classmethod
-    def build(cls, rows: Sequence[Span], block_size: int, pad: int, device: torch.device
-              ) -> AttentionPlan:
+    def build(cls, rows: Sequence[Span], block_size: int, pad: int, device: torch.device,
+              dtype: torch.dtype = torch.float32) -> AttentionPlan:
         """`pad`: tokens of padding a bucket may carry (see PAD_ELEMENTS)."""
         single = [i for i, row in enumerate(rows) if len(row.tokens) == 1]
         lengths = [rows[i].start + 1 for i in single]
@@ -137,7 +137,10 @@ class AttentionPlan:
             width = lengths[members[0]]
             grid = slot_grid([rows[i].blocks for i in order], width, block_size, device)
             real = long_tensor([lengths[m] for m in members], device)
-            valid = torch.arange(width, device=device) < real[:, None]
+            # Additive (0 / -inf), built once a step: SDPA would convert a boolean mask to
+            # this in every layer's call.
+            valid = torch.zeros(len(members), width, device=device, dtype=dtype).masked_fill_(
+                torch.arange(width, device=device) >= real[:, None], float("-inf"))
             at = 0
             for bucket in buckets:
                 n, w = len(bucket), lengths[bucket[0]]
@@ -157,7 +160,8 @@ class AttentionPlan:
             total = row.start + size
             gather = slot_grid([row.blocks], total, block_size, device)[0]
             query_pos = torch.arange(row.start, total, device=device)
-            mask = torch.arange(total, device=device)[None, :] <= query_pos[:, None]
+            mask = torch.zeros(size, total, device=device, dtype=dtype).masked_fill_(
+                torch.arange(total, device=device)[None, :] > query_pos[:, None], float("-inf"))
             chunks.append(Chunk(size, row.start, gather, mask))
         return cls(order, groups, chunks)
 

@@ -44,7 +44,7 @@ class PagedForward(DecoderParts):
     def forward(self, rows: Sequence[Row]) -> torch.Tensor:
         """Compute every row's span; return logits [rows wanting them, vocab], in row order."""
         device = self.kv.device
-        plan = AttentionPlan.build(rows, self.block_size, self.pad, device)
+        plan = AttentionPlan.build(rows, self.block_size, self.pad, device, self.kv.dtype)
         tokens: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
