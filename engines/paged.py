@@ -31,8 +31,18 @@ from engines.protocol import InvalidRequest, Request, StepOutput
 from engines.sampling import sample
 
 DEFAULT_BLOCK_SIZE = 16
-# Tokens one step may compute (decode rows + prompt chunks). See DEFAULT_TOKEN_BUDGET_WHY.
-DEFAULT_TOKEN_BUDGET = 64
+# Tokens one step may compute, decode rows and prompt chunks together: a CPU default. On the
+# tiny preset a step costs a fixed ~0.7 ms (the model's ~160 small ops) plus ~5-10 us a
+# token, more for a chunk over a long cached prefix. Beside 7 decode rows, a 57-token chunk
+# over 420 cached tokens made the step 1.6x a decode step, an 89-token one 2.1-2.7x
+# (shared machine); 80 is the budget whose full steps stay near 2x in the worst case. The
+# bench (--quick, 2 runs each, ratios to continuous in one paired run) measured for budgets
+# 64 / 80 / 96 / 112: ITL spike 1.15-1.19 / 1.25-1.32 / 1.33-1.85 / 1.96-2.00, capacity
+# 0.85-0.86 / 0.91-0.95 / 0.89-0.96 / 0.98-1.00 of continuous. A smaller budget pays the
+# fixed cost more often per prompt token; continuous pays it once per prompt, and spikes
+# 8-15x (scripts/paged_budgets.py reruns this). On a GPU, where a step's cost is flat over
+# hundreds of tokens, pass a larger one (vLLM uses thousands).
+DEFAULT_TOKEN_BUDGET = 80
 
 
 class PagedEngine(EngineCore[PagedRequest]):

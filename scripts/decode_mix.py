@@ -12,7 +12,7 @@ follows the sum of lengths decodes both alike) and for n at the shortest class.
 All engines and workloads are stepped in turn (paired), each step timed on its own, so a
 shared machine's slow spells land on every figure alike.
 
-    python scripts/decode_mix.py [--preset tiny] [--batch 32] [--window 24] [--rounds 5]
+    python scripts/decode_mix.py [--preset tiny] [--batch 32] [--window 24] [--rounds 8]
 """
 
 from __future__ import annotations
@@ -54,13 +54,12 @@ class Run:
         started: set[object] = set()
         while len(started) < self.n:  # prefill: every request has its first token
             started.update(o.request_id for o in self.engine.step() if o.token_ids)
-        self.seconds, self.tokens = 0.0, 0
+        self.times: list[float] = []
 
     def step(self) -> None:
         start = time.perf_counter()
         outputs = self.engine.step()
-        self.seconds += time.perf_counter() - start
-        self.tokens += sum(len(o.token_ids) for o in outputs)
+        self.times.append(time.perf_counter() - start)
         assert len(outputs) == self.n, "a row left the batch while timed"
 
 
@@ -69,7 +68,7 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--window", type=int, default=24, help="decode steps timed per round")
-    parser.add_argument("--rounds", type=int, default=5, help="fresh batches; median reported")
+    parser.add_argument("--rounds", type=int, default=8, help="fresh batches")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -86,7 +85,7 @@ def main() -> None:
         "paged": lambda: PagedEngine(args.preset, max_batch_size=args.batch,
                                      max_num_batched_tokens=max(64, args.batch)),
     }
-    rates: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str], list[float]] = {}
     for rnd in range(args.rounds + 1):  # round 0 warms up
         runs = {(e, s): Run(make, _requests(ls, context, 1024, args.seed + rnd))
                 for e, make in engines.items() for s, ls in shapes.items()}
@@ -95,14 +94,15 @@ def main() -> None:
                 run.step()
         if rnd:
             for key, run in runs.items():
-                rates.setdefault(key, []).append(run.tokens / run.seconds)
+                times.setdefault(key, []).extend(run.times)
     print(f"{args.preset}, batch {args.batch}, prompts {min(lengths)}-{max(lengths)} "
-          f"(mean {np.mean(lengths):.0f}); decode tok/s, median of {args.rounds} rounds of "
-          f"{args.window} paired steps")
+          f"(mean {np.mean(lengths):.0f}); decode tok/s = batch / median step time over "
+          f"{args.rounds} rounds of {args.window} paired steps (a median resists a shared "
+          "machine's slow spells better than a sum)")
     print(f"{'engine':12}" + "".join(f"{s:>18}" for s in shapes)
           + f"{'mixed / mean':>14}{'mixed / shortest':>18}")
     for e in engines:
-        r = {s: median(rates[(e, s)]) for s in shapes}
+        r = {s: args.batch / median(times[(e, s)]) for s in shapes}
         print(f"{e:12}" + "".join(f"{r[s]:18.0f}" for s in shapes)
               + f"{r['mixed'] / r['uniform mean']:14.1%}"
               + f"{r['mixed'] / r['uniform shortest']:18.1%}")

@@ -8,6 +8,7 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import pytest
 
+from engines.paged import DEFAULT_TOKEN_BUDGET as BUDGET
 from engines.paged import PagedEngine
 from engines.protocol import (
     Abortable,
@@ -82,28 +83,27 @@ def _first_token_steps(engine: PagedEngine, requests: Sequence[Request]) -> dict
     return first
 
 
-BOUNDARY_LENGTHS = sorted({k * n + d for k in (1, 2) for n in (16, 64) for d in (-1, 0, 1)}
-                          | {3 * 64 + d for d in (-1, 0, 1)})
+BOUNDARY_LENGTHS = sorted({k * n + d for k in (1, 2) for n in (16, BUDGET) for d in (-1, 0, 1)}
+                          | {3 * BUDGET + d for d in (-1, 0, 1)})
 
 
 @pytest.mark.parametrize("length", BOUNDARY_LENGTHS)
 def test_chunk_boundaries_alone(length: int) -> None:
-    """Prompts of k x budget and k x block_size, and one token either side: alone, the first
-    token comes with the last chunk, in step ceil(length / budget)."""
+    """Prompts of k x the default budget and k x block_size, and one token either side:
+    alone, the first token comes with the last chunk, in step ceil(length / budget)."""
     [prompt] = make_prompts([length], seed=length)
     requests = greedy([prompt], [5])
-    engine = PagedEngine(max_num_batched_tokens=64)
-    first = _first_token_steps(engine, requests)
-    assert first[requests[0].request_id] == -(-length // 64) - 1
+    first = _first_token_steps(PagedEngine(), requests)
+    assert first[requests[0].request_id] == -(-length // BUDGET) - 1
     requests = greedy([prompt], [5])
-    assert_parity(drain_checked(PagedEngine(max_num_batched_tokens=64), requests), requests)
+    assert_parity(drain_checked(PagedEngine(), requests), requests)
 
 
 def test_chunk_boundaries_batched() -> None:
     """The same prompts together: decode rows shift every later chunk's boundaries."""
     prompts = make_prompts(BOUNDARY_LENGTHS, seed=11)
     requests = greedy(prompts, [1 + i % 7 for i in range(len(prompts))])
-    engine = PagedEngine(max_num_batched_tokens=64, max_batch_size=4)
+    engine = PagedEngine(max_batch_size=4)
     assert_parity(drain_checked(engine, requests), requests)
 
 

@@ -77,7 +77,7 @@ def test_preempted_request_repeats_a_token(cls: type[PagedEngine]) -> None:
 
 @pytest.mark.parametrize("cls", [ChunkStartsOneEarly, PagedEngine], ids=lambda c: c.__name__)
 def test_chunk_boundary_off_by_one(cls: type[PagedEngine]) -> None:
-    """A 100-token prompt alone, prefilled in two chunks (64 + 36)."""
+    """A 100-token prompt alone, prefilled in two chunks (80 + 20)."""
     requests = greedy(make_prompts([100], seed=32), [12])
     got = drain(cls(), requests)
     wrong = got[requests[0].request_id][0] != alone(requests)[requests[0].request_id]

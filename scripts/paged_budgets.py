@@ -1,0 +1,27 @@
+"""The paged engine at other per-step token budgets, for the bench: the ITL / capacity trade.
+
+A step's cost on the tiny CPU preset is a fixed ~0.7 ms (the model's ~100 small ops) plus
+~10 us a token, so the budget trades the admission spike against prefill throughput:
+
+    python -m engines.bench --quick \\
+        --engine continuous=engines.continuous:ContinuousBatchEngine \\
+        --engine paged=engines.paged:PagedEngine \\
+        --engine paged_96=scripts.paged_budgets:budget_96 \\
+        --engine paged_128=scripts.paged_budgets:budget_128
+"""
+
+from __future__ import annotations
+
+from engines.paged import PagedEngine
+
+
+def budget_96() -> PagedEngine:
+    return PagedEngine(max_num_batched_tokens=96)
+
+
+def budget_128() -> PagedEngine:
+    return PagedEngine(max_num_batched_tokens=128)
+
+
+def budget_256() -> PagedEngine:
+    return PagedEngine(max_num_batched_tokens=256)
