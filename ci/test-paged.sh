@@ -2,7 +2,8 @@
 # The conformance suite on the paged engine: parity against the sequential reference
 # (transformers' own forward and DynamicCache), and each config variant of
 # engines.paged_variants giving every request the same tokens. Expects the venv from
-# ci/setup.sh active; extra arguments go to pytest (default profile: batching-ci).
+# ci/setup.sh active; extra arguments go to pytest (default profile: batching-ci). Needs the
+# suite options --reference-engine and --engine-variant (main since 9324303).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

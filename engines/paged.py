@@ -23,9 +23,10 @@ from typing import Any
 import torch
 
 from engines.base import EngineCore
-from engines.blocks import BlockKey, BlockPool, block_key
+from engines.blocks import BlockPool
 from engines.models import DEFAULT_PRESET
 from engines.paged_forward import PagedForward, Row
+from engines.paged_schedule import PagedSchedule
 from engines.paged_state import PagedRequest
 from engines.protocol import InvalidRequest, Request, StepOutput
 from engines.sampling import sample
@@ -33,19 +34,25 @@ from engines.sampling import sample
 DEFAULT_BLOCK_SIZE = 16
 # Tokens one step may compute, decode rows and prompt chunks together: a CPU default. On the
 # tiny preset a step costs a fixed ~0.7 ms (the model's ~160 small ops) plus ~5-10 us a
-# token, more for a chunk over a long cached prefix. Beside 7 decode rows, a 57-token chunk
-# over 420 cached tokens made the step 1.6x a decode step, an 89-token one 2.1-2.7x
-# (shared machine); 80 is the budget whose full steps stay near 2x in the worst case. The
-# bench (--quick, 2 runs each, ratios to continuous in one paired run) measured for budgets
-# 64 / 80 / 96 / 112: ITL spike 1.15-1.19 / 1.25-1.32 / 1.33-1.85 / 1.96-2.00, capacity
-# 0.85-0.86 / 0.91-0.95 / 0.89-0.96 / 0.98-1.00 of continuous. A smaller budget pays the
-# fixed cost more often per prompt token; continuous pays it once per prompt, and spikes
-# 8-15x (scripts/paged_budgets.py reruns this). On a GPU, where a step's cost is flat over
-# hundreds of tokens, pass a larger one (vLLM uses thousands).
+# token, more for a chunk over a long cached prefix: beside 7 decode rows, a 57-token chunk
+# over 420 cached tokens made the step 1.6x a decode step, an 89-token one 2.1-2.7x. The
+# bench (--quick; ratios to continuous within one paired run; shared 2-core machine at load
+# 2-5, one run at load 7 left out, where every figure moved: continuous spiked 17x):
+#   budget   ITL spike (continuous 7.5-15.5x)   capacity / continuous   runs
+#     64       0.92-1.19                         0.74-0.86               5
+#     80       1.09-1.42                         0.82-0.95               6
+#     96       1.33-1.91                         0.89-1.02               3
+#    112       1.96-2.00                         0.98-1.00               2
+#    128       2.52-2.67                         0.95-1.00               2
+# A small budget pays the fixed cost more often per prompt token (the 32-request closed mix
+# takes 120 steps at 80, 90 for continuous, which prefills each prompt whole and spikes); 80
+# keeps the spike well under 2x for the least capacity given up (scripts/paged_budgets.py
+# reruns this). On a GPU, where a step's cost is flat over hundreds of tokens, pass a larger
+# budget (vLLM's run to thousands).
 DEFAULT_TOKEN_BUDGET = 80
 
 
-class PagedEngine(EngineCore[PagedRequest]):
+class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
     name = "paged"
 
     def __init__(
@@ -115,9 +122,6 @@ class PagedEngine(EngineCore[PagedRequest]):
     def _new_state(self, request: Request, generator: torch.Generator | None) -> PagedRequest:
         return PagedRequest(request, generator)
 
-    def _blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.kv_block_size)
-
     # --- one step ------------------------------------------------------------------------------
 
     def step(self) -> list[StepOutput]:
@@ -146,88 +150,6 @@ class PagedEngine(EngineCore[PagedRequest]):
         start = seq.num_computed
         return Row(seq.tokens(start, start + n), start, seq.blocks, start + n == seq.num_tokens)
 
-    def _schedule(self) -> dict[PagedRequest, int]:
-        """Tokens to compute per request this step, within the budget, blocks allocated."""
-        plan: dict[PagedRequest, int] = {}
-        # Decode rows first, then unfinished prompts, each oldest first (a stable sort): a long
-        # prompt never delays the next token of a request that is already generating.
-        for seq in sorted(self.running, key=lambda s: s.num_pending > 1):
-            room = self.max_num_batched_tokens - sum(plan.values())
-            if room > 0 and seq in self.running:  # not preempted for an older request
-                n = min(seq.num_pending, room)
-                if self._grow(seq, n, plan):
-                    plan[seq] = n
-        self._admit(plan)
-        return plan
-
-    def _grow(self, seq: PagedRequest, n: int, plan: dict[PagedRequest, int]) -> bool:
-        """Blocks for n more tokens of seq, preempting the most recently admitted requests
-        while none are free. False if seq itself had to go."""
-        need = self._blocks_for(seq.num_computed + n) - len(seq.blocks)
-        if need <= 0:
-            return True
-        while not self.pool.can_allocate(need):
-            victim = self.running[-1]
-            self._preempt(victim)
-            plan.pop(victim, None)
-            if victim is seq:
-                return False
-        seq.blocks.extend(self.pool.allocate(need))
-        return True
-
-    def _admit(self, plan: dict[PagedRequest, int]) -> None:
-        """First come first served; a request waits (and so do those behind it) until the
-        budget, the batch and the pool have room for its first chunk. Never preempts."""
-        while self.waiting and len(self.running) < self.max_batch_size:
-            room = self.max_num_batched_tokens - sum(plan.values())
-            seq = self.waiting[0]
-            hits = self._cached_prefix(seq)
-            computed = len(hits) * self.kv_block_size
-            n = min(seq.num_tokens - computed, room)
-            fresh = self._blocks_for(computed + n) - len(hits)
-            revived = sum(self.pool.ref_counts[b] == 0 for b in hits)  # stop being free
-            if n <= 0 or not self.pool.can_allocate(fresh + revived):
-                return
-            self.waiting.popleft()
-            self.pool.share(hits)
-            seq.blocks = hits + self.pool.allocate(fresh)
-            seq.num_computed, seq.num_registered = computed, len(hits)
-            self.running.append(seq)
-            plan[seq] = n
-
-    # --- prefix cache, preemption, retirement --------------------------------------------------
-
-    def _block_key(self, parent: BlockKey | None, tokens: Sequence[int]) -> BlockKey:
-        return block_key(parent, tokens)
-
-    def _cached_prefix(self, seq: PagedRequest) -> list[int]:
-        """Cached blocks for seq's leading full blocks; its last token is always computed (its
-        logits give the next token), so a fully cached request still computes one block."""
-        if not self.pool.enable_prefix_caching:
-            return []
-        full = (seq.num_tokens - 1) // self.kv_block_size
-        return self.pool.lookup(seq.prefix_keys(full, self.kv_block_size, self._block_key))
-
-    def _cache_full_blocks(self, seq: PagedRequest) -> None:
-        full = seq.num_computed // self.kv_block_size
-        if not self.pool.enable_prefix_caching or full <= seq.num_registered:
-            return
-        keys = seq.prefix_keys(full, self.kv_block_size, self._block_key)
-        for j in range(seq.num_registered, full):
-            self.pool.register(seq.blocks[j], keys[j])
-        seq.num_registered = full
-
-    def _preempt(self, seq: PagedRequest) -> None:
-        self.running.remove(seq)
-        self._release_blocks(seq)
-        seq.num_computed = seq.num_registered = 0
-        self.waiting.appendleft(seq)
-        self.preemptions += 1
-
     def _retire(self, seq: PagedRequest) -> None:
         self.running.remove(seq)
         self._release_blocks(seq)
-
-    def _release_blocks(self, seq: PagedRequest) -> None:
-        self.pool.free(seq.blocks)
-        seq.blocks = []

@@ -1,4 +1,5 @@
-"""The paged engine at other per-step token budgets, for the bench: the ITL / capacity trade.
+"""The paged engine at other per-step token budgets, for the bench: the ITL / capacity trade;
+and with 16 seats in the KV memory the continuous engine reserves for 8 (`seats_16`).
 
 A step's cost on the tiny CPU preset is a fixed ~0.7 ms (the model's ~100 small ops) plus
 ~10 us a token, so the budget trades the admission spike against prefill throughput:
@@ -25,3 +26,9 @@ def budget_128() -> PagedEngine:
 
 def budget_256() -> PagedEngine:
     return PagedEngine(max_num_batched_tokens=256)
+
+
+def seats_16() -> PagedEngine:
+    """16 requests at once in 256 blocks of 16 tokens: the memory of the continuous engine's
+    8 slots of 512 tokens, which it must reserve whole per request."""
+    return PagedEngine(max_batch_size=16, num_blocks=256)
