@@ -16,8 +16,16 @@ from __future__ import annotations
 from engines.paged import PagedEngine
 
 
+def budget_64() -> PagedEngine:
+    return PagedEngine(max_num_batched_tokens=64)
+
+
 def budget_96() -> PagedEngine:
     return PagedEngine(max_num_batched_tokens=96)
+
+
+def budget_112() -> PagedEngine:
+    return PagedEngine(max_num_batched_tokens=112)
 
 
 def budget_128() -> PagedEngine:
