@@ -11,6 +11,9 @@ python -m pytest --pyargs engines.testing.conformance -p no:cacheprovider -q \
     --engine-variant one_slot=tests.helpers:one_slot_continuous \
     --hypothesis-profile=batching-ci
 
+echo "== the conformance suite on the paged engine, its variants, against the sequential reference"
+bash ci/test-paged.sh
+
 echo "== asv: HEAD built into its own environment (as on the GPU runner), every benchmark once"
 bash ci/asv-smoke.sh
 

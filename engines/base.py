@@ -1,14 +1,17 @@
 """What the reference engines share: model set-up, validation, the queue, aborts, introspection.
 
 Subclasses write `step()` only: the scheduling policy is the whole difference between them.
+`EngineCore` holds what every engine shares; `BaseEngine` adds the SlotIntrospection
+bookkeeping of the slot engines (an engine without such slots, the paged one, must not
+offer those members: the protocol check is structural).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -20,10 +23,11 @@ from engines.sampling import make_generator
 from engines.validation import check_request
 
 ModelSpec = str | Path | nn.Module
+S = TypeVar("S", bound=RequestState)  # an engine's per-request state
 
 
-class BaseEngine:
-    """Implements Engine, Abortable and SlotIntrospection bookkeeping; not the schedule."""
+class EngineCore(Generic[S]):
+    """Implements Engine and Abortable bookkeeping: model, validation, queue; not the schedule."""
 
     name = "base"
     # Properties this engine knowingly breaks, with the reason: the suite makes them strict xfails.
@@ -55,26 +59,32 @@ class BaseEngine:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size: must be >= 1, got {max_batch_size}")
         self.max_batch_size: int = max_batch_size
-        self.wasted_slot_steps: int = 0
-        self.waiting: deque[RequestState] = deque()
-        self.running: list[RequestState] = []  # index == slot
-        self._live: dict[Hashable, RequestState] = {}  # every unfinished request
+        self.waiting: deque[S] = deque()
+        self.running: list[S] = []  # admitted, in admission order (slot engines: index == slot)
+        self._live: dict[Hashable, S] = {}  # every unfinished request
         self._aborts = 0  # abort_pending requests not yet retired
 
     # --- Engine -------------------------------------------------------------------------------
 
     def add_request(self, request: Request) -> None:
+        self._check(request)
+        params = request.params
+        gen = make_generator(params.seed, self.device) if params.temperature > 0 else None
+        seq = self._new_state(request, gen)
+        self._live[request.request_id] = seq
+        self.waiting.append(seq)
+
+    def _check(self, request: Request) -> None:
+        """Raise InvalidRequest for bad input, before any state changes."""
         check_request(
             request,
             vocab_size=self.vocab_size,
             max_model_len=self.max_model_len,
             in_flight=self._live,
         )
-        params = request.params
-        gen = make_generator(params.seed, self.device) if params.temperature > 0 else None
-        seq = RequestState(request, gen)
-        self._live[request.request_id] = seq
-        self.waiting.append(seq)
+
+    def _new_state(self, request: Request, generator: torch.Generator | None) -> S:
+        raise NotImplementedError
 
     def has_work(self) -> bool:
         return bool(self._live)
@@ -93,27 +103,18 @@ class BaseEngine:
             seq.abort_pending = True
             self._aborts += 1
 
-    # --- SlotIntrospection --------------------------------------------------------------------
-
-    def slot_table(self) -> list[Hashable | None]:
-        table: list[Hashable | None] = [seq.request.request_id for seq in self.running]
-        return table + [None] * (self.max_batch_size - len(table))
-
-    def slot_lengths(self) -> list[int]:
-        raise NotImplementedError
-
     # --- shared mechanics ---------------------------------------------------------------------
 
     def _prompt_tensor(self, seq: RequestState) -> torch.Tensor:
         return torch.tensor(seq.request.prompt_token_ids, device=self.device)
 
-    def _last_tokens(self, seqs: list[RequestState]) -> torch.Tensor:
+    def _last_tokens(self, seqs: Sequence[RequestState]) -> torch.Tensor:
         return torch.tensor([seq.output[-1] for seq in seqs], dtype=torch.long, device=self.device)
 
     def _finish(self, seq: RequestState) -> None:
         del self._live[seq.request.request_id]
 
-    def _take_aborts(self, outputs: list[StepOutput]) -> list[RequestState]:
+    def _take_aborts(self, outputs: list[StepOutput]) -> list[S]:
         """Emit ABORT for every pending abort; drop waiting ones; return those holding a slot."""
         if not self._aborts:
             return []
@@ -127,3 +128,21 @@ class BaseEngine:
             outputs.append(seq.abort())
             self._finish(seq)
         return in_slots
+
+
+class BaseEngine(EngineCore[RequestState]):
+    """EngineCore plus SlotIntrospection: `running[i]` occupies slot i."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.wasted_slot_steps: int = 0
+
+    def _new_state(self, request: Request, generator: torch.Generator | None) -> RequestState:
+        return RequestState(request, generator)
+
+    def slot_table(self) -> list[Hashable | None]:
+        table: list[Hashable | None] = [seq.request.request_id for seq in self.running]
+        return table + [None] * (self.max_batch_size - len(table))
+
+    def slot_lengths(self) -> list[int]:
+        raise NotImplementedError

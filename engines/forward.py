@@ -82,14 +82,17 @@ def decode_attention(
     return out.reshape(n, heads, 1, dim)
 
 
-class SlotForward:
-    """The only engine piece that runs the model: decode the live prefix, prefill new slots."""
+class DecoderParts:
+    """A decoder's pieces, fused, around attention: embedding, q/k/v with rotary, the rest of
+    each layer, the head. Subclasses decide how attention reads and writes the KV cache."""
 
     def __init__(self, model: Any) -> None:  # a transformers causal LM (untyped attributes)
         config: Any = model.config
         window = getattr(config, "sliding_window", None)
         if getattr(config, "use_sliding_window", False) and window:
-            raise ValueError("model: sliding-window attention is not supported by SlotForward")
+            raise ValueError(
+                f"model: sliding-window attention is not supported by {type(self).__name__}"
+            )
         decoder: Any = model.model
         self.embed: nn.Module = decoder.embed_tokens
         self.norm: nn.Module = decoder.norm
@@ -135,6 +138,10 @@ class SlotForward:
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         logits: torch.Tensor = self.lm_head(self.norm(x))
         return logits
+
+
+class SlotForward(DecoderParts):
+    """The only slot-engine piece that runs the model: decode the live prefix, prefill slots."""
 
     @torch.inference_mode()
     def decode(self, tokens: torch.Tensor, cache: SlotCache) -> torch.Tensor:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from engines.continuous import ContinuousBatchEngine
+from engines.paged import PagedEngine
 from engines.sequential import SequentialEngine
 from engines.static import StaticBatchEngine
 
@@ -15,6 +16,7 @@ ENGINES = {
     "sequential": SequentialEngine,
     "static": StaticBatchEngine,
     "continuous": ContinuousBatchEngine,
+    "paged": PagedEngine,
 }
 
 

@@ -24,6 +24,7 @@ from tests.planted.continuous_bugs import CONTINUOUS_PLANTED
 from tests.planted.edge_bugs import EDGE_PLANTED
 from tests.planted.harness import check_of, context_of, hunt, pinned
 from tests.planted.model_bugs import MODEL_PLANTED
+from tests.planted.paged_bugs import PAGED_PLANTED
 from tests.planted.toy_bugs import PLANTED, CompactionHole, LeaksBlockPerRequest
 
 TOY = [*PLANTED, *EDGE_PLANTED]  # cheap engines: the whole search runs on each
@@ -64,8 +65,10 @@ def test_planted_bug_is_not_everywhere(bug: Any) -> None:
     assert verify(context_of(bug), lone, check_of(bug)).ok
 
 
-@pytest.mark.parametrize("bug", [*CONTINUOUS_PLANTED, *MODEL_PLANTED], ids=lambda b: b.__name__)
-def test_suite_catches_bugs_planted_in_the_reference_engine(bug: Any) -> None:
+@pytest.mark.parametrize("bug", [*CONTINUOUS_PLANTED, *MODEL_PLANTED, *PAGED_PLANTED],
+                         ids=lambda b: b.__name__)
+def test_suite_catches_bugs_planted_in_the_reference_engines(bug: Any) -> None:
+    """Real engines are slower: the seed workloads alone must catch these."""
     seeds_only = Settings(max_examples=1, phases=[Phase.explicit])
     caught = hunt(bug, settings=seeds_only)
     assert caught is not None and caught.prop == bug.caught_by, str(caught)

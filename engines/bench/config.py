@@ -21,6 +21,7 @@ EngineFactory = Callable[[], Engine]
 DEFAULT_ENGINES: dict[str, str] = {
     "static": "engines.static:StaticBatchEngine",
     "continuous": "engines.continuous:ContinuousBatchEngine",
+    "paged": "engines.paged:PagedEngine",
 }
 
 

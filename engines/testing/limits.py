@@ -22,6 +22,7 @@ class EngineLimits:
     max_batch_size: int | None = None  # None: no SlotIntrospection
     concurrency: int | None = None  # requests the engine runs at once, where it says
     block_size: int | None = None  # KV block size, where the engine has KVIntrospection
+    kv_blocks: int | None = None  # blocks in its pool, likewise
     abortable: bool = False
     kv: bool = False  # the engine has KVIntrospection
     sampling: bool = True  # draw sampled requests (off when the engine declares no seeds)
@@ -40,6 +41,7 @@ class EngineLimits:
             "max_batch_size": int(engine.max_batch_size) if slots else None,  # type: ignore[attr-defined]
             "concurrency": int(declared) if isinstance(declared, int) else None,
             "block_size": int(engine.kv_block_size) if kv else None,  # type: ignore[attr-defined]
+            "kv_blocks": int(engine.kv_total_blocks) if kv else None,  # type: ignore[attr-defined]
             "abortable": isinstance(engine, Abortable),
             "kv": kv,
         }

@@ -3,7 +3,7 @@ expected failure fails every time, and each aimed at a bug class real engines ha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import BAD_KINDS, bad_request
@@ -47,9 +47,13 @@ def seed_workloads(
     blk = limits.block
     if limits.max_model_len > 3 * blk + limits.long_budget:
         a, x, c = (pseudo_tokens(s, blk, v) for s in (1, 2, 3))
+        # x follows a, then c, then starts a prompt: a prefix cache keyed on a block's own
+        # tokens alone hands the later ones KV computed in another context.
         shared = [req(0, a + x + (5,), limits.long_budget), req(1, c + x + (6,), 3),
-                  req(2, a + x + (7, 8), 3), req(3, a + x + (5,), 2)]
-        out.append(Workload(tuple(shared), (0, 0, 1, 3), label="shared prefix blocks"))
+                  req(2, a + x + (7, 8), 3), req(3, a + x + (5,), 2), req(4, x + (9,), 3)]
+        out.append(Workload(tuple(shared), (0, 0, 1, 3, 4), label="shared prefix blocks"))
+    if limits.kv_blocks is not None:
+        out.append(_past_the_pool(limits, req))
     whole = max(1, limits.max_model_len - 2)
     edge = [req(0, pseudo_tokens(9, whole, v), 2), req(1, [3, 4], budget)]
     out.append(Workload(tuple(edge), (0, 1), label="the whole context, admitted mid-stream"))
@@ -98,3 +102,16 @@ def _stop_edges(limits: EngineLimits, alone: AloneFn, budget: int) -> Workload:
                                    logprobs=lp), request_id="r2"),
     ]
     return Workload(tuple(stops), (0, 0, 1), label="stop tokens at the edges")
+
+
+def _past_the_pool(limits: EngineLimits, req: Callable[..., Request]) -> Workload:
+    """As many requests as run at once, with prompts and budgets that together need a
+    quarter more KV blocks than the pool holds (where the context allows): an engine that
+    preempts must do so here, and give every request its tokens all the same."""
+    assert limits.kv_blocks is not None
+    n = max(2, min(limits.slots, 16))
+    budget = max(1, min(limits.long_budget, limits.max_model_len // 4))
+    need = -(-limits.kv_blocks * limits.block * 5 // 4 // n) - budget
+    length = max(1, min(limits.max_model_len - budget, need))
+    reqs = [req(i, pseudo_tokens(100 + i, length, limits.vocab_size), budget) for i in range(n)]
+    return Workload(tuple(reqs), tuple(0 for _ in reqs), label="more KV than the pool holds")

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The conformance suite on the paged engine: parity against the sequential reference
+# (transformers' own forward and DynamicCache), and each config variant of
+# engines.paged_variants giving every request the same tokens. Expects the venv from
+# ci/setup.sh active; extra arguments go to pytest (default profile: batching-ci).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(--hypothesis-profile=batching-ci)
+variants=()
+for v in no_prefix_caching budget_8 small_pool one_at_a_time; do
+    variants+=(--engine-variant "$v=engines.paged_variants:$v")
+done
+python -m pytest --pyargs engines.testing.conformance -p no:cacheprovider -q \
+    --engine engines.paged:PagedEngine \
+    --reference-engine engines.sequential:SequentialEngine \
+    "${variants[@]}" "${args[@]}"

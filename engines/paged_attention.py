@@ -1,0 +1,199 @@
+"""Ragged attention over a block KV pool: each row reads its own blocks, nothing else.
+
+Single-query rows (decode, or a one-token span) go by length buckets: rows sorted by length
+and cut into groups whose padding stays under PAD_ELEMENTS, one masked SDPA per group.
+Prompt chunks go one SDPA each, causal, over the request's cached prefix plus the chunk.
+The packed order is the plan's: every group's rows together, then the chunks, so a group's
+queries and outputs are slices, not gathers.
+
+Why buckets: `python scripts/ragged_attention.py` times four ways for decode rows over a
+scattered pool, gathers included (us per layer call, fp32, one thread; a shared 2-core
+machine at load 4, so +-20%; lengths: the bench's prompt classes 16/31/61/121/483 round
+robin, or all at their mean):
+
+    shape                        rows  lengths      padded  per-row  buckets  segment
+    tiny (1 kv head, 2 heads, d32)  8  mixed           119      139       63      304
+                                    8  uniform 102      27      137       33      287
+                                   32  mixed           389      605      243     1548
+                                   32  uniform 135     144      709      141     1666
+    small (2 kv, 8 heads, d64)      8  mixed           516      210      214     1703
+                                    8  uniform 102     140      241      146     1476
+                                   32  mixed          6392     1494     1396    14652
+                                   32  uniform 135     969     1480     1190    12634
+
+Padded (the slot cache's way: every row as long as the longest) loses 2-5x on mixed lengths;
+one SDPA per row pays ~15 us a row, which sinks uniform batches; a packed segment softmax
+(index_add / index_reduce) is slow on CPU at these head sizes. Buckets are best or within
+noise of it in every row: one call for a uniform batch, one per length class for a mixed
+one. The gathers cost about as much as the attention itself (memory bound), which is why
+padding is capped in elements gathered.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+# Padding (in K elements gathered: tokens x kv_heads x head_dim) a bucket may carry before a
+# separate SDPA call is cheaper: 512 tokens on the tiny preset, 128 on the small one, inside
+# the flat optimum `scripts/ragged_attention.py --pad-sweep` shows for each (~128-1024 tokens
+# on tiny, <= 128 on small; no cap at all costs 10x on 32 mixed rows).
+PAD_ELEMENTS = 16384
+
+
+class Span(Protocol):
+    @property
+    def tokens(self) -> Sequence[int]: ...
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def blocks(self) -> Sequence[int]: ...
+
+
+def bucket_rows(lengths: Sequence[int], pad: int) -> list[list[int]]:
+    """Row indices grouped by length, longest first: a row joins the current group while the
+    group's padding (tokens gathered and attended for nothing) stays within `pad`."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)
+    groups: list[list[int]] = []
+    work = 0
+    for i in order:
+        if groups and lengths[groups[-1][0]] * (len(groups[-1]) + 1) - work - lengths[i] <= pad:
+            groups[-1].append(i)
+            work += lengths[i]
+        else:
+            groups.append([i])
+            work = lengths[i]
+    return groups
+
+
+def long_tensor(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    """An int64 tensor from Python ints: through a buffer, 5x faster than torch.tensor(list),
+    which is a step's largest fixed cost after the model's own ops on the tiny preset."""
+    if not values:
+        return torch.empty(0, dtype=torch.long, device=device)
+    out = torch.frombuffer(array("q", values), dtype=torch.long)
+    return out if device.type == "cpu" else out.to(device)
+
+
+def slot_grid(tables: Sequence[Sequence[int]], width: int, block_size: int,
+              device: torch.device) -> torch.Tensor:
+    """[len(tables), width] pool slots of each table's tokens 0..width-1 (past a table's end:
+    slot 0, which the caller masks)."""
+    nb = -(-width // block_size)
+    flat = array("q")
+    for table in tables:
+        head = table[:nb]
+        flat.extend(head)
+        flat.extend([0] * (nb - len(head)))
+    tab = long_tensor(flat, device).view(len(tables), nb)
+    grid = tab[:, :, None] * block_size + torch.arange(block_size, device=device)
+    return grid.view(len(tables), -1)[:, :width]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    size: int  # rows; their queries are the next `size` packed tokens
+    width: int  # the longest member's length: every member is padded to it
+    gather: torch.Tensor  # [size * width] pool slots, row-major
+    mask: torch.Tensor | None  # [size, 1, 1, width], 0 or -inf; None when none is padded
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    size: int  # tokens; the next `size` packed tokens
+    start: int  # tokens of the request before the chunk, already in the pool
+    gather: torch.Tensor | None  # pool slots of tokens 0..start+size-1; None when start == 0
+    mask: torch.Tensor | None  # [size, start+size], 0 or -inf: causal over prefix + chunk
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionPlan:
+    """The step's attention, built once and used by every layer. `order[i]` is the row
+    whose tokens come i-th in the packed batch."""
+
+    order: list[int]
+    groups: list[Group]
+    chunks: list[Chunk]
+
+    @classmethod
+    def build(cls, rows: Sequence[Span], block_size: int, pad: int, device: torch.device,
+              dtype: torch.dtype = torch.float32) -> AttentionPlan:
+        """`pad`: tokens of padding a bucket may carry (see PAD_ELEMENTS)."""
+        single = [i for i, row in enumerate(rows) if len(row.tokens) == 1]
+        lengths = [rows[i].start + 1 for i in single]
+        buckets = bucket_rows(lengths, pad)
+        members = [m for bucket in buckets for m in bucket]
+        order = [single[m] for m in members]
+        groups = []
+        if members:
+            # One grid and one validity mask for every single-query row; groups slice them.
+            width = lengths[members[0]]
+            grid = slot_grid([rows[i].blocks for i in order], width, block_size, device)
+            real = long_tensor([lengths[m] for m in members], device)
+            # Additive (0 / -inf), built once a step: SDPA would convert a boolean mask to
+            # this in every layer's call.
+            valid = torch.zeros(len(members), width, device=device, dtype=dtype).masked_fill_(
+                torch.arange(width, device=device) >= real[:, None], float("-inf"))
+            at = 0
+            for bucket in buckets:
+                n, w = len(bucket), lengths[bucket[0]]
+                padded = lengths[bucket[-1]] < w
+                mask = valid[at : at + n, None, None, :w] if padded else None
+                groups.append(Group(n, w, grid[at : at + n, :w].reshape(-1), mask))
+                at += n
+        chunks = []
+        for i, row in enumerate(rows):
+            size = len(row.tokens)
+            if size == 1:
+                continue
+            order.append(i)
+            if row.start == 0:
+                chunks.append(Chunk(size, 0, None, None))
+                continue
+            total = row.start + size
+            gather = slot_grid([row.blocks], total, block_size, device)[0]
+            query_pos = torch.arange(row.start, total, device=device)
+            mask = torch.zeros(size, total, device=device, dtype=dtype).masked_fill_(
+                torch.arange(total, device=device)[None, :] > query_pos[:, None], float("-inf"))
+            chunks.append(Chunk(size, row.start, gather, mask))
+        return cls(order, groups, chunks)
+
+
+def attend(plan: AttentionPlan, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+           keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [heads, T, D], k_new/v_new [kv_heads, T, D]: the packed tokens in plan order (their
+    K/V already written to the pool); keys/values: one layer's pool [slots, kv_heads, D].
+    Returns [T, heads, D]."""
+    parts = []
+    kv_heads, dim = keys.shape[1], keys.shape[2]
+    at = 0
+    for g in plan.groups:
+        n, w = g.size, g.width
+        k = keys.index_select(0, g.gather).view(n, w, kv_heads, dim).transpose(1, 2)
+        v = values.index_select(0, g.gather).view(n, w, kv_heads, dim).transpose(1, 2)
+        qg = q[:, at : at + n].transpose(0, 1)[:, :, None]  # [n, heads, 1, D]
+        a = F.scaled_dot_product_attention(qg, k, v, attn_mask=g.mask, scale=scale,
+                                           enable_gqa=True)
+        parts.append(a[:, :, 0])
+        at += n
+    for c in plan.chunks:
+        span = slice(at, at + c.size)
+        if c.gather is None:  # a prompt's first chunk: its own tokens, causal
+            a = F.scaled_dot_product_attention(q[None, :, span], k_new[None, :, span],
+                                               v_new[None, :, span], is_causal=True,
+                                               scale=scale, enable_gqa=True)
+        else:
+            k = keys.index_select(0, c.gather).transpose(0, 1)[None]
+            v = values.index_select(0, c.gather).transpose(0, 1)[None]
+            a = F.scaled_dot_product_attention(q[None, :, span], k, v, attn_mask=c.mask,
+                                               scale=scale, enable_gqa=True)
+        parts.append(a[0].transpose(0, 1))
+        at += c.size
+    return parts[0] if len(parts) == 1 else torch.cat(parts)

@@ -1,0 +1,114 @@
+"""The paged engine's schedule: how many tokens each request computes this step and the
+blocks they need, preemption when the pool runs dry, and the prefix cache's lookups and
+registrations. A mixin over PagedEngine's queue, running list and block pool.
+
+Policy (vLLM V1's, with Sarathi-Serve's decode-first order): running requests in admission
+order, those decoding before those still prefilling, each given min(tokens it has pending,
+budget left); then waiting requests, first come first served, while the batch, the budget and
+the pool have room. When a running request needs a block and none is free, the most
+recently admitted request (possibly itself) gives back its blocks and goes to the front of
+the queue, to be recomputed from its prompt and its tokens so far.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from engines.blocks import BlockKey, BlockPool, block_key
+from engines.paged_state import PagedRequest
+
+
+class PagedSchedule:
+    running: list[PagedRequest]  # in admission order
+    waiting: deque[PagedRequest]
+    pool: BlockPool
+    kv_block_size: int
+    max_batch_size: int
+    max_num_batched_tokens: int
+    preemptions: int
+
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.kv_block_size)
+
+    def _schedule(self) -> dict[PagedRequest, int]:
+        """Tokens to compute per request this step, within the budget, blocks allocated."""
+        plan: dict[PagedRequest, int] = {}
+        # Decode rows first, then unfinished prompts, each oldest first (a stable sort): a long
+        # prompt never delays the next token of a request that is already generating.
+        for seq in sorted(self.running, key=lambda s: s.num_pending > 1):
+            room = self.max_num_batched_tokens - sum(plan.values())
+            if room > 0 and seq in self.running:  # not preempted for an older request
+                n = min(seq.num_pending, room)
+                if self._grow(seq, n, plan):
+                    plan[seq] = n
+        self._admit(plan)
+        return plan
+
+    def _grow(self, seq: PagedRequest, n: int, plan: dict[PagedRequest, int]) -> bool:
+        """Blocks for n more tokens of seq, preempting the most recently admitted requests
+        while none are free. False if seq itself had to go."""
+        need = self._blocks_for(seq.num_computed + n) - len(seq.blocks)
+        if need <= 0:
+            return True
+        while not self.pool.can_allocate(need):
+            victim = self.running[-1]
+            self._preempt(victim)
+            plan.pop(victim, None)
+            if victim is seq:
+                return False
+        seq.blocks.extend(self.pool.allocate(need))
+        return True
+
+    def _admit(self, plan: dict[PagedRequest, int]) -> None:
+        """First come first served; a request waits (and so do those behind it) until the
+        budget, the batch and the pool have room for its first chunk. Never preempts."""
+        while self.waiting and len(self.running) < self.max_batch_size:
+            room = self.max_num_batched_tokens - sum(plan.values())
+            seq = self.waiting[0]
+            hits = self._cached_prefix(seq)
+            computed = len(hits) * self.kv_block_size
+            n = min(seq.num_tokens - computed, room)
+            fresh = self._blocks_for(computed + n) - len(hits)
+            revived = sum(self.pool.ref_counts[b] == 0 for b in hits)  # stop being free
+            if n <= 0 or not self.pool.can_allocate(fresh + revived):
+                return
+            self.waiting.popleft()
+            self.pool.share(hits)
+            seq.blocks = hits + self.pool.allocate(fresh)
+            seq.num_computed, seq.num_registered = computed, len(hits)
+            self.running.append(seq)
+            plan[seq] = n
+
+    # --- prefix cache, preemption ---------------------------------------------------------------
+
+    def _block_key(self, parent: BlockKey | None, tokens: Sequence[int]) -> BlockKey:
+        return block_key(parent, tokens)
+
+    def _cached_prefix(self, seq: PagedRequest) -> list[int]:
+        """Cached blocks for seq's leading full blocks; its last token is always computed (its
+        logits give the next token), so a fully cached request still computes one block."""
+        if not self.pool.enable_prefix_caching:
+            return []
+        full = (seq.num_tokens - 1) // self.kv_block_size
+        return self.pool.lookup(seq.prefix_keys(full, self.kv_block_size, self._block_key))
+
+    def _cache_full_blocks(self, seq: PagedRequest) -> None:
+        full = seq.num_computed // self.kv_block_size
+        if not self.pool.enable_prefix_caching or full <= seq.num_registered:
+            return
+        keys = seq.prefix_keys(full, self.kv_block_size, self._block_key)
+        for j in range(seq.num_registered, full):
+            self.pool.register(seq.blocks[j], keys[j])
+        seq.num_registered = full
+
+    def _preempt(self, seq: PagedRequest) -> None:
+        self.running.remove(seq)
+        self._release_blocks(seq)
+        seq.num_computed = seq.num_registered = 0
+        self.waiting.appendleft(seq)
+        self.preemptions += 1
+
+    def _release_blocks(self, seq: PagedRequest) -> None:
+        self.pool.free(seq.blocks)
+        seq.blocks = []

@@ -1,0 +1,47 @@
+"""One request's state in the paged engine: its block table and how far its KV is computed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from engines.blocks import BlockKey
+from engines.request_state import RequestState
+
+KeyFn = Callable[[BlockKey | None, Sequence[int]], BlockKey]
+
+
+@dataclass(slots=True, eq=False)
+class PagedRequest(RequestState):
+    # Logical block j holds tokens j*block_size .. (j+1)*block_size-1: prompt, then generated.
+    blocks: list[int] = field(default_factory=list)
+    # Tokens whose KV is in `blocks`. Decoding: every token but the last sampled one.
+    # Reset to 0 by preemption: the request is then recomputed from its tokens so far.
+    num_computed: int = 0
+    num_registered: int = 0  # leading full blocks already offered to the prefix cache
+    keys: list[BlockKey] = field(default_factory=list)  # prefix keys of leading full blocks
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.request.prompt_token_ids) + len(self.output)
+
+    @property
+    def num_pending(self) -> int:
+        """Tokens to compute before the next token can be sampled (1 when decoding)."""
+        return self.num_tokens - self.num_computed
+
+    def tokens(self, start: int, end: int) -> list[int]:
+        """Token ids start..end-1 of prompt + generated, without copying the whole history."""
+        prompt = self.request.prompt_token_ids
+        p = len(prompt)
+        if start >= p:
+            return self.output[start - p : end - p]
+        return list(prompt[start:end]) + self.output[: max(0, end - p)]
+
+    def prefix_keys(self, n_blocks: int, block_size: int, key: KeyFn) -> list[BlockKey]:
+        """Keys of the first n_blocks full blocks (computed once, kept)."""
+        while len(self.keys) < n_blocks:
+            j = len(self.keys)
+            parent = self.keys[-1] if self.keys else None
+            self.keys.append(key(parent, self.tokens(j * block_size, (j + 1) * block_size)))
+        return self.keys[:n_blocks]

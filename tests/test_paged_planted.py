@@ -1,0 +1,101 @@
+"""Each planted paged-engine bug shows its symptom on a small hand-made workload, and the
+real engine does not (the suite's planted-bug report checks that the suite finds them)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from engines.paged import PagedEngine
+from engines.protocol import Request, SamplingParams, StepOutput
+from tests.helpers import drain, greedy, make_prompts
+from tests.kv_checks import drain_checked
+from tests.planted.paged_bugs import (
+    PAGED_PLANTED,
+    AbortLeaksBlocks,
+    ChunkStartsOneEarly,
+    FreesSharedBlocks,
+    PrefixKeyIgnoresPast,
+    RepeatsTokenOnResume,
+)
+from tests.test_paged import alone
+
+CHECKS = {"parity", "reference_parity", "kv_accounting", "liveness", "budget_finish"}
+
+
+@pytest.mark.parametrize("bug", PAGED_PLANTED, ids=lambda b: b.__name__)
+def test_planted_bug_is_declared(bug: type) -> None:
+    assert issubclass(bug, PagedEngine) and bug.caught_by in CHECKS  # type: ignore[attr-defined]
+    assert bug.__doc__ and "\n" not in bug.__doc__.strip()
+    # One method holds the bug (an __init__ may only pick the configuration it needs).
+    overridden = [k for k, v in vars(bug).items()
+                  if inspect.isfunction(v) and not k.startswith("__")]
+    assert len(overridden) == 1, f"{bug.__name__} overrides {overridden}: one method each"
+
+
+@pytest.mark.parametrize("cls", [PrefixKeyIgnoresPast, PagedEngine], ids=lambda c: c.__name__)
+def test_prefix_key_ignoring_the_past(cls: type[PagedEngine]) -> None:
+    """B's first block equals A's second block: only the buggy key takes A's KV for it."""
+    x, y = make_prompts([16, 16], seed=30)
+    a = Request(x + y + (1,), SamplingParams(max_tokens=4))
+    b = Request(y + (2, 3), SamplingParams(max_tokens=8))
+    engine = cls()
+    got = drain(engine, [a])
+    got.update(drain(engine, [b]))
+    hit = got[b.request_id][0] != alone([b])[b.request_id]
+    assert hit == (cls is PrefixKeyIgnoresPast) and (engine.prefix_cache_hits > 0) == hit
+
+
+@pytest.mark.parametrize("cls", [FreesSharedBlocks, PagedEngine], ids=lambda c: c.__name__)
+def test_block_freed_while_shared(cls: type[PagedEngine]) -> None:
+    """A finishes while B still holds their two shared prefix blocks."""
+    [shared] = make_prompts([32], seed=31)
+    a = Request(shared + (1,), SamplingParams(max_tokens=3))
+    b = Request(shared + (2,), SamplingParams(max_tokens=20))
+    engine = cls()
+    if cls is PagedEngine:
+        drain_checked(engine, [a], late={0: [b]})
+        return
+    with pytest.raises(AssertionError, match="held \\+ .* free != "):
+        drain_checked(engine, [a], late={0: [b]})
+
+
+@pytest.mark.parametrize("cls", [RepeatsTokenOnResume, PagedEngine], ids=lambda c: c.__name__)
+def test_preempted_request_repeats_a_token(cls: type[PagedEngine]) -> None:
+    requests = greedy(make_prompts([100, 90, 80, 70], seed=9), [60] * 4)
+    engine = cls(num_blocks=24, max_model_len=512)
+    got = drain(engine, requests)
+    assert engine.preemptions > 0
+    too_long = [rid for rid, (tokens, _) in got.items() if len(tokens) > 60]
+    assert bool(too_long) == (cls is RepeatsTokenOnResume)
+    for rid in too_long:
+        tokens = got[rid][0]
+        assert any(tokens[i] == tokens[i + 1] for i in range(len(tokens) - 1))
+        assert tokens[:60] != alone(requests)[rid]
+
+
+@pytest.mark.parametrize("cls", [ChunkStartsOneEarly, PagedEngine], ids=lambda c: c.__name__)
+def test_chunk_boundary_off_by_one(cls: type[PagedEngine]) -> None:
+    """A 100-token prompt alone, prefilled in two chunks (80 + 20)."""
+    requests = greedy(make_prompts([100], seed=32), [12])
+    got = drain(cls(), requests)
+    wrong = got[requests[0].request_id][0] != alone(requests)[requests[0].request_id]
+    assert wrong == (cls is ChunkStartsOneEarly)
+    short = greedy(make_prompts([40], seed=32), [12])  # one chunk: the bug cannot show
+    assert drain(cls(), short)[short[0].request_id][0] == alone(short)[short[0].request_id]
+
+
+@pytest.mark.parametrize("cls", [AbortLeaksBlocks, PagedEngine], ids=lambda c: c.__name__)
+def test_aborted_request_blocks_never_return(cls: type[PagedEngine]) -> None:
+    requests = greedy(make_prompts([40, 20], seed=33), [30, 30])
+    engine = cls()
+
+    def on_step(step: int, outputs: list[StepOutput]) -> None:
+        if step == 2:
+            engine.abort_request(requests[0].request_id)
+
+    drain(engine, requests, on_step=on_step)
+    leaked = engine.kv_total_blocks - engine.kv_free_blocks()
+    assert not engine.kv_block_tables()
+    assert (leaked > 0) == (cls is AbortLeaksBlocks)

@@ -1,0 +1,73 @@
+"""The paged engine's config variants (engines.paged_variants): each gives every request the
+same tokens as the default engine, and each really exercises what it is for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from engines.models import preset_max_model_len
+from engines.paged import PagedEngine
+from engines.paged_variants import VARIANTS
+from engines.protocol import Request, SamplingParams, StepOutput
+from tests.helpers import make_prompts
+from tests.kv_checks import drain_checked
+
+SHARED = make_prompts([48], seed=21)[0]
+
+
+def workload() -> tuple[list[Request], dict[int, list[Request]]]:
+    """Short and long prompts (one of the whole context), a shared 3-block prefix, greedy
+    and seeded requests; six arrive at once, the rest later."""
+    lengths = [3, 250, 17, 1, 96, 40, 130, 64]
+    prompts = make_prompts(lengths, seed=20)
+    prompts += [SHARED + p for p in make_prompts([2, 5], seed=22)]
+    budgets = [30, 4, 61, 9, 1, 20, 8, 12, 6, 6]
+    requests = [Request(p, SamplingParams(max_tokens=n, temperature=0.8 * (i % 3 == 0),
+                                          seed=i), request_id=f"r{i}")
+                for i, (p, n) in enumerate(zip(prompts, budgets, strict=True))]
+    whole = Request(make_prompts([510], seed=23)[0], SamplingParams(max_tokens=2),
+                    request_id="whole")
+    return requests[:6], {2: requests[6:8], 5: [requests[8], whole], 9: [requests[9]]}
+
+
+def run(make: Callable[[], PagedEngine],
+        on_step: Callable[[PagedEngine], None] | None = None) -> tuple[PagedEngine, dict]:
+    engine = make()
+    first, late = workload()
+
+    def hook(step: int, outputs: list[StepOutput]) -> None:
+        if on_step is not None:
+            on_step(engine)
+
+    got = drain_checked(engine, first, late=late, on_step=hook)
+    return engine, {rid: tokens for rid, (tokens, _) in got.items()}
+
+
+@pytest.fixture(scope="module")
+def default_tokens() -> dict:
+    engine, tokens = run(PagedEngine)
+    assert engine.prefix_cache_hits > 0
+    return tokens
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_gives_the_default_engines_tokens(name: str, default_tokens: dict) -> None:
+    widest = [0]
+
+    def watch(engine: PagedEngine) -> None:
+        widest[0] = max(widest[0], len(engine.kv_block_tables()))
+
+    engine, tokens = run(VARIANTS[name], watch)
+    assert tokens == default_tokens
+    if name == "no_prefix_caching":
+        assert engine.prefix_cache_hits == 0
+    elif name == "small_pool":
+        assert engine.preemptions > 0
+        assert engine.kv_total_blocks * engine.kv_block_size >= (
+            preset_max_model_len("tiny") or 0), "the largest request must fit alone"
+    elif name == "budget_8":
+        assert engine.max_num_batched_tokens == 8
+    elif name == "one_at_a_time":
+        assert widest[0] == 1
