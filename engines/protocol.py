@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 __all__ = [
     "Abortable",
     "Engine",
+    "Exercised",
     "FinishReason",
     "InvalidRequest",
     "KVIntrospection",
@@ -128,3 +129,14 @@ class KVIntrospection(Protocol):
     def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]: ...  # request -> block ids
 
     def kv_cached_tokens(self) -> Mapping[Hashable, int]: ...  # request -> tokens with KV
+
+
+@runtime_checkable
+class Exercised(Protocol):
+    """Optional: counters of what the engine's features did, so that a passing run can say
+    how much it exercised them. Cumulative since the engine was built; the suite reports the
+    change over each workload. Suggested names: `preemptions`, `chunked_prompts` (prompts
+    prefilled over more than one step), `prefix_cache_hit_tokens`. A counter the engine
+    cannot give is absent, never zero."""
+
+    def exercised(self) -> Mapping[str, int]: ...

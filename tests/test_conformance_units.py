@@ -70,3 +70,28 @@ def test_hanging_step_fails_instead_of_hanging() -> None:
 
 # The shipped state machine, used the way a third party would in their own test module.
 TestToyEngineMachine = engine_machine(ToyEngine).TestCase
+
+
+class CountsPrefills(ToyEngine):
+    """Declares one feature counter (engines.protocol.Exercised)."""
+
+    def __init__(self, **kw: int) -> None:
+        super().__init__(**kw)
+        self.prefills = 0
+
+    def prefill(self, slot: int) -> int:
+        self.prefills += 1
+        return super().prefill(slot)
+
+    def exercised(self) -> dict[str, int]:
+        return {"prefills": self.prefills}
+
+
+def test_coverage_reports_the_engines_own_counters_per_workload() -> None:
+    ctx = build_context(CountsPrefills, name="CountsPrefills")
+    coverage = search(ctx, "liveness", settings=pinned(10, shrink=False), seeds=False)
+    # Each workload's change only: every request is prefilled once unless aborted while
+    # waiting, so the tally sits between the unaborted requests and all of them.
+    counts = coverage.counts
+    assert counts["requests"] - counts["aborts"] <= counts["prefills"] <= counts["requests"]
+    assert "prefills" in coverage.describe(coverage.as_dict())

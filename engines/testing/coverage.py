@@ -42,6 +42,8 @@ class Coverage:
             self.most["longest prompt"] = max(self.most["longest prompt"],
                                               len(r.prompt_token_ids))
         self.most["in flight at once"] = max(self.most["in flight at once"], _in_flight(trace))
+        for name, n in trace.exercised.items():  # the engine's own counters (Exercised)
+            c[name.replace("_", " ")] += n
         if judge is not None:
             self._seed_groups(trace, judge)
 

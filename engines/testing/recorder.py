@@ -19,6 +19,7 @@ from typing import Any
 from engines.protocol import (
     Abortable,
     Engine,
+    Exercised,
     KVIntrospection,
     Request,
     SlotIntrospection,
@@ -115,6 +116,7 @@ class Trace:
     finished_at: dict[Hashable, int] = field(default_factory=dict)  # first finishing output
     stalled: bool = False
     kv_after_drain: KVSnapshot | None = None  # once has_work() said False
+    exercised: dict[str, int] = field(default_factory=dict)  # engine counters' change
 
     def tokens(self, rid: Hashable) -> list[int]:
         return [t for _, out in self.outputs.get(rid, []) for t in out.token_ids]
@@ -159,6 +161,14 @@ class Recorder:
         self.wasted0 = int(engine.wasted_slot_steps) if self.slots else 0  # type: ignore[attr-defined]
         self.holders: frozenset[Hashable] = frozenset()
         self.k = 0  # index of the next step() call
+        self.counters0 = self._counters()
+
+    def _counters(self) -> dict[str, int]:
+        if not isinstance(self.engine, Exercised):
+            return {}
+        engine = self.engine
+        return {str(k): int(v) for k, v in dict(self.call("exercised()",
+                                                            engine.exercised)).items()}
 
     def call(self, what: str, fn: Callable[[], object]) -> Any:
         return _call(what, self.k, fn, self.deadline)
@@ -290,6 +300,8 @@ class Recorder:
             self.step()
         if self.kv and not self.call("has_work()", self.engine.has_work):
             self.trace.kv_after_drain = self.kv_snapshot()
+        after = self._counters()
+        self.trace.exercised = {k: v - self.counters0.get(k, 0) for k, v in after.items()}
         self.workload()
         return self.trace
 
