@@ -41,8 +41,9 @@ def test_tie_aware_suite_on_a_real_bf16_engine(pytester: pytest.Pytester) -> Non
     # for top_logprobs gets them from a real engine, and no near-tie is called a bug.
     result = pytester.runpytest(*SUITE, "--engine", "tests.helpers:bf16_continuous",
                                 "--parity=tie-aware", "--parity-tolerance=0.125",
-                                "--reference-engine", "engines.sequential:SequentialEngine")
-    result.assert_outcomes(passed=13, skipped=2)  # no variants, no KV introspection
+                                "--reference-engine", "engines.sequential:SequentialEngine",
+                                "-k", "parity or prefill_decode or seeds or stateful")
+    result.assert_outcomes(passed=5)  # the checks that compare tokens
     result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 0.125; margins from the "
                                  "reference engine)*"])
 

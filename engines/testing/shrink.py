@@ -13,13 +13,14 @@ from engines.testing.workload import Workload
 __all__ = ["shrink_workload"]
 
 
-def _without_request(w: Workload, i: int) -> Workload:
-    rid = w.requests[i].request_id
+def _without_requests(w: Workload, drop: set[int]) -> Workload:
+    gone = {w.requests[i].request_id for i in drop}
+    keep = [i for i in range(len(w.requests)) if i not in drop]
     return Workload(
-        w.requests[:i] + w.requests[i + 1:],
-        w.arrivals[:i] + w.arrivals[i + 1:],
-        tuple(a for a in w.aborts if a.request_id != rid),
-        tuple(b for b in w.bad if b.duplicate_of != rid),
+        tuple(w.requests[i] for i in keep),
+        tuple(w.arrivals[i] for i in keep),
+        tuple(a for a in w.aborts if a.request_id not in gone),
+        tuple(b for b in w.bad if b.duplicate_of not in gone),
         w.label,
     )
 
@@ -33,18 +34,27 @@ def _with_request(w: Workload, i: int, r: Request, arrival: int | None = None) -
 
 
 def _candidates(w: Workload) -> Iterator[Workload]:
-    for i in range(len(w.requests)):
-        if len(w.requests) > 1:
-            yield _without_request(w, i)
+    n = len(w.requests)
+    # Halves, then quarters, before single requests: a large seed workload shrinks in a
+    # handful of tries instead of one try per request.
+    size = n // 2
+    while size > 1:
+        for start in range(0, n, size):
+            yield _without_requests(w, set(range(start, min(n, start + size))))
+        size //= 2
+    for i in range(n):
+        if n > 1:
+            yield _without_requests(w, {i})
     for j in range(len(w.aborts)):
         yield dataclasses.replace(w, aborts=w.aborts[:j] + w.aborts[j + 1:])
     for j in range(len(w.bad)):
         yield dataclasses.replace(w, bad=w.bad[:j] + w.bad[j + 1:])
     for i, r in enumerate(w.requests):
         p = r.params
-        if p.max_tokens > 1:
-            yield _with_request(w, i, dataclasses.replace(
-                r, params=dataclasses.replace(p, max_tokens=p.max_tokens - 1)))
+        for fewer in sorted({p.max_tokens // 2, p.max_tokens - 1} - {0}):
+            if fewer < p.max_tokens:
+                yield _with_request(w, i, dataclasses.replace(
+                    r, params=dataclasses.replace(p, max_tokens=fewer)))
         if len(r.prompt_token_ids) > 1:
             half = r.prompt_token_ids[: len(r.prompt_token_ids) // 2]
             yield _with_request(w, i, dataclasses.replace(r, prompt_token_ids=half))
