@@ -21,10 +21,12 @@ Translations (where the library's semantics differ from the protocol):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import queue
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel
@@ -32,6 +34,8 @@ from transformers.generation import ContinuousBatchingConfig, ContinuousBatching
 from transformers.generation.continuous_batching.requests import RequestStatus
 
 from engines.adapters._book import Live, RequestBook, stop_or_length
+from engines.adapters._exercised import Tally
+from engines.adapters._hf_view import KVView, count_preemptions, count_prefix_hits
 from engines.models import (
     DEFAULT_PRESET,
     DEFAULT_SEED,
@@ -43,6 +47,10 @@ from engines.models import (
 from engines.protocol import Request, StepOutput
 
 __all__ = ["HFContinuousEngine", "hf_continuous", "make_engine"]
+
+# Tokens per KV block: `page_size` since 5.18, `block_size` in 5.16 and 5.17.
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+_PAGE_FIELD = "page_size" if "page_size" in _CONFIG_FIELDS else "block_size"
 
 
 class HFContinuousEngine:
@@ -57,23 +65,29 @@ class HFContinuousEngine:
         max_batch_tokens: int = 256,
         page_size: int = 16,
         num_blocks: int | None = None,
+        allow_block_sharing: bool = False,
+        label: str = "hf_continuous",
     ) -> None:
         self.vocab_size: int = model.config.vocab_size
         self.max_model_len = max_model_len
         self.max_batch_size = max_batch_size
+        self.max_concurrency = max_batch_size  # requests in one batch at most
         self._model = model
         self._book = RequestBook()
+        self._tally = Tally(label)
         # Sized explicitly: the library's defaults probe memory and cost ~10 s per call on a CPU.
         # By default enough blocks for a full batch at full context, so no request is evicted;
         # fewer blocks exercise the library's eviction (a request restarts from its tokens).
         if num_blocks is None:
             num_blocks = max_batch_size * -(-max_model_len // page_size)
+        page: dict[str, Any] = {_PAGE_FIELD: page_size}
         cb_config = ContinuousBatchingConfig(
             num_blocks=num_blocks,
-            page_size=page_size,
+            **page,
             max_batch_tokens=max_batch_tokens,  # prompts longer than this prefill in chunks
             max_requests_per_batch=max_batch_size,
-            allow_block_sharing=False,  # no prefix cache: nothing carries between requests
+            # Prefix sharing: complete blocks are hashed and reused by later prompts.
+            allow_block_sharing=allow_block_sharing,
             use_async_batching=False,  # async returns each token one iteration late
             use_cuda_graph=False,
             seed=DEFAULT_SEED,  # reseeds torch's global RNG when the processor is built
@@ -87,6 +101,9 @@ class HFContinuousEngine:
         with torch.random.fork_rng(devices=[]):  # keep the caller's global RNG as it was
             self._processor = self._manager._create_batch_processor()
         self._manager.batch_processor = self._processor
+        self._kv = KVView(self._processor.cache)
+        count_prefix_hits(self._processor.cache, self._tally)
+        self._chunked: set[str] = set()
         runner = self._processor.model_runner
         self._library_sample = runner._sample
         runner._sample = self._sample  # instance attribute: shadows the method for this runner
@@ -125,11 +142,20 @@ class HFContinuousEngine:
         # Owed ABORTs first: a cancel is applied at the start of the iteration below, so the
         # aborted request gets no token from it.
         outputs = self._book.take_aborts()
+        scheduler = self._processor.scheduler
+        active = set(scheduler.active_requests)
         with torch.no_grad():
             if self._processor.prepare_next_batch():
+                count_preemptions(scheduler, active, self._tally)
+                batch = self._processor.inputs_and_outputs.requests_in_batch
+                for future in batch:  # a prefill that stops short of the prompt's end
+                    key = future.state.request_id
+                    if not future.has_new_token and key not in self._chunked:
+                        self._chunked.add(key)
+                        self._tally.add("chunked_prompts")
                 self._rows = [
                     self._book.get(future.state.request_id)
-                    for future in self._processor.inputs_and_outputs.requests_in_batch
+                    for future in batch
                     if future.has_new_token
                 ]
                 self._processor._generation_step(self._model)
@@ -153,7 +179,7 @@ class HFContinuousEngine:
             top = self._top.pop(live.key, None)
             out = self._book.delta(live, result.generated_tokens, finish, top)
             if finish is not None:
-                self._generators.pop(live.key, None)
+                self._forget(live.key)
             if out is not None:
                 outputs.append(out)
         return outputs
@@ -161,6 +187,42 @@ class HFContinuousEngine:
     def _forget(self, key: str) -> None:
         self._generators.pop(key, None)
         self._top.pop(key, None)
+        self._chunked.discard(key)
+
+    # -- what was exercised --------------------------------------------------------------------
+    def exercised(self) -> dict[str, int]:
+        """Preemptions, chunked prompts and prefix-cache hit tokens so far (engines.adapters.
+        _exercised)."""
+        return self._tally.as_dict()
+
+    # -- KVIntrospection -----------------------------------------------------------------------
+    @property
+    def kv_block_size(self) -> int:
+        return self._kv.block_size
+
+    @property
+    def kv_total_blocks(self) -> int:
+        return self._kv.total_blocks
+
+    def kv_free_blocks(self) -> int:
+        return self._kv.free_blocks()
+
+    def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]:
+        tables = self._kv.tables()
+        return {
+            live.request.request_id: tables[live.key]
+            for live in self._book.live()
+            if live.key in tables
+        }
+
+    def kv_cached_tokens(self) -> Mapping[Hashable, int]:
+        tables = self._kv.tables()
+        active = self._processor.scheduler.active_requests
+        return {
+            live.request.request_id: int(active[live.key].position_offset)
+            for live in self._book.live()
+            if live.key in tables and live.key in active
+        }
 
     def _sample(self, scores: torch.Tensor, output_ids: torch.Tensor) -> None:
         """The library's sampler, then per-request sampling and top logprobs over its rows."""
@@ -191,12 +253,12 @@ def _private_model(spec: str, seed: int) -> PreTrainedModel:
 
 
 def hf_continuous(
-    model: str | Path = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, **options: int
+    model: str | Path = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, **options: int | bool | str
 ) -> HFContinuousEngine:
     """A fresh engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
     hf_model = _private_model(str(model), seed)
     max_model_len = preset_max_model_len(model) or hf_model.config.max_position_embeddings
-    return HFContinuousEngine(hf_model, max_model_len=max_model_len, **options)
+    return HFContinuousEngine(hf_model, max_model_len=max_model_len, **options)  # type: ignore[arg-type]
 
 
 # The conventional name for --engine; test ids take the function's own: hf_continuous-<property>.

