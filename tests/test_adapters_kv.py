@@ -49,8 +49,10 @@ def check_tables(engine: Any) -> set[int]:
     size = engine.kv_block_size
     owner: dict[int, tuple[Hashable, int]] = {}
     for rid, table in tables.items():
-        # Exactly the blocks its computed tokens need: none missing, none held ahead.
-        assert len(table) == -(-cached[rid] // size), (rid, list(table), cached[rid])
+        # The blocks its computed tokens need, plus at most one more (transformers 5.16-5.17
+        # allocate a block ahead of the tokens).
+        need = -(-cached[rid] // size)
+        assert need <= len(table) <= need + 1, (rid, list(table), cached[rid])
         for index, block in enumerate(table):
             if block in owner:  # shared: only as the same logical block of a full prefix
                 assert owner[block][1] == index, (block, owner[block], rid, index)
@@ -81,7 +83,7 @@ def test_blocks_are_held_while_running_and_all_free_after_drain(engine: Any) -> 
     assert isinstance(engine, KVIntrospection)
     total = engine.kv_total_blocks
     assert engine.kv_free_blocks() == total and not engine.kv_block_tables()
-    prompts = make_prompts([40, 75, 3], seed=7)
+    prompts = make_prompts([20, 14, 3], seed=7)  # each fits a 32-token context
     seen = run_checked(engine, [Request(p, SamplingParams(max_tokens=9)) for p in prompts])
     assert len(seen) == 3 and all(tables for tables in seen.values())
     assert not engine.kv_block_tables() and not engine.kv_cached_tokens()
@@ -105,8 +107,10 @@ def test_a_repeated_prefix_reuses_its_blocks(engine: Any) -> None:
 
 @pytest.mark.parametrize("engine", SMALL_POOL, indirect=True)
 def test_a_pool_too_small_for_two_preempts_and_keeps_tokens(engine: Any) -> None:
-    prompts = make_prompts([200, 210], seed=9)  # 2 x (200 + 100) tokens > the 512 the pool holds
-    run_checked(engine, [Request(p, SamplingParams(max_tokens=100)) for p in prompts])
+    # Both fit when admitted; grown to 30 and 31 tokens they no longer fit together (the
+    # pool holds 32 tokens in 4-token blocks, or 64 in 32-token blocks).
+    prompts = make_prompts([10, 11], seed=9)
+    run_checked(engine, [Request(p, SamplingParams(max_tokens=20)) for p in prompts])
     assert engine.exercised()["preemptions"] >= 1
     assert engine.kv_free_blocks() == engine.kv_total_blocks
 

@@ -66,6 +66,7 @@ class HFContinuousEngine:
         page_size: int = 16,
         num_blocks: int | None = None,
         allow_block_sharing: bool = False,
+        safety_margin: float | None = None,
         label: str = "hf_continuous",
     ) -> None:
         self.vocab_size: int = model.config.vocab_size
@@ -90,6 +91,9 @@ class HFContinuousEngine:
             allow_block_sharing=allow_block_sharing,
             use_async_batching=False,  # async returns each token one iteration late
             use_cuda_graph=False,
+            # Free share of the pool under which no new prefill starts (None: the scheduler's
+            # own, 0.15 for FIFO); 0 admits until the pool is full, so decodes must evict.
+            safety_margin=safety_margin,
             seed=DEFAULT_SEED,  # reseeds torch's global RNG when the processor is built
         )
         # Our own config: the library rewrites eos_token_id in the one it is given.
@@ -253,11 +257,16 @@ def _private_model(spec: str, seed: int) -> PreTrainedModel:
 
 
 def hf_continuous(
-    model: str | Path = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, **options: int | bool | str
+    model: str | Path = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    max_model_len: int | None = None,
+    **options: float | bool | str | None,
 ) -> HFContinuousEngine:
     """A fresh engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
     hf_model = _private_model(str(model), seed)
-    max_model_len = preset_max_model_len(model) or hf_model.config.max_position_embeddings
+    max_model_len = (max_model_len or preset_max_model_len(model)
+                     or hf_model.config.max_position_embeddings)
     return HFContinuousEngine(hf_model, max_model_len=max_model_len, **options)  # type: ignore[arg-type]
 
 

@@ -242,12 +242,13 @@ def vllm_cpu(
     *,
     seed: int = DEFAULT_SEED,
     max_batch_size: int = 8,
+    max_model_len: int | None = None,
     label: str = "vllm_cpu",
     **options: int | bool | None,
 ) -> VLLMEngine:
     """An engine over a preset or checkpoint (zero arguments: the "tiny" preset); `options` are
     VLLMConfig fields (prefix caching, token budget, KV blocks and block size)."""
-    max_model_len = preset_max_model_len(model) or 512
+    max_model_len = max_model_len or preset_max_model_len(model) or 512
     if options.get("num_blocks") is None and options.get("block_size") is None:
         # vLLM's CPU default block size, and blocks for a full batch at full length: nothing is
         # preempted, and the pool costs a few MiB instead of VLLM_CPU_KVCACHE_SPACE (1 GiB).
