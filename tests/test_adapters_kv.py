@@ -107,10 +107,12 @@ def test_a_repeated_prefix_reuses_its_blocks(engine: Any) -> None:
 
 @pytest.mark.parametrize("engine", SMALL_POOL, indirect=True)
 def test_a_pool_too_small_for_two_preempts_and_keeps_tokens(engine: Any) -> None:
-    # Both fit when admitted; grown to 30 and 31 tokens they no longer fit together (the
-    # pool holds 32 tokens in 4-token blocks, or 64 in 32-token blocks).
-    prompts = make_prompts([10, 11], seed=9)
-    run_checked(engine, [Request(p, SamplingParams(max_tokens=20)) for p in prompts])
+    # The pool holds one request at max_model_len (32 tokens in 4-token blocks, or 64 in
+    # 32-token blocks). Two requests of a third of it each fit when admitted; grown to two
+    # thirds each, they no longer fit together.
+    third = engine.max_model_len // 3
+    prompts = make_prompts([third, third], seed=9)
+    run_checked(engine, [Request(p, SamplingParams(max_tokens=third)) for p in prompts])
     assert engine.exercised()["preemptions"] >= 1
     assert engine.kv_free_blocks() == engine.kv_total_blocks
 

