@@ -12,11 +12,13 @@ Both: a request's KV covers its `position_offset` tokens. Anything else raises `
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
+from engines.adapters._book import RequestBook
 from engines.adapters._exercised import Tally
 
-__all__ = ["KVView", "Unavailable", "count_preemptions", "count_prefix_hits"]
+__all__ = ["KVMixin", "KVView", "Unavailable", "count_preemptions", "count_prefix_hits"]
 
 
 class Unavailable(NotImplementedError):
@@ -86,3 +88,39 @@ def count_prefix_hits(cache: Any, tally: Tally) -> None:
         return matched
 
     cache.search_prefix_match = counted
+
+
+class KVMixin:
+    """engines.protocol.KVIntrospection for the adapter, by our request ids."""
+
+    _kv: KVView
+    _book: RequestBook
+    _processor: Any
+
+    @property
+    def kv_block_size(self) -> int:
+        return self._kv.block_size
+
+    @property
+    def kv_total_blocks(self) -> int:
+        return self._kv.total_blocks
+
+    def kv_free_blocks(self) -> int:
+        return self._kv.free_blocks()
+
+    def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]:
+        tables = self._kv.tables()
+        return {
+            live.request.request_id: tables[live.key]
+            for live in self._book.live()
+            if live.key in tables
+        }
+
+    def kv_cached_tokens(self) -> Mapping[Hashable, int]:
+        tables = self._kv.tables()
+        active = self._processor.scheduler.active_requests
+        return {
+            live.request.request_id: int(active[live.key].position_offset)
+            for live in self._book.live()
+            if live.key in tables and live.key in active
+        }

@@ -1,6 +1,7 @@
 """transformers' continuous batching behind the engine protocol.
 
-Checked on transformers 5.19.0 and 5.24.0 (the same internals). The library has no public
+Checked on transformers 5.16.0 through 5.24.0 (5.16 and 5.17 call the block size `block_size`
+and lay the cache out differently: engines.adapters._hf_view). The library has no public
 single-step call: its manager runs a background thread. This adapter starts no thread and
 drives the manager's batch processor itself, one scheduler iteration per `step()`, with the
 three calls that thread makes per iteration (`prepare_next_batch`, `_generation_step`,
@@ -13,10 +14,11 @@ Translations (where the library's semantics differ from the protocol):
   last token.
 - abort: a cancelled request vanishes without an output, so the adapter emits the ABORT.
 - sampling: the library samples from one global RNG at one global temperature; it has no
-  per-request seed. The adapter hooks the library's sampler: rows of greedy requests keep the
-  library's argmax, rows of sampled requests are drawn from the same fp32 logits with the
-  request's own seeded generator, and `top_logprobs` (the top k, plus the chosen token) are
-  read from those logits.
+  per-request seed and no top logprobs. The adapter hooks its sampler
+  (engines.adapters._hf_sampler).
+
+Beside the protocol: `max_concurrency`, `KVIntrospection` and `exercised()` (what the library's
+scheduler did), read from its private state (engines.adapters._hf_view).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import queue
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +35,10 @@ from transformers import GenerationConfig, PreTrainedModel
 from transformers.generation import ContinuousBatchingConfig, ContinuousBatchingManager
 from transformers.generation.continuous_batching.requests import RequestStatus
 
-from engines.adapters._book import Live, RequestBook, stop_or_length
+from engines.adapters._book import RequestBook, stop_or_length
 from engines.adapters._exercised import Tally
-from engines.adapters._hf_view import KVView, count_preemptions, count_prefix_hits
+from engines.adapters._hf_sampler import RowSampler
+from engines.adapters._hf_view import KVMixin, KVView, count_preemptions, count_prefix_hits
 from engines.models import (
     DEFAULT_PRESET,
     DEFAULT_SEED,
@@ -53,7 +56,7 @@ _CONFIG_FIELDS = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
 _PAGE_FIELD = "page_size" if "page_size" in _CONFIG_FIELDS else "block_size"
 
 
-class HFContinuousEngine:
+class HFContinuousEngine(KVMixin):
     """One `ContinuousBatchingManager`, stepped from the caller's thread."""
 
     def __init__(
@@ -108,23 +111,14 @@ class HFContinuousEngine:
         self._kv = KVView(self._processor.cache)
         count_prefix_hits(self._processor.cache, self._tally)
         self._chunked: set[str] = set()
-        runner = self._processor.model_runner
-        self._library_sample = runner._sample
-        runner._sample = self._sample  # instance attribute: shadows the method for this runner
-        self._rows: list[Live | None] = []  # the request behind each logits row of the batch
-        self._generators: dict[str, torch.Generator] = {}  # key -> sampled request's RNG
-        self._top: dict[str, list[Mapping[int, float]]] = {}  # key -> this step's top logprobs
+        self._sampler = RowSampler(self._processor.model_runner)
 
     def add_request(self, request: Request) -> None:
         params = request.params
         key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
-        if params.temperature > 0:
-            gen = torch.Generator()
-            if params.seed is None:
-                gen.seed()
-            else:
-                gen.manual_seed(int(params.seed))
-            self._generators[key] = gen
+        live = self._book.get(key)
+        assert live is not None
+        self._sampler.add(live)
         self._manager.add_request(
             input_ids=[int(t) for t in request.prompt_token_ids],
             request_id=key,
@@ -157,7 +151,7 @@ class HFContinuousEngine:
                     if not future.has_new_token and key not in self._chunked:
                         self._chunked.add(key)
                         self._tally.add("chunked_prompts")
-                self._rows = [
+                self._sampler.rows = [
                     self._book.get(future.state.request_id)
                     for future in batch
                     if future.has_new_token
@@ -180,7 +174,7 @@ class HFContinuousEngine:
             finish = None
             if result.is_finished():
                 finish = stop_or_length(live.request, result.generated_tokens)
-            top = self._top.pop(live.key, None)
+            top = self._sampler.take_top(live.key)
             out = self._book.delta(live, result.generated_tokens, finish, top)
             if finish is not None:
                 self._forget(live.key)
@@ -189,8 +183,7 @@ class HFContinuousEngine:
         return outputs
 
     def _forget(self, key: str) -> None:
-        self._generators.pop(key, None)
-        self._top.pop(key, None)
+        self._sampler.forget(key)
         self._chunked.discard(key)
 
     # -- what was exercised --------------------------------------------------------------------
@@ -198,55 +191,6 @@ class HFContinuousEngine:
         """Preemptions, chunked prompts and prefix-cache hit tokens so far (engines.adapters.
         _exercised)."""
         return self._tally.as_dict()
-
-    # -- KVIntrospection -----------------------------------------------------------------------
-    @property
-    def kv_block_size(self) -> int:
-        return self._kv.block_size
-
-    @property
-    def kv_total_blocks(self) -> int:
-        return self._kv.total_blocks
-
-    def kv_free_blocks(self) -> int:
-        return self._kv.free_blocks()
-
-    def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]:
-        tables = self._kv.tables()
-        return {
-            live.request.request_id: tables[live.key]
-            for live in self._book.live()
-            if live.key in tables
-        }
-
-    def kv_cached_tokens(self) -> Mapping[Hashable, int]:
-        tables = self._kv.tables()
-        active = self._processor.scheduler.active_requests
-        return {
-            live.request.request_id: int(active[live.key].position_offset)
-            for live in self._book.live()
-            if live.key in tables and live.key in active
-        }
-
-    def _sample(self, scores: torch.Tensor, output_ids: torch.Tensor) -> None:
-        """The library's sampler, then per-request sampling and top logprobs over its rows."""
-        self._library_sample(scores, output_ids)  # greedy argmax for every row
-        logits = scores[0]  # [rows, vocab], fp32, unprocessed (no logits processors are set)
-        for row, live in enumerate(self._rows):
-            if live is None:
-                continue
-            params = live.request.params
-            if params.temperature > 0:
-                probs = torch.softmax(logits[row] / params.temperature, dim=-1)
-                token = torch.multinomial(probs, 1, generator=self._generators[live.key])
-                output_ids[0, row] = token[0]
-            if params.logprobs > 0:
-                logprobs = torch.log_softmax(logits[row], dim=-1)
-                values, ids = logprobs.topk(params.logprobs)
-                top = dict(zip(ids.tolist(), values.tolist(), strict=True))
-                chosen = int(output_ids[0, row])  # listed even when outside the top k
-                top.setdefault(chosen, float(logprobs[chosen]))
-                self._top.setdefault(live.key, []).append(top)
 
 
 @functools.lru_cache(maxsize=4)
