@@ -7,9 +7,11 @@
 # - vLLM's CPU engine in its own venv (built by ci/vllm-env.sh; skipped, visibly, only where
 #   that venv cannot be built).
 # After each suite run it prints what the engines exercised (preemptions, chunked prompts,
-# prefix-cache hit tokens), so that "passed" says what ran. Extra arguments go to every suite
-# run (e.g. --hypothesis-profile=ci). ci/test-third-party-thorough.sh runs the same under the
-# thorough profile.
+# prefix-cache hit tokens), so that "passed" says what ran. Where the suite has
+# --reference-engine, every run also compares against engines.sequential:SequentialEngine (the
+# same weights). Extra arguments go to every suite run (e.g. --hypothesis-profile=batching-ci).
+# ONLY=pattern runs just the factories whose spec matches it (grep -E), and skips the adapter
+# tests. ci/test-third-party-thorough.sh runs this under the thorough profile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +31,14 @@ VLLM_FACTORIES=(
     engines.adapters.vllm_variants:vllm_one_seq
     engines.adapters.vllm_variants:vllm_stress
 )
+if [[ -n ${ONLY:-} ]]; then
+    mapfile -t HF_FACTORIES < <(printf '%s\n' "${HF_FACTORIES[@]}" | grep -E "$ONLY" || true)
+    mapfile -t VLLM_FACTORIES < <(printf '%s\n' "${VLLM_FACTORIES[@]}" | grep -E "$ONLY" || true)
+fi
+REFERENCE=()
+if grep -q -- "--reference-engine" engines/testing/plugin.py; then
+    REFERENCE=(--reference-engine engines.sequential:SequentialEngine)
+fi
 COUNTS=$(mktemp)
 trap 'rm -f "$COUNTS"' EXIT
 
@@ -37,15 +47,16 @@ suite() {  # python, factory, extra pytest args...
     shift 2
     echo "== conformance suite: --engine $factory ($py)"
     BATCHING_ENGINES_EXERCISED=$COUNTS "$py" -m pytest --pyargs engines.testing.conformance \
-        --engine "$factory" -p no:cacheprovider -q "$@"
+        --engine "$factory" "${REFERENCE[@]}" -p no:cacheprovider -q "$@"
     echo "   exercised: $(tr -d '\n ' <"$COUNTS")"
 }
 
-for factory in "${HF_FACTORIES[@]}"; do
+for factory in "${HF_FACTORIES[@]+"${HF_FACTORIES[@]}"}"; do
     suite "$PY" "$factory" "$@"
 done
 
 MIN=${TRANSFORMERS_MIN:-5.16.0}
+if [[ -z ${ONLY:-} ]]; then
 if [[ ! -f .venv-tf-min/.built-$MIN ]]; then
     rm -rf .venv-tf-min
     "$PY" -m pip install -q --target .venv-tf-min "transformers==$MIN"
@@ -58,15 +69,18 @@ export PYTHONPATH=.venv-tf-min
 suite "$PY" engines.adapters.hf_continuous:make_engine "$@"
 suite "$PY" engines.adapters.hf_variants:hf_stress "$@"
 unset PYTHONPATH
+fi
 
 VPY=$(bash ci/vllm-env.sh | tail -n 1)
 if [[ -z $VPY ]]; then
     echo "SKIP: vLLM conformance suite and adapter tests (its venv could not be built: see above)"
     exit 0
 fi
-echo "== adapter tests under vLLM's venv ($VPY)"
-"$VPY" -m pytest tests/test_adapters.py tests/test_adapters_book.py tests/test_adapters_kv.py \
-    tests/test_adapters_vllm.py -p no:cacheprovider -q
-for factory in "${VLLM_FACTORIES[@]}"; do
+if [[ -z ${ONLY:-} ]]; then
+    echo "== adapter tests under vLLM's venv ($VPY)"
+    "$VPY" -m pytest tests/test_adapters.py tests/test_adapters_book.py tests/test_adapters_kv.py \
+        tests/test_adapters_vllm.py -p no:cacheprovider -q
+fi
+for factory in "${VLLM_FACTORIES[@]+"${VLLM_FACTORIES[@]}"}"; do
     suite "$VPY" "$factory" "$@"
 done
