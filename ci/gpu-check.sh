@@ -76,28 +76,15 @@ else
 fi
 
 # 2. the conformance suite, tie-aware in bf16, against the sequential reference
-suite_help=$("$PY" -m pytest --pyargs engines.testing.conformance --help 2>/dev/null)
-profile=ci
-grep -q -- "batching-ci" engines/testing/profiles.py 2>/dev/null && profile=batching-ci
-suite_args=(--parity=tie-aware --parity-tolerance=0.125 --hypothesis-profile="$profile"
-            -p no:cacheprovider -q)
-if grep -q -- "--reference-engine" <<<"$suite_help"; then
-    suite_args+=(--reference-engine ci.gpu_engines:sequential)
-    reference="against engines.sequential in $GPU_CHECK_DTYPE"
-else
-    reference="(the suite has no --reference-engine yet: self-parity only)"
-    echo "suite: --reference-engine is not an option of this suite yet; running without it" \
-        | tee -a "$OUT/summary.txt"
-fi
+suite_args=(--parity=tie-aware --parity-tolerance=0.125 --hypothesis-profile=batching-ci
+            -p no:cacheprovider -q --reference-engine ci.gpu_engines:sequential)
+reference="against engines.sequential in $GPU_CHECK_DTYPE"
+profile=batching-ci
 echo "suite: profile $profile, tie-aware 0.125, $reference"
 part suite-continuous 90 "$PY" -m pytest --pyargs engines.testing.conformance \
     --engine ci.gpu_engines:continuous "${suite_args[@]}" --junitxml="$OUT/suite-continuous.xml"
-if "$PY" -c 'import engines.paged' 2>/dev/null; then
-    part suite-paged 60 "$PY" -m pytest --pyargs engines.testing.conformance \
-        --engine ci.gpu_engines:paged "${suite_args[@]}" --junitxml="$OUT/suite-paged.xml"
-else
-    skip suite-paged "engines.paged does not exist yet"
-fi
+part suite-paged 60 "$PY" -m pytest --pyargs engines.testing.conformance \
+    --engine ci.gpu_engines:paged "${suite_args[@]}" --junitxml="$OUT/suite-paged.xml"
 
 # 3. the bench's quick comparison
 part bench 140 "$PY" -m engines.bench --quick --device "$DEVICE" --preset "$BENCH_PRESET" \

@@ -1,27 +1,77 @@
 #!/usr/bin/env bash
-# The conformance suite on the two third-party engines, plus the adapters' own tests:
-# transformers' continuous batching in the main venv, vLLM's CPU engine in its own venv
-# (built by ci/vllm-env.sh; skipped, visibly, only where that venv cannot be built).
-# Extra arguments go to every pytest run (e.g. --hypothesis-profile=batching-ci).
+# The conformance suite on the two third-party engines and every variant factory of theirs,
+# plus the adapters' own tests:
+# - transformers' continuous batching in the main venv (transformers 5.24), and its adapter
+#   tests again on the lowest supported release, 5.16.0 (installed beside the main venv with
+#   pip --target into .venv-tf-min, put first on PYTHONPATH);
+# - vLLM's CPU engine in its own venv (built by ci/vllm-env.sh; skipped, visibly, only where
+#   that venv cannot be built).
+# Every run compares against engines.sequential:SequentialEngine (the same weights), and the
+# suite's summary says what the engines exercised (preemptions, chunked prompts, prefix-cache
+# hit tokens), so that "passed" says what ran. Extra arguments go to every suite run (e.g. --hypothesis-profile=batching-ci).
+# ONLY=pattern runs just the factories whose spec matches it (grep -E), and skips the adapter
+# tests. ci/test-third-party-thorough.sh runs this under the thorough profile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-.venv/bin/python}
+HF_FACTORIES=(
+    engines.adapters.hf_continuous:make_engine
+    engines.adapters.hf_variants:hf_block_sharing
+    engines.adapters.hf_variants:hf_small_budget
+    engines.adapters.hf_variants:hf_small_cache
+    engines.adapters.hf_variants:hf_stress
+)
+VLLM_FACTORIES=(
+    engines.adapters.vllm:make_engine
+    engines.adapters.vllm_variants:vllm_prefix_caching
+    engines.adapters.vllm_variants:vllm_chunked_prefill
+    engines.adapters.vllm_variants:vllm_preemption
+    engines.adapters.vllm_variants:vllm_one_seq
+    engines.adapters.vllm_variants:vllm_stress
+)
+if [[ -n ${ONLY:-} ]]; then
+    mapfile -t HF_FACTORIES < <(printf '%s\n' "${HF_FACTORIES[@]}" | grep -E "$ONLY" || true)
+    mapfile -t VLLM_FACTORIES < <(printf '%s\n' "${VLLM_FACTORIES[@]}" | grep -E "$ONLY" || true)
+fi
 suite() {  # python, factory, extra pytest args...
     local py=$1 factory=$2
     shift 2
     echo "== conformance suite: --engine $factory ($py)"
     "$py" -m pytest --pyargs engines.testing.conformance --engine "$factory" \
-        -p no:cacheprovider -q "$@"
+        --reference-engine engines.sequential:SequentialEngine -p no:cacheprovider -q "$@"
 }
 
+for factory in "${HF_FACTORIES[@]+"${HF_FACTORIES[@]}"}"; do
+    suite "$PY" "$factory" "$@"
+done
+
+MIN=${TRANSFORMERS_MIN:-5.16.0}
+if [[ -z ${ONLY:-} ]]; then
+if [[ ! -f .venv-tf-min/.built-$MIN ]]; then
+    rm -rf .venv-tf-min
+    "$PY" -m pip install -q --target .venv-tf-min "transformers==$MIN"
+    touch ".venv-tf-min/.built-$MIN"
+fi
+echo "== adapter tests on transformers $MIN (the lowest supported)"
+PYTHONPATH=.venv-tf-min "$PY" -c "import transformers as t; assert t.__version__ == '$MIN', t.__version__"
+export PYTHONPATH=.venv-tf-min
+"$PY" -m pytest tests/test_adapters.py tests/test_adapters_kv.py -p no:cacheprovider -q
 suite "$PY" engines.adapters.hf_continuous:make_engine "$@"
+suite "$PY" engines.adapters.hf_variants:hf_stress "$@"
+unset PYTHONPATH
+fi
 
 VPY=$(bash ci/vllm-env.sh | tail -n 1)
 if [[ -z $VPY ]]; then
     echo "SKIP: vLLM conformance suite and adapter tests (its venv could not be built: see above)"
     exit 0
 fi
-echo "== adapter tests under vLLM's venv ($VPY)"
-"$VPY" -m pytest tests/test_adapters.py tests/test_adapters_book.py -p no:cacheprovider -q "$@"
-suite "$VPY" engines.adapters.vllm:make_engine "$@"
+if [[ -z ${ONLY:-} ]]; then
+    echo "== adapter tests under vLLM's venv ($VPY)"
+    "$VPY" -m pytest tests/test_adapters.py tests/test_adapters_book.py tests/test_adapters_kv.py \
+        tests/test_adapters_vllm.py -p no:cacheprovider -q
+fi
+for factory in "${VLLM_FACTORIES[@]+"${VLLM_FACTORIES[@]}"}"; do
+    suite "$VPY" "$factory" "$@"
+done

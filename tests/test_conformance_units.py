@@ -93,5 +93,6 @@ def test_coverage_reports_the_engines_own_counters_per_workload() -> None:
     # Each workload's change only: every request is prefilled once unless aborted while
     # waiting, so the tally sits between the unaborted requests and all of them.
     counts = coverage.counts
-    assert counts["requests"] - counts["aborts"] <= counts["prefills"] <= counts["requests"]
-    assert "prefills" in coverage.describe(coverage.as_dict())
+    prefills = counts["engine: prefills"]
+    assert counts["requests"] - counts["aborts"] <= prefills <= counts["requests"]
+    assert f"the engine counted {prefills} prefills" in coverage.describe(coverage.as_dict())

@@ -38,6 +38,14 @@ class RequestBook:
     def has_work(self) -> bool:
         return bool(self._by_id or self._aborted)
 
+    def live(self) -> list[Live]:
+        """Requests added and not yet finished or aborted, oldest first."""
+        return list(self._by_id.values())
+
+    def keys(self) -> list[str]:
+        """The library keys of those requests."""
+        return list(self._by_key)
+
     def add(self, request: Request, *, vocab_size: int, max_model_len: int) -> str:
         """Refuse bad input (before the library sees it), then track the request."""
         check_request(

