@@ -82,26 +82,24 @@ def long_tensor(values: Sequence[int], device: torch.device) -> torch.Tensor:
     return out if device.type == "cpu" else out.to(device)
 
 
-def slot_grid(tables: Sequence[Sequence[int]], width: int, block_size: int,
-              device: torch.device) -> torch.Tensor:
-    """[len(tables), width] pool slots of each table's tokens 0..width-1 (past a table's end:
-    slot 0, which the caller masks)."""
+def block_ids(tables: Sequence[Sequence[int]], width: int, block_size: int) -> array[int]:
+    """The block ids holding tokens 0..width-1 of each table, row-major, nb = ceil(width /
+    block_size) per table (past a table's end: block 0, which the caller masks)."""
     nb = -(-width // block_size)
-    flat = array("q")
+    ids = array("q")
     for table in tables:
         head = table[:nb]
-        flat.extend(head)
-        flat.extend([0] * (nb - len(head)))
-    tab = long_tensor(flat, device).view(len(tables), nb)
-    grid = tab[:, :, None] * block_size + torch.arange(block_size, device=device)
-    return grid.view(len(tables), -1)[:, :width]
+        ids.extend(head)
+        if len(head) < nb:
+            ids.extend([0] * (nb - len(head)))
+    return ids
 
 
 @dataclass(frozen=True, slots=True)
 class Group:
     size: int  # rows; their queries are the next `size` packed tokens
     width: int  # the longest member's length: every member is padded to it
-    gather: torch.Tensor  # [size * width] pool slots, row-major
+    blocks: torch.Tensor  # [size * ceil(width / block_size)] block ids, row-major
     mask: torch.Tensor | None  # [size, 1, 1, width], 0 or -inf; None when none is padded
 
 
@@ -109,7 +107,7 @@ class Group:
 class Chunk:
     size: int  # tokens; the next `size` packed tokens
     start: int  # tokens of the request before the chunk, already in the pool
-    gather: torch.Tensor | None  # pool slots of tokens 0..start+size-1; None when start == 0
+    blocks: torch.Tensor | None  # block ids of tokens 0..start+size-1; None when start == 0
     mask: torch.Tensor | None  # [size, start+size], 0 or -inf: causal over prefix + chunk
 
 
@@ -129,71 +127,82 @@ class AttentionPlan:
         single = [i for i, row in enumerate(rows) if len(row.tokens) == 1]
         lengths = [rows[i].start + 1 for i in single]
         buckets = bucket_rows(lengths, pad)
-        members = [m for bucket in buckets for m in bucket]
-        order = [single[m] for m in members]
+        order = [single[m] for bucket in buckets for m in bucket]
+        # Every gather of the step reads its block ids from one tensor (views of it), so the
+        # plan costs a handful of tensor ops however many groups and chunks it has.
+        ids = array("q")
+        spans: list[tuple[int, int]] = []
+        for bucket in buckets:
+            at = len(ids)
+            ids.extend(block_ids([rows[single[m]].blocks for m in bucket],
+                                 lengths[bucket[0]], block_size))
+            spans.append((at, len(ids)))
+        chunk_rows = [i for i, row in enumerate(rows) if len(row.tokens) > 1]
+        for i in chunk_rows:
+            row = rows[i]
+            at = len(ids)
+            if row.start:
+                ids.extend(block_ids([row.blocks], row.start + len(row.tokens), block_size))
+            spans.append((at, len(ids)))
+        all_ids = long_tensor(ids, device)
         groups = []
-        if members:
-            # One grid and one validity mask for every single-query row; groups slice them.
-            width = lengths[members[0]]
-            grid = slot_grid([rows[i].blocks for i in order], width, block_size, device)
-            real = long_tensor([lengths[m] for m in members], device)
-            # Additive (0 / -inf), built once a step: SDPA would convert a boolean mask to
-            # this in every layer's call.
-            valid = torch.zeros(len(members), width, device=device, dtype=dtype).masked_fill_(
+        if buckets and any(lengths[b[-1]] < lengths[b[0]] for b in buckets):
+            # Additive (0 / -inf), one tensor for every single-query row, built once a step:
+            # SDPA would convert a boolean mask to this in every layer's call.
+            width = lengths[buckets[0][0]]
+            real = long_tensor([lengths[m] for b in buckets for m in b], device)
+            valid = torch.zeros(len(order), width, device=device, dtype=dtype).masked_fill_(
                 torch.arange(width, device=device) >= real[:, None], float("-inf"))
-            at = 0
-            for bucket in buckets:
-                n, w = len(bucket), lengths[bucket[0]]
-                padded = lengths[bucket[-1]] < w
-                mask = valid[at : at + n, None, None, :w] if padded else None
-                groups.append(Group(n, w, grid[at : at + n, :w].reshape(-1), mask))
-                at += n
+        at = 0
+        for bucket, (lo, hi) in zip(buckets, spans, strict=False):
+            n, w = len(bucket), lengths[bucket[0]]
+            mask = valid[at : at + n, None, None, :w] if lengths[bucket[-1]] < w else None
+            groups.append(Group(n, w, all_ids[lo:hi], mask))
+            at += n
         chunks = []
-        for i, row in enumerate(rows):
+        for i, (lo, hi) in zip(chunk_rows, spans[len(buckets):], strict=True):
+            row = rows[i]
             size = len(row.tokens)
-            if size == 1:
-                continue
             order.append(i)
             if row.start == 0:
                 chunks.append(Chunk(size, 0, None, None))
                 continue
-            total = row.start + size
-            gather = slot_grid([row.blocks], total, block_size, device)[0]
-            query_pos = torch.arange(row.start, total, device=device)
-            mask = torch.zeros(size, total, device=device, dtype=dtype).masked_fill_(
-                torch.arange(total, device=device)[None, :] > query_pos[:, None], float("-inf"))
-            chunks.append(Chunk(size, row.start, gather, mask))
+            # Query t (position start + t) sees keys 0..start + t: -inf above that diagonal.
+            mask = torch.full((size, row.start + size), float("-inf"), device=device,
+                              dtype=dtype).triu_(row.start + 1)
+            chunks.append(Chunk(size, row.start, all_ids[lo:hi], mask))
         return cls(order, groups, chunks)
 
 
 def attend(plan: AttentionPlan, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
            keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [heads, T, D], k_new/v_new [kv_heads, T, D]: the packed tokens in plan order (their
-    K/V already written to the pool); keys/values: one layer's pool [slots, kv_heads, D].
-    Returns [T, heads, D]."""
+    """q [T, heads, D], k_new/v_new [T, kv_heads, D]: the packed tokens in plan order (their
+    K/V already written to the pool); keys/values: one layer's pool viewed as blocks,
+    [blocks, block_size, kv_heads, D]. Returns [T, heads, D]."""
     parts = []
-    kv_heads, dim = keys.shape[1], keys.shape[2]
     at = 0
     for g in plan.groups:
         n, w = g.size, g.width
-        k = keys.index_select(0, g.gather).view(n, w, kv_heads, dim).transpose(1, 2)
-        v = values.index_select(0, g.gather).view(n, w, kv_heads, dim).transpose(1, 2)
-        qg = q[:, at : at + n].transpose(0, 1)[:, :, None]  # [n, heads, 1, D]
-        a = F.scaled_dot_product_attention(qg, k, v, attn_mask=g.mask, scale=scale,
-                                           enable_gqa=True)
-        parts.append(a[:, :, 0])
+        # Whole blocks: one copy of block_size tokens per id, not one per token.
+        k = keys.index_select(0, g.blocks).view(n, -1, *keys.shape[2:])[:, :w].transpose(1, 2)
+        v = values.index_select(0, g.blocks).view(n, -1, *keys.shape[2:])[:, :w].transpose(1, 2)
+        a = F.scaled_dot_product_attention(q[at : at + n, :, None], k, v, attn_mask=g.mask,
+                                           scale=scale, enable_gqa=True)
+        parts.append(a.view(n, -1, a.shape[-1]))
         at += n
     for c in plan.chunks:
-        span = slice(at, at + c.size)
-        if c.gather is None:  # a prompt's first chunk: its own tokens, causal
-            a = F.scaled_dot_product_attention(q[None, :, span], k_new[None, :, span],
-                                               v_new[None, :, span], is_causal=True,
-                                               scale=scale, enable_gqa=True)
+        qc = q[at : at + c.size].transpose(0, 1)[None]
+        if c.blocks is None:  # a prompt's first chunk: its own tokens, causal
+            k = k_new[at : at + c.size].transpose(0, 1)[None]
+            v = v_new[at : at + c.size].transpose(0, 1)[None]
+            a = F.scaled_dot_product_attention(qc, k, v, is_causal=True, scale=scale,
+                                               enable_gqa=True)
         else:
-            k = keys.index_select(0, c.gather).transpose(0, 1)[None]
-            v = values.index_select(0, c.gather).transpose(0, 1)[None]
-            a = F.scaled_dot_product_attention(q[None, :, span], k, v, attn_mask=c.mask,
-                                               scale=scale, enable_gqa=True)
+            total = c.start + c.size
+            k = keys.index_select(0, c.blocks).flatten(0, 1)[:total].transpose(0, 1)[None]
+            v = values.index_select(0, c.blocks).flatten(0, 1)[:total].transpose(0, 1)[None]
+            a = F.scaled_dot_product_attention(qc, k, v, attn_mask=c.mask, scale=scale,
+                                               enable_gqa=True)
         parts.append(a[0].transpose(0, 1))
         at += c.size
     return parts[0] if len(parts) == 1 else torch.cat(parts)
