@@ -86,7 +86,8 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_concurrency = max_batch_size
         self.pool = BlockPool(num_blocks, enable_prefix_caching=enable_prefix_caching)
-        self.runner = PagedForward(self.model, num_blocks=num_blocks, block_size=block_size)
+        self.runner = PagedForward(self.model, num_blocks=num_blocks, block_size=block_size,
+                                   max_model_len=self.max_model_len)
         self.preemptions = 0  # requests sent back to the queue to free blocks, ever
 
     @property

@@ -22,7 +22,13 @@ import torch
 import torch.nn.functional as F
 
 from engines.forward import DecoderParts, _Layer, _rotate_half
-from engines.paged_attention import PAD_ELEMENTS, AttentionPlan, attend, long_tensor
+from engines.paged_attention import (
+    PAD_ELEMENTS,
+    attend,
+    causal_table,
+    long_tensor,
+    plan_attention,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +40,8 @@ class Row:
 
 
 class PagedForward(DecoderParts):
-    def __init__(self, model: Any, *, num_blocks: int, block_size: int) -> None:
+    def __init__(self, model: Any, *, num_blocks: int, block_size: int,
+                 max_model_len: int) -> None:
         super().__init__(model)
         param = next(model.parameters())
         self.block_size = block_size
@@ -42,6 +49,7 @@ class PagedForward(DecoderParts):
         # [layers, K/V, slot, kv_heads, head_dim]; slot = block * block_size + offset.
         shape = (self.num_layers, 2, num_blocks * block_size, self.num_kv_heads, self.head_dim)
         self.kv = torch.zeros(shape, device=param.device, dtype=param.dtype)
+        self.causal = causal_table(max_model_len, param.device, param.dtype)
         # Each layer's K and V as slots (for writes) and as blocks (for gathers): views made
         # once, not indexed out of the pool in every layer of every step.
         blocks = (num_blocks, block_size, self.num_kv_heads, self.head_dim)
@@ -56,15 +64,22 @@ class PagedForward(DecoderParts):
     def forward(self, rows: Sequence[Row]) -> torch.Tensor:
         """Compute every row's span; return logits [rows wanting them, vocab], in row order."""
         device = self.kv.device
-        plan = AttentionPlan.build(rows, self.block_size, self.pad, device, self.kv.dtype)
+        plan = plan_attention(rows, self.block_size, self.pad, self.causal)
+        bs = self.block_size
         tokens, positions, slots = array("q"), array("q"), array("q")
         last = [0] * len(rows)  # row -> packed index of its last token
         for i in plan.order:
             row = rows[i]
-            end = row.start + len(row.tokens)
-            tokens.extend(row.tokens)
-            positions.extend(range(row.start, end))
-            slots.extend(self.slots(row.blocks, row.start, end))
+            start = row.start
+            if len(row.tokens) == 1:  # most rows: one decode token
+                tokens.append(row.tokens[0])
+                positions.append(start)
+                slots.append(row.blocks[start // bs] * bs + start % bs)
+            else:
+                end = start + len(row.tokens)
+                tokens.extend(row.tokens)
+                positions.extend(range(start, end))
+                slots.extend(self.slots(row.blocks, start, end))
             last[i] = len(tokens) - 1
         n = len(tokens)
         packed = long_tensor(tokens + positions + slots, device)  # one tensor, three views

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engines.paged_attention import PAD_ELEMENTS, AttentionPlan, attend
+from engines.paged_attention import PAD_ELEMENTS, attend, causal_table, plan_attention
 
 Fn = Callable[[], torch.Tensor]
 BLOCK = 16
@@ -86,7 +86,8 @@ def candidates(lengths: list[int], kv_heads: int, heads: int, dim: int,
     row_of_key = torch.repeat_interleave(torch.arange(n), torch.tensor(lengths))
     spans = [Span([1], x - 1, t) for x, t in zip(lengths, tables, strict=True)]
     pad = PAD_ELEMENTS // (kv_heads * dim) if pad is None else pad
-    plan = AttentionPlan.build(spans, BLOCK, pad, torch.device("cpu"))
+    plan = plan_attention(spans, BLOCK, pad, causal_table(width, torch.device("cpu"),
+                                                          torch.float32))
     inverse = torch.argsort(torch.tensor(plan.order))
     k_new = torch.empty(n, kv_heads, dim)
     key_blocks = keys.view(nblocks, BLOCK, kv_heads, dim)
