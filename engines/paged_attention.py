@@ -181,14 +181,17 @@ def attend(plan: AttentionPlan, q: torch.Tensor, k_new: torch.Tensor, v_new: tor
     [blocks, block_size, kv_heads, D]. Returns [T, heads, D]."""
     parts = []
     at = 0
-    for g in plan.groups:
-        n, w = g.size, g.width
+    kv_heads, dim = keys.shape[2], keys.shape[3]
+    for n, w, blocks, mask in plan.groups:
         # Whole blocks: one copy of block_size tokens per id, not one per token.
-        k = keys.index_select(0, g.blocks).view(n, -1, *keys.shape[2:])[:, :w].transpose(1, 2)
-        v = values.index_select(0, g.blocks).view(n, -1, *keys.shape[2:])[:, :w].transpose(1, 2)
-        a = F.scaled_dot_product_attention(q[at : at + n, :, None], k, v, attn_mask=g.mask,
-                                           scale=scale, enable_gqa=True)
-        parts.append(a.view(n, -1, a.shape[-1]))
+        k = keys.index_select(0, blocks).view(n, -1, kv_heads, dim)
+        v = values.index_select(0, blocks).view(n, -1, kv_heads, dim)
+        if k.shape[1] != w:
+            k, v = k[:, :w], v[:, :w]
+        a = F.scaled_dot_product_attention(q[at : at + n].unsqueeze(2), k.transpose(1, 2),
+                                           v.transpose(1, 2), attn_mask=mask, scale=scale,
+                                           enable_gqa=True)
+        parts.append(a.squeeze(2))
         at += n
     for c in plan.chunks:
         qc = q[at : at + c.size].transpose(0, 1)[None]

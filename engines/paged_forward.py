@@ -57,8 +57,13 @@ class PagedForward(DecoderParts):
         self._blocks = [(k.view(blocks), v.view(blocks)) for k, v in self._slots]
 
     def slots(self, blocks: Sequence[int], start: int, end: int) -> list[int]:
+        """Pool slots of positions start..end-1: a range per block, not a sum per token."""
         bs = self.block_size
-        return [blocks[p // bs] * bs + p % bs for p in range(start, end)]
+        out: list[int] = []
+        for j in range(start // bs, (end - 1) // bs + 1):
+            base = blocks[j] * bs - j * bs  # slot of position p in block j: base + p
+            out.extend(range(base + max(start, j * bs), base + min(end, (j + 1) * bs)))
+        return out
 
     @torch.inference_mode()
     def forward(self, rows: Sequence[Row]) -> torch.Tensor:
