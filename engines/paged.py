@@ -67,6 +67,7 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         block_size: int = DEFAULT_BLOCK_SIZE,
         num_blocks: int | None = None,  # default: the slot cache's memory, batch x context
         max_num_batched_tokens: int = DEFAULT_TOKEN_BUDGET,
+        max_prefill_only_tokens: int | None = None,  # default: batch x context
         enable_prefix_caching: bool = True,
     ) -> None:
         super().__init__(model, device=device, dtype=dtype, max_batch_size=max_batch_size,
@@ -77,6 +78,12 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
             raise ValueError(f"max_num_batched_tokens: {max_num_batched_tokens} is below "
                              f"max_batch_size {max_batch_size}; every running request must "
                              "be able to decode in every step")
+        if max_prefill_only_tokens is None:
+            max_prefill_only_tokens = max(max_num_batched_tokens,
+                                          max_batch_size * self.max_model_len)
+        if max_prefill_only_tokens < max_num_batched_tokens:
+            raise ValueError(f"max_prefill_only_tokens: {max_prefill_only_tokens} is below "
+                             f"max_num_batched_tokens {max_num_batched_tokens}")
         if num_blocks is None:
             num_blocks = max_batch_size * -(-self.max_model_len // block_size)
         if num_blocks < 1:
@@ -84,6 +91,7 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         self.kv_block_size = block_size
         self.kv_total_blocks = num_blocks
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_prefill_only_tokens = max_prefill_only_tokens
         self.max_concurrency = max_batch_size
         self.pool = BlockPool(num_blocks, enable_prefix_caching=enable_prefix_caching)
         self.runner = PagedForward(self.model, num_blocks=num_blocks, block_size=block_size,
