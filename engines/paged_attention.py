@@ -6,27 +6,32 @@ Prompt chunks go one SDPA each, causal, over the request's cached prefix plus th
 The packed order is the plan's: every group's rows together, then the chunks, so a group's
 queries and outputs are slices, not gathers.
 
+Gathers copy whole blocks (one id per block_size tokens, the pool viewed as blocks) into a
+dense [rows, width] batch; a row shorter than its group's width reads past its table into
+block 0 and is masked. Every mask is a view or rows of one causal table built at start-up.
+
 Why buckets: `python scripts/ragged_attention.py` times four ways for decode rows over a
 scattered pool, gathers included (us per layer call, fp32, one thread; a shared 2-core
-machine at load 4, so +-20%; lengths: the bench's prompt classes 16/31/61/121/483 round
+machine at load 2, so +-20%; lengths: the bench's prompt classes 16/31/61/121/483 round
 robin, or all at their mean):
 
     shape                        rows  lengths      padded  per-row  buckets  segment
-    tiny (1 kv head, 2 heads, d32)  8  mixed           119      139       63      304
-                                    8  uniform 102      27      137       33      287
-                                   32  mixed           389      605      243     1548
-                                   32  uniform 135     144      709      141     1666
-    small (2 kv, 8 heads, d64)      8  mixed           516      210      214     1703
-                                    8  uniform 102     140      241      146     1476
-                                   32  mixed          6392     1494     1396    14652
-                                   32  uniform 135     969     1480     1190    12634
+    tiny (1 kv head, 2 heads, d32)  8  mixed            79      103       61      231
+                                    8  uniform 102      28      102       36      212
+                                   32  mixed           276      433      161     1112
+                                   32  uniform 135     113      436      117     1101
+    small (2 kv, 8 heads, d64)      8  mixed           373      182      158     1117
+                                    8  uniform 102     106      167      114     1115
+                                   32  mixed          1609      822      572     6430
+                                   32  uniform 135     505      775      512     6332
 
-Padded (the slot cache's way: every row as long as the longest) loses 2-5x on mixed lengths;
-one SDPA per row pays ~15 us a row, which sinks uniform batches; a packed segment softmax
-(index_add / index_reduce) is slow on CPU at these head sizes. Buckets are best or within
-noise of it in every row: one call for a uniform batch, one per length class for a mixed
-one. The gathers cost about as much as the attention itself (memory bound), which is why
-padding is capped in elements gathered.
+Padded (the slot cache's way: every row as long as the longest) loses 1.3-3x on mixed
+lengths; one SDPA per row pays ~12 us a row, which sinks uniform batches; a packed segment
+softmax (index_add / index_reduce) is slow on CPU at these head sizes. Buckets are best or
+within noise of it in every row: one call for a uniform batch, one per length class for a
+mixed one. The gathers cost about as much as the attention itself (memory bound: whole
+blocks instead of single tokens did not change that), which is why padding is capped in
+elements gathered.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import torch.nn.functional as F
 # Padding (in K elements gathered: tokens x kv_heads x head_dim) a bucket may carry before a
 # separate SDPA call is cheaper: 512 tokens on the tiny preset, 128 on the small one, inside
 # the flat optimum `scripts/ragged_attention.py --pad-sweep` shows for each (~128-1024 tokens
-# on tiny, <= 128 on small; no cap at all costs 10x on 32 mixed rows).
+# on tiny, <= 128 on small; no cap at all costs 17x on 32 mixed rows of the small preset).
 PAD_ELEMENTS = 16384
 
 
