@@ -9,9 +9,9 @@ Tokens stay packed as [T, hidden] and heads as [T, heads, D] from embedding to l
 batch dimension, no transposes around attention), each layer's pool views are made once, and
 the attention plan is a handful of tensor ops a step. On the tiny CPU preset a step is mostly
 the fixed cost of dispatching small ops, so these set its price: timed step by step against
-the continuous engine's decode step, a one-row step went from 1.08x to 0.92x of it (482 to
-411 us) and 8 rows at 100 tokens from 1.15x to 1.00x when they replaced per-layer pool
-indexing, per-token slot gathers and masks built every step.
+the continuous engine's decode step (scripts/step_cost.py), a one-row step went from 1.08x to
+0.92x of it (482 to 411 us) and 8 rows at 100 tokens from 1.15x to 1.00x when they replaced
+per-layer pool indexing, per-token slot gathers and masks built every step.
 """
 
 from __future__ import annotations
