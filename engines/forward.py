@@ -131,7 +131,12 @@ class DecoderParts:
 
     def _finish_layer(self, layer: _Layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         b, _, s, _ = attn.shape
-        x = x + F.linear(attn.transpose(1, 2).reshape(b, s, -1), layer.o_w, layer.o_b)
+        return self._finish(layer, x, attn.transpose(1, 2).reshape(b, s, -1))
+
+    def _finish(self, layer: _Layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The layer after attention: output projection and residual, then the MLP and its
+        residual. x [..., hidden]; attn [..., heads * head_dim], heads side by side."""
+        x = x + F.linear(attn, layer.o_w, layer.o_b)
         gate, up = F.linear(layer.ln2(x), layer.gate_up_w).chunk(2, dim=-1)
         return x + F.linear(layer.act(gate) * up, layer.down_w)
 

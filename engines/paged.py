@@ -1,10 +1,11 @@
 """Paged engine: one block KV pool for all requests, chunked prefill under a per-step token
 budget, prefix caching and preemption by recompute (the vLLM V1 / Sarathi-Serve design).
 
-One step: retire aborted requests; schedule the running requests, decode rows first, then
-unfinished prompts in chunks, each oldest first, then admit waiting ones while the token
-budget, the batch size and free blocks allow; one forward pass over every scheduled span;
-sample for each request whose span reached its last token; retire finished requests.
+One step: retire aborted requests; schedule (engines.paged_schedule): decode rows first,
+then prompt chunks, fewest tokens left first, admitting waiting requests first come first
+served while the token budget, the batch size and free blocks allow; one forward pass over
+every scheduled span; sample for each request whose span reached its last token; retire
+finished requests.
 
 Blocks are allocated as tokens need them. When a running request needs a block and none is
 free, the most recently admitted request gives its blocks back and goes to the front of the
@@ -32,24 +33,30 @@ from engines.protocol import InvalidRequest, Request, StepOutput
 from engines.sampling import sample
 
 DEFAULT_BLOCK_SIZE = 16
-# Tokens one step may compute, decode rows and prompt chunks together: a CPU default. On the
-# tiny preset a step costs a fixed ~0.7 ms (the model's ~160 small ops) plus ~5-10 us a
-# token, more for a chunk over a long cached prefix: beside 7 decode rows, a 57-token chunk
-# over 420 cached tokens made the step 1.6x a decode step, an 89-token one 2.1-2.7x. The
-# bench (--quick; ratios to continuous within one paired run; shared 2-core machine at load
-# 2-5, one run at load 7 left out, where every figure moved: continuous spiked 17x):
-#   budget   ITL spike (continuous 7.5-15.5x)   capacity / continuous   runs
-#     64       0.92-1.19                         0.74-0.86               5
-#     80       1.09-1.42                         0.82-0.95               6
-#     96       1.33-1.91                         0.89-1.02               3
-#    112       1.96-2.00                         0.98-1.00               2
-#    128       2.52-2.67                         0.95-1.00               2
-# A small budget pays the fixed cost more often per prompt token (the 32-request closed mix
-# takes 120 steps at 80, 90 for continuous, which prefills each prompt whole and spikes); 80
-# keeps the spike well under 2x for the least capacity given up (scripts/paged_budgets.py
-# reruns this). On a GPU, where a step's cost is flat over hundreds of tokens, pass a larger
-# budget (vLLM's run to thousands).
-DEFAULT_TOKEN_BUDGET = 80
+# Tokens one step may compute while any request is decoding, decode rows and prompt chunks
+# together: a CPU default. It bounds what a step costs the decoding requests (the ITL spike);
+# with none decoding a step takes up to max_prefill_only_tokens. On the tiny preset a decode
+# step of 7 rows costs ~0.6 ms, almost all of it fixed (dispatching the model's small ops);
+# a prompt token adds ~5.5 us plus its attention over everything before it: a 62-token chunk
+# over 420 cached tokens makes that step 2.4x (attention 560 of the 840 us it adds). The bench
+# (--quick, its default rotation static/continuous/paged, ratios to continuous within each
+# paired run, 2 runs a budget; shared 2-core machine at load 2.0-2.2):
+#   budget   ITL spike (continuous 6.9-8.1x)   capacity / continuous   closed tok/s
+#     96       1.73-1.79                        0.95-0.97               0.99-1.00
+#    104       2.35                             0.96-0.97               0.97-1.00
+#    112       1.99-2.17                        0.99-1.00               0.99-1.00
+#    128       2.56-2.65                        0.99-1.00               0.99-1.00
+# (64 and 80, scheduled oldest prompt first and under the budget in every step: spike
+# 1.10-1.31, capacity 0.87-0.92.) The spike is not monotone in the budget because the bench
+# times only the step that produced a prompt's first token, its last chunk: the 482-token
+# class leaves a last chunk of ~94 tokens at 104 and ~62 at 112. `scripts/chunk_steps.py`
+# times every chunk step; at 96 the median one costs its incumbents ~2.1x a pure decode step.
+# Above 112 throughput stops growing: with 8 seats a prompt's chunks hold a seat that does
+# not decode, and the seat count, not the budget, sets the steps. 96 is the largest budget
+# measured whose spike stayed under 2x in every run; 112 buys 2-4% throughput for a spike of
+# 2.0-2.2 (scripts/paged_budgets.py reruns the table). On a GPU, where a step's cost is flat
+# over hundreds of tokens, pass a larger budget (vLLM's run to thousands).
+DEFAULT_TOKEN_BUDGET = 96
 
 
 class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
@@ -67,6 +74,7 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         block_size: int = DEFAULT_BLOCK_SIZE,
         num_blocks: int | None = None,  # default: the slot cache's memory, batch x context
         max_num_batched_tokens: int = DEFAULT_TOKEN_BUDGET,
+        max_prefill_only_tokens: int | None = None,  # default: batch x context
         enable_prefix_caching: bool = True,
     ) -> None:
         super().__init__(model, device=device, dtype=dtype, max_batch_size=max_batch_size,
@@ -77,6 +85,12 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
             raise ValueError(f"max_num_batched_tokens: {max_num_batched_tokens} is below "
                              f"max_batch_size {max_batch_size}; every running request must "
                              "be able to decode in every step")
+        if max_prefill_only_tokens is None:
+            max_prefill_only_tokens = max(max_num_batched_tokens,
+                                          max_batch_size * self.max_model_len)
+        if max_prefill_only_tokens < max_num_batched_tokens:
+            raise ValueError(f"max_prefill_only_tokens: {max_prefill_only_tokens} is below "
+                             f"max_num_batched_tokens {max_num_batched_tokens}")
         if num_blocks is None:
             num_blocks = max_batch_size * -(-self.max_model_len // block_size)
         if num_blocks < 1:
@@ -84,9 +98,11 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         self.kv_block_size = block_size
         self.kv_total_blocks = num_blocks
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_prefill_only_tokens = max_prefill_only_tokens
         self.max_concurrency = max_batch_size
         self.pool = BlockPool(num_blocks, enable_prefix_caching=enable_prefix_caching)
-        self.runner = PagedForward(self.model, num_blocks=num_blocks, block_size=block_size)
+        self.runner = PagedForward(self.model, num_blocks=num_blocks, block_size=block_size,
+                                   max_model_len=self.max_model_len)
         self.preemptions = 0  # requests sent back to the queue to free blocks, ever
 
     @property

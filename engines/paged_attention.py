@@ -6,35 +6,39 @@ Prompt chunks go one SDPA each, causal, over the request's cached prefix plus th
 The packed order is the plan's: every group's rows together, then the chunks, so a group's
 queries and outputs are slices, not gathers.
 
+Gathers copy whole blocks (one id per block_size tokens, the pool viewed as blocks) into a
+dense [rows, width] batch; a row shorter than its group's width reads past its table into
+block 0 and is masked. Every mask is a view or rows of one causal table built at start-up.
+
 Why buckets: `python scripts/ragged_attention.py` times four ways for decode rows over a
 scattered pool, gathers included (us per layer call, fp32, one thread; a shared 2-core
-machine at load 4, so +-20%; lengths: the bench's prompt classes 16/31/61/121/483 round
+machine at load 2, so +-20%; lengths: the bench's prompt classes 16/31/61/121/483 round
 robin, or all at their mean):
 
     shape                        rows  lengths      padded  per-row  buckets  segment
-    tiny (1 kv head, 2 heads, d32)  8  mixed           119      139       63      304
-                                    8  uniform 102      27      137       33      287
-                                   32  mixed           389      605      243     1548
-                                   32  uniform 135     144      709      141     1666
-    small (2 kv, 8 heads, d64)      8  mixed           516      210      214     1703
-                                    8  uniform 102     140      241      146     1476
-                                   32  mixed          6392     1494     1396    14652
-                                   32  uniform 135     969     1480     1190    12634
+    tiny (1 kv head, 2 heads, d32)  8  mixed            79      103       61      231
+                                    8  uniform 102      28      102       36      212
+                                   32  mixed           276      433      161     1112
+                                   32  uniform 135     113      436      117     1101
+    small (2 kv, 8 heads, d64)      8  mixed           373      182      158     1117
+                                    8  uniform 102     106      167      114     1115
+                                   32  mixed          1609      822      572     6430
+                                   32  uniform 135     505      775      512     6332
 
-Padded (the slot cache's way: every row as long as the longest) loses 2-5x on mixed lengths;
-one SDPA per row pays ~15 us a row, which sinks uniform batches; a packed segment softmax
-(index_add / index_reduce) is slow on CPU at these head sizes. Buckets are best or within
-noise of it in every row: one call for a uniform batch, one per length class for a mixed
-one. The gathers cost about as much as the attention itself (memory bound), which is why
-padding is capped in elements gathered.
+Padded (the slot cache's way: every row as long as the longest) loses 1.3-3x on mixed
+lengths; one SDPA per row pays ~12 us a row, which sinks uniform batches; a packed segment
+softmax (index_add / index_reduce) is slow on CPU at these head sizes. Buckets are best or
+within noise of it in every row: one call for a uniform batch, one per length class for a
+mixed one. The gathers cost about as much as the attention itself (memory bound: whole
+blocks instead of single tokens did not change that), which is why padding is capped in
+elements gathered.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +46,7 @@ import torch.nn.functional as F
 # Padding (in K elements gathered: tokens x kv_heads x head_dim) a bucket may carry before a
 # separate SDPA call is cheaper: 512 tokens on the tiny preset, 128 on the small one, inside
 # the flat optimum `scripts/ragged_attention.py --pad-sweep` shows for each (~128-1024 tokens
-# on tiny, <= 128 on small; no cap at all costs 10x on 32 mixed rows).
+# on tiny, <= 128 on small; no cap at all costs 17x on 32 mixed rows of the small preset).
 PAD_ELEMENTS = 16384
 
 
@@ -82,118 +86,131 @@ def long_tensor(values: Sequence[int], device: torch.device) -> torch.Tensor:
     return out if device.type == "cpu" else out.to(device)
 
 
-def slot_grid(tables: Sequence[Sequence[int]], width: int, block_size: int,
-              device: torch.device) -> torch.Tensor:
-    """[len(tables), width] pool slots of each table's tokens 0..width-1 (past a table's end:
-    slot 0, which the caller masks)."""
+def causal_table(length: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """[length, length] additive causal mask: row p is 0 for keys 0..p and -inf after. Every
+    mask a step needs is a view of it (a chunk's) or rows of it (a padded group's), so no
+    step builds one (length 512 on the tiny preset: 1 MB; 4352 in bf16: 38 MB)."""
+    return torch.full((length, length), float("-inf"), device=device, dtype=dtype).triu_(1)
+
+
+def _block_ids(ids: array[int], table: Sequence[int], width: int, block_size: int) -> None:
+    """Append the ids of the blocks holding tokens 0..width-1 of `table` (past its end:
+    block 0, which the caller masks)."""
     nb = -(-width // block_size)
-    flat = array("q")
-    for table in tables:
-        head = table[:nb]
-        flat.extend(head)
-        flat.extend([0] * (nb - len(head)))
-    tab = long_tensor(flat, device).view(len(tables), nb)
-    grid = tab[:, :, None] * block_size + torch.arange(block_size, device=device)
-    return grid.view(len(tables), -1)[:, :width]
+    head = table[:nb]
+    ids.extend(head)
+    if len(head) < nb:
+        ids.extend([0] * (nb - len(head)))
 
 
-@dataclass(frozen=True, slots=True)
-class Group:
+class Group(NamedTuple):
     size: int  # rows; their queries are the next `size` packed tokens
     width: int  # the longest member's length: every member is padded to it
-    gather: torch.Tensor  # [size * width] pool slots, row-major
+    blocks: torch.Tensor  # [size * ceil(width / block_size)] block ids, row-major
     mask: torch.Tensor | None  # [size, 1, 1, width], 0 or -inf; None when none is padded
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
+class Chunk(NamedTuple):
     size: int  # tokens; the next `size` packed tokens
     start: int  # tokens of the request before the chunk, already in the pool
-    gather: torch.Tensor | None  # pool slots of tokens 0..start+size-1; None when start == 0
+    blocks: torch.Tensor | None  # block ids of tokens 0..start+size-1; None when start == 0
     mask: torch.Tensor | None  # [size, start+size], 0 or -inf: causal over prefix + chunk
 
 
-@dataclass(frozen=True, slots=True)
-class AttentionPlan:
-    """The step's attention, built once and used by every layer. `order[i]` is the row
-    whose tokens come i-th in the packed batch."""
+class AttentionPlan(NamedTuple):
+    """The step's attention, built once and used by every layer."""
 
-    order: list[int]
+    order: list[int]  # order[i]: the row whose tokens come i-th in the packed batch
     groups: list[Group]
     chunks: list[Chunk]
 
-    @classmethod
-    def build(cls, rows: Sequence[Span], block_size: int, pad: int, device: torch.device,
-              dtype: torch.dtype = torch.float32) -> AttentionPlan:
-        """`pad`: tokens of padding a bucket may carry (see PAD_ELEMENTS)."""
-        single = [i for i, row in enumerate(rows) if len(row.tokens) == 1]
-        lengths = [rows[i].start + 1 for i in single]
-        buckets = bucket_rows(lengths, pad)
-        members = [m for bucket in buckets for m in bucket]
-        order = [single[m] for m in members]
-        groups = []
-        if members:
-            # One grid and one validity mask for every single-query row; groups slice them.
-            width = lengths[members[0]]
-            grid = slot_grid([rows[i].blocks for i in order], width, block_size, device)
-            real = long_tensor([lengths[m] for m in members], device)
-            # Additive (0 / -inf), built once a step: SDPA would convert a boolean mask to
-            # this in every layer's call.
-            valid = torch.zeros(len(members), width, device=device, dtype=dtype).masked_fill_(
-                torch.arange(width, device=device) >= real[:, None], float("-inf"))
-            at = 0
-            for bucket in buckets:
-                n, w = len(bucket), lengths[bucket[0]]
-                padded = lengths[bucket[-1]] < w
-                mask = valid[at : at + n, None, None, :w] if padded else None
-                groups.append(Group(n, w, grid[at : at + n, :w].reshape(-1), mask))
-                at += n
-        chunks = []
-        for i, row in enumerate(rows):
-            size = len(row.tokens)
-            if size == 1:
-                continue
-            order.append(i)
-            if row.start == 0:
-                chunks.append(Chunk(size, 0, None, None))
-                continue
-            total = row.start + size
-            gather = slot_grid([row.blocks], total, block_size, device)[0]
-            query_pos = torch.arange(row.start, total, device=device)
-            mask = torch.zeros(size, total, device=device, dtype=dtype).masked_fill_(
-                torch.arange(total, device=device)[None, :] > query_pos[:, None], float("-inf"))
-            chunks.append(Chunk(size, row.start, gather, mask))
-        return cls(order, groups, chunks)
+
+def plan_attention(rows: Sequence[Span], block_size: int, pad: int,
+                   causal: torch.Tensor) -> AttentionPlan:
+    """Buckets for the single-query rows, a chunk for each longer span. `pad`: tokens of
+    padding a bucket may carry (see PAD_ELEMENTS); `causal`: a causal_table at least as long
+    as the longest row."""
+    single: list[int] = []
+    chunk_rows: list[int] = []
+    for i, row in enumerate(rows):
+        (single if len(row.tokens) == 1 else chunk_rows).append(i)
+    lengths = [rows[i].start + 1 for i in single]
+    buckets = bucket_rows(lengths, pad)
+    # One int64 tensor per step holds every gather's block ids and the mask rows of padded
+    # groups; groups and chunks take views of it (the plan is ~2 tensor ops, not ~4 a group).
+    ids = array("q")
+    spans = []
+    for bucket in buckets:
+        at = len(ids)
+        for m in bucket:
+            _block_ids(ids, rows[single[m]].blocks, lengths[bucket[0]], block_size)
+        spans.append((at, len(ids)))
+    for i in chunk_rows:
+        at = len(ids)
+        if rows[i].start:
+            _block_ids(ids, rows[i].blocks, rows[i].start + len(rows[i].tokens), block_size)
+        spans.append((at, len(ids)))
+    padded = [lengths[b[-1]] < lengths[b[0]] for b in buckets]
+    mask_at = len(ids)
+    for bucket, is_padded in zip(buckets, padded, strict=True):
+        if is_padded:  # causal row length-1 masks keys length.. (SDPA wants it additive)
+            ids.extend([lengths[m] - 1 for m in bucket])
+    packed = long_tensor(ids, causal.device)
+    mask_rows = causal.index_select(0, packed[mask_at:]) if any(padded) else None
+    groups = []
+    at = 0
+    for bucket, is_padded, (lo, hi) in zip(buckets, padded, spans, strict=False):
+        n, w = len(bucket), lengths[bucket[0]]
+        mask = None
+        if is_padded:
+            assert mask_rows is not None
+            mask = mask_rows[at : at + n, None, None, :w]
+            at += n
+        groups.append(Group(n, w, packed[lo:hi], mask))
+    chunks = []
+    for i, (lo, hi) in zip(chunk_rows, spans[len(buckets) :], strict=True):
+        start, size = rows[i].start, len(rows[i].tokens)
+        if start == 0:
+            chunks.append(Chunk(size, 0, None, None))
+        else:  # query t sits at position start + t: causal rows start.., keys 0..start+size
+            chunks.append(Chunk(size, start, packed[lo:hi],
+                                causal[start : start + size, : start + size]))
+    order = [single[m] for bucket in buckets for m in bucket] + chunk_rows
+    return AttentionPlan(order, groups, chunks)
 
 
 def attend(plan: AttentionPlan, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
            keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [heads, T, D], k_new/v_new [kv_heads, T, D]: the packed tokens in plan order (their
-    K/V already written to the pool); keys/values: one layer's pool [slots, kv_heads, D].
-    Returns [T, heads, D]."""
+    """q [T, heads, D], k_new/v_new [T, kv_heads, D]: the packed tokens in plan order (their
+    K/V already written to the pool); keys/values: one layer's pool viewed as blocks,
+    [blocks, block_size, kv_heads, D]. Returns [T, heads, D]."""
     parts = []
-    kv_heads, dim = keys.shape[1], keys.shape[2]
     at = 0
-    for g in plan.groups:
-        n, w = g.size, g.width
-        k = keys.index_select(0, g.gather).view(n, w, kv_heads, dim).transpose(1, 2)
-        v = values.index_select(0, g.gather).view(n, w, kv_heads, dim).transpose(1, 2)
-        qg = q[:, at : at + n].transpose(0, 1)[:, :, None]  # [n, heads, 1, D]
-        a = F.scaled_dot_product_attention(qg, k, v, attn_mask=g.mask, scale=scale,
+    kv_heads, dim = keys.shape[2], keys.shape[3]
+    for n, w, blocks, mask in plan.groups:
+        # Whole blocks: one copy of block_size tokens per id, not one per token.
+        k = keys.index_select(0, blocks).view(n, -1, kv_heads, dim)
+        v = values.index_select(0, blocks).view(n, -1, kv_heads, dim)
+        if k.shape[1] != w:
+            k, v = k[:, :w], v[:, :w]
+        a = F.scaled_dot_product_attention(q[at : at + n].unsqueeze(2), k.transpose(1, 2),
+                                           v.transpose(1, 2), attn_mask=mask, scale=scale,
                                            enable_gqa=True)
-        parts.append(a[:, :, 0])
+        parts.append(a.squeeze(2))
         at += n
     for c in plan.chunks:
-        span = slice(at, at + c.size)
-        if c.gather is None:  # a prompt's first chunk: its own tokens, causal
-            a = F.scaled_dot_product_attention(q[None, :, span], k_new[None, :, span],
-                                               v_new[None, :, span], is_causal=True,
-                                               scale=scale, enable_gqa=True)
+        qc = q[at : at + c.size].transpose(0, 1)[None]
+        if c.blocks is None:  # a prompt's first chunk: its own tokens, causal
+            k = k_new[at : at + c.size].transpose(0, 1)[None]
+            v = v_new[at : at + c.size].transpose(0, 1)[None]
+            a = F.scaled_dot_product_attention(qc, k, v, is_causal=True, scale=scale,
+                                               enable_gqa=True)
         else:
-            k = keys.index_select(0, c.gather).transpose(0, 1)[None]
-            v = values.index_select(0, c.gather).transpose(0, 1)[None]
-            a = F.scaled_dot_product_attention(q[None, :, span], k, v, attn_mask=c.mask,
-                                               scale=scale, enable_gqa=True)
+            total = c.start + c.size
+            k = keys.index_select(0, c.blocks).flatten(0, 1)[:total].transpose(0, 1)[None]
+            v = values.index_select(0, c.blocks).flatten(0, 1)[:total].transpose(0, 1)[None]
+            a = F.scaled_dot_product_attention(qc, k, v, attn_mask=c.mask, scale=scale,
+                                               enable_gqa=True)
         parts.append(a[0].transpose(0, 1))
         at += c.size
     return parts[0] if len(parts) == 1 else torch.cat(parts)

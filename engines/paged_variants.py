@@ -23,9 +23,10 @@ def no_prefix_caching() -> PagedEngine:
 
 
 def budget_8() -> PagedEngine:
-    """8 tokens a step: decode rows fill it, prompts advance 8 tokens or fewer at a time, so
-    every prompt longer than a few tokens is chunked, at boundaries the default never uses."""
-    return PagedEngine(max_num_batched_tokens=8)
+    """8 tokens a step, decoding or not: decode rows fill it, prompts advance 8 tokens or
+    fewer at a time, so every prompt longer than a few tokens is chunked, at boundaries the
+    default never uses."""
+    return PagedEngine(max_num_batched_tokens=8, max_prefill_only_tokens=8)
 
 
 def small_pool() -> PagedEngine:

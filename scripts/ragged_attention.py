@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engines.paged_attention import PAD_ELEMENTS, AttentionPlan, attend
+from engines.paged_attention import PAD_ELEMENTS, attend, causal_table, plan_attention
 
 Fn = Callable[[], torch.Tensor]
 BLOCK = 16
@@ -86,9 +86,12 @@ def candidates(lengths: list[int], kv_heads: int, heads: int, dim: int,
     row_of_key = torch.repeat_interleave(torch.arange(n), torch.tensor(lengths))
     spans = [Span([1], x - 1, t) for x, t in zip(lengths, tables, strict=True)]
     pad = PAD_ELEMENTS // (kv_heads * dim) if pad is None else pad
-    plan = AttentionPlan.build(spans, BLOCK, pad, torch.device("cpu"))
+    plan = plan_attention(spans, BLOCK, pad, causal_table(width, torch.device("cpu"),
+                                                          torch.float32))
     inverse = torch.argsort(torch.tensor(plan.order))
-    k_new = torch.empty(kv_heads, n, dim)
+    k_new = torch.empty(n, kv_heads, dim)
+    key_blocks = keys.view(nblocks, BLOCK, kv_heads, dim)
+    value_blocks = values.view(nblocks, BLOCK, kv_heads, dim)
 
     def pad_all() -> torch.Tensor:
         idx = padded.flatten()
@@ -107,8 +110,8 @@ def candidates(lengths: list[int], kv_heads: int, heads: int, dim: int,
         return torch.cat(out)
 
     def buckets() -> torch.Tensor:
-        qp = q[plan.order].transpose(0, 1)  # the plan's packed order, [heads, n, D]
-        return attend(plan, qp, k_new, k_new, keys, values, scale)[inverse]
+        qp = q[plan.order]  # the plan's packed order, [n, heads, D]
+        return attend(plan, qp, k_new, k_new, key_blocks, value_blocks, scale)[inverse]
 
     def segment() -> torch.Tensor:
         return _segment(q, keys, values, packed, row_of_key, scale)

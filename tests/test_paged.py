@@ -87,16 +87,39 @@ BOUNDARY_LENGTHS = sorted({k * n + d for k in (1, 2) for n in (16, BUDGET) for d
                           | {3 * BUDGET + d for d in (-1, 0, 1)})
 
 
+def chunking() -> PagedEngine:
+    """The default budget in every step, decoding or not: a prompt alone is chunked too."""
+    return PagedEngine(max_prefill_only_tokens=BUDGET)
+
+
 @pytest.mark.parametrize("length", BOUNDARY_LENGTHS)
 def test_chunk_boundaries_alone(length: int) -> None:
     """Prompts of k x the default budget and k x block_size, and one token either side:
     alone, the first token comes with the last chunk, in step ceil(length / budget)."""
     [prompt] = make_prompts([length], seed=length)
     requests = greedy([prompt], [5])
-    first = _first_token_steps(PagedEngine(), requests)
+    first = _first_token_steps(chunking(), requests)
     assert first[requests[0].request_id] == -(-length // BUDGET) - 1
     requests = greedy([prompt], [5])
-    assert_parity(drain_checked(PagedEngine(), requests), requests)
+    assert_parity(drain_checked(chunking(), requests), requests)
+
+
+def test_budget_binds_only_while_a_request_decodes() -> None:
+    """Alone, a prompt of three budgets is prefilled in one step (no one waits on the step);
+    beside a decoding request the same prompt is chunked, a token for it every step."""
+    short, long_ = make_prompts([5, 3 * BUDGET], seed=12)
+    [alone_request] = greedy([long_], [2])
+    assert _first_token_steps(PagedEngine(), [alone_request]) == {alone_request.request_id: 0}
+    decoding, chunked = greedy([short, long_], [40, 2])
+    engine = PagedEngine()
+    engine.add_request(decoding)
+    engine.step()  # its first token: from now on it decodes
+    engine.add_request(chunked)
+    steps = 1
+    while not any(o.request_id == chunked.request_id for o in engine.step()):
+        steps += 1
+    assert steps == -(-3 * BUDGET // (BUDGET - 1))  # the budget less the decode row, a step
+    drain(engine, [])
 
 
 def test_chunk_boundaries_batched() -> None:
@@ -127,6 +150,23 @@ def test_decode_rows_first_and_the_budget_holds() -> None:
         chunked += 1
     assert chunked == -(-300 // 31)  # 31 prompt tokens a step beside the decode row
     drain(engine, [])
+
+
+def test_short_prompt_not_held_behind_a_long_ones_chunks() -> None:
+    """While a request decodes (the budget binds) and a long prompt is chunked, a short prompt
+    that arrives gets its first token in the next step, ahead of the long prompt's remaining
+    chunks; every request still matches the reference, KV accounting checked each step."""
+    decoding, long_, short = greedy(make_prompts([5, 4 * BUDGET, 10], seed=13), [40, 3, 3])
+    first: dict[Hashable, int] = {}
+
+    def on_step(step: int, outputs: list[StepOutput]) -> None:
+        for out in outputs:
+            first.setdefault(out.request_id, step)
+
+    got = drain_checked(PagedEngine(), [decoding], late={0: [long_], 1: [short]},
+                        on_step=on_step)
+    assert first[short.request_id] == 2 < first[long_.request_id]
+    assert_parity(got, [decoding, long_, short])
 
 
 def test_prefix_cache_hits_shared_prompt_blocks() -> None:

@@ -77,6 +77,7 @@ def test_request_that_can_never_fit_the_pool_is_refused() -> None:
     ({"block_size": 0}, "block_size"),
     ({"num_blocks": 0}, "num_blocks"),
     ({"max_num_batched_tokens": 4}, "max_num_batched_tokens"),
+    ({"max_prefill_only_tokens": 16}, "max_prefill_only_tokens"),
     ({"max_batch_size": 0}, "max_batch_size"),
 ])
 def test_bad_options_name_the_field(kwargs: dict[str, int], field: str) -> None:

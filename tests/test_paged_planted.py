@@ -77,13 +77,15 @@ def test_preempted_request_repeats_a_token(cls: type[PagedEngine]) -> None:
 
 @pytest.mark.parametrize("cls", [ChunkStartsOneEarly, PagedEngine], ids=lambda c: c.__name__)
 def test_chunk_boundary_off_by_one(cls: type[PagedEngine]) -> None:
-    """A 100-token prompt alone, prefilled in two chunks (80 + 20)."""
+    """A 100-token prompt alone at a budget of 80 in every step: two chunks (80 + 20)."""
+    chunked = {"max_num_batched_tokens": 80, "max_prefill_only_tokens": 80}
     requests = greedy(make_prompts([100], seed=32), [12])
-    got = drain(cls(), requests)
+    got = drain(cls(**chunked), requests)
     wrong = got[requests[0].request_id][0] != alone(requests)[requests[0].request_id]
     assert wrong == (cls is ChunkStartsOneEarly)
     short = greedy(make_prompts([40], seed=32), [12])  # one chunk: the bug cannot show
-    assert drain(cls(), short)[short[0].request_id][0] == alone(short)[short[0].request_id]
+    got = drain(cls(**chunked), short)
+    assert got[short[0].request_id][0] == alone(short)[short[0].request_id]
 
 
 @pytest.mark.parametrize("cls", [AbortLeaksBlocks, PagedEngine], ids=lambda c: c.__name__)

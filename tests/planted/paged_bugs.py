@@ -68,8 +68,10 @@ class ChunkStartsOneEarly(PagedEngine):
     """A continuing prompt chunk is placed one position early (last cached, not next)."""
 
     # Its tokens get positions and KV slots shifted back by one: the previous chunk's last
-    # KV is overwritten and the chunk's own last slot never written. Needs a prompt longer
-    # than what one step computes; the engine's own alone run has the same bug.
+    # KV is overwritten and the chunk's own last slot never written. Needs a prompt chunked:
+    # longer than the budget left beside a decoding request (alone, with no one decoding, a
+    # prompt is prefilled whole), so the engine's own alone run is right and the reference's
+    # tokens tell.
     caught_by = "reference_parity"
     reference = SequentialEngine
 
