@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--hypothesis-profile=batching-ci)
 variants=()
-for v in no_prefix_caching budget_8 small_pool one_at_a_time; do
+for v in no_prefix_caching budget_8 small_pool one_at_a_time equal_memory; do
     variants+=(--engine-variant "$v=engines.paged_variants:$v")
 done
 python -m pytest --pyargs engines.testing.conformance -p no:cacheprovider -q \

@@ -72,7 +72,8 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         max_model_len: int | None = None,
         seed: int = 0,
         block_size: int = DEFAULT_BLOCK_SIZE,
-        num_blocks: int | None = None,  # default: the slot cache's memory, batch x context
+        num_blocks: int | None = None,  # default: kv_slots whole-context requests' worth
+        kv_slots: int | None = None,  # default: max_batch_size (the slot cache's memory)
         max_num_batched_tokens: int = DEFAULT_TOKEN_BUDGET,
         max_prefill_only_tokens: int | None = None,  # default: batch x context
         enable_prefix_caching: bool = True,
@@ -92,7 +93,8 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
             raise ValueError(f"max_prefill_only_tokens: {max_prefill_only_tokens} is below "
                              f"max_num_batched_tokens {max_num_batched_tokens}")
         if num_blocks is None:
-            num_blocks = max_batch_size * -(-self.max_model_len // block_size)
+            slots = max_batch_size if kv_slots is None else kv_slots
+            num_blocks = slots * -(-self.max_model_len // block_size)
         if num_blocks < 1:
             raise ValueError(f"num_blocks: must be >= 1, got {num_blocks}")
         self.kv_block_size = block_size
@@ -104,11 +106,17 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         self.runner = PagedForward(self.model, num_blocks=num_blocks, block_size=block_size,
                                    max_model_len=self.max_model_len)
         self.preemptions = 0  # requests sent back to the queue to free blocks, ever
+        self.chunked_prompts = 0  # requests whose prefill took more than one step, ever
 
     @property
     def prefix_cache_hits(self) -> int:
         """Blocks taken from the prefix cache instead of being computed, ever."""
         return self.pool.hits
+
+    def exercised(self) -> dict[str, int]:
+        """engines.protocol.Exercised: what the features did, for the suite's summary."""
+        return {"preemptions": self.preemptions, "chunked_prompts": self.chunked_prompts,
+                "prefix_cache_hit_tokens": self.prefix_cache_hits * self.kv_block_size}
 
     # --- KVIntrospection ----------------------------------------------------------------------
 
@@ -150,6 +158,9 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         logits = self.runner.forward([self._row(seq, n) for seq, n in plan.items()])
         ready = []
         for seq, n in plan.items():
+            if n < seq.num_pending and not seq.chunked:
+                seq.chunked = True
+                self.chunked_prompts += 1
             seq.num_computed += n
             self._cache_full_blocks(seq)
             if seq.num_computed == seq.num_tokens:

@@ -20,6 +20,7 @@ class PagedRequest(RequestState):
     num_computed: int = 0
     num_registered: int = 0  # leading full blocks already offered to the prefix cache
     keys: list[BlockKey] = field(default_factory=list)  # prefix keys of leading full blocks
+    chunked: bool = False  # its prefill has taken more than one step (counted once)
 
     @property
     def num_tokens(self) -> int:

@@ -11,10 +11,13 @@ the default engine.
 
 from __future__ import annotations
 
+from typing import Any
+
 from engines.models import DEFAULT_PRESET, preset_max_model_len
 from engines.paged import DEFAULT_BLOCK_SIZE, PagedEngine
 
-__all__ = ["VARIANTS", "budget_8", "no_prefix_caching", "one_at_a_time", "small_pool"]
+__all__ = ["VARIANTS", "budget_8", "equal_memory", "no_prefix_caching", "one_at_a_time",
+           "small_pool"]
 
 
 def no_prefix_caching() -> PagedEngine:
@@ -42,9 +45,20 @@ def one_at_a_time() -> PagedEngine:
     return PagedEngine(max_batch_size=1)
 
 
+def equal_memory(*, max_batch_size: int = 8, **kwargs: Any) -> PagedEngine:
+    """The bench's paged row: the KV memory of a slot engine with `max_batch_size` slots
+    (each reserves a whole context), shared by twice as many seats. A paged request holds
+    only the blocks its tokens need, so the same memory runs more requests at once: what
+    paging buys, in the llmserve book's words "without buying a single byte of extra RAM"
+    (docs/references.md). On the bench's draw a request averages about a quarter of the
+    context, so twice the seats rarely preempts."""
+    return PagedEngine(max_batch_size=2 * max_batch_size, kv_slots=max_batch_size, **kwargs)
+
+
 VARIANTS = {
     "no_prefix_caching": no_prefix_caching,
     "budget_8": budget_8,
     "small_pool": small_pool,
     "one_at_a_time": one_at_a_time,
+    "equal_memory": equal_memory,
 }

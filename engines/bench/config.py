@@ -21,7 +21,8 @@ EngineFactory = Callable[[], Engine]
 DEFAULT_ENGINES: dict[str, str] = {
     "static": "engines.static:StaticBatchEngine",
     "continuous": "engines.continuous:ContinuousBatchEngine",
-    "paged": "engines.paged:PagedEngine",
+    # The same KV memory as the slot engines, shared by twice the seats (the point of paging).
+    "paged": "engines.paged_variants:equal_memory",
 }
 
 
