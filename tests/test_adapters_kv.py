@@ -133,3 +133,24 @@ def test_defaults_exercise_no_preemption_or_prefix_hit(engine: Any) -> None:
     counts = engine.exercised()
     assert set(counts) == {"preemptions", "chunked_prompts", "prefix_cache_hit_tokens"}
     assert counts["preemptions"] == 0 and counts["prefix_cache_hit_tokens"] == 0
+
+
+def test_a_prompt_one_short_of_the_context_on_a_pool_of_the_context() -> None:
+    # A finding of the suite (prefill_decode's probe on hf_stress, ci profile): transformers
+    # 5.16-5.17 allocate a block ahead of the tokens, so a prompt of max_model_len - 1 tokens
+    # needs one block more than a pool of max_model_len holds, and the library raises from
+    # step() instead of serving or refusing it. Bisected: 5.16.0 and 5.17.0 raise, 5.18.0 on
+    # serve it. Pinned both ways, so a change in either direction is seen.
+    import transformers
+    from packaging.version import Version
+
+    from engines.adapters.hf_variants import hf_small_cache
+
+    engine = hf_small_cache()
+    prompt = make_prompts([engine.max_model_len - 1], seed=11)[0]
+    request = Request(prompt, SamplingParams(max_tokens=1))
+    if Version(transformers.__version__) < Version("5.18.0"):
+        with pytest.raises(RuntimeError, match="No requests can be scheduled"):
+            drain(engine, [request])
+    else:
+        assert drain(engine, [request])[request.request_id][0] == hf_generate(prompt, 1)

@@ -106,10 +106,14 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         # The first build may have paid for loading the model (shared by later builds): time
         # a second one before deciding that engines are expensive.
         pool.release(pool.fresh())
-    oracle = AloneOracle(EnginePool(factory, source), deadline=options.step_timeout)
+    repro_source = factory_source(factory, spec)
+    oracle = AloneOracle(EnginePool(factory, source), deadline=options.step_timeout,
+                         repro_source=repro_source)
     reference = None
-    if "reference" in others:
-        reference = AloneOracle(others.pop("reference")[0], deadline=options.step_timeout)
+    if "reference" in others and options.reference is not None:
+        reference = AloneOracle(
+            others.pop("reference")[0], deadline=options.step_timeout,
+            repro_source=factory_source(options.reference, options.reference_spec))
     variants = {n: _variant_runner(p, options.step_timeout) for n, (p, _) in others.items()}
     judge = Judge(oracle, options.parity, options.tolerance, reference, variants)
     return SuiteContext(
@@ -122,6 +126,6 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         checks=applicability(limits, declared, reference=reference is not None,
                              variants=bool(variants)),
         options=options,
-        repro_source=factory_source(factory, spec),
+        repro_source=repro_source,
     )
 

@@ -6,11 +6,14 @@ can drop dropped; then (for engines cheap to build) shrinks each workload in it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from engines.testing.shrink import shrink_workload
 from engines.testing.workload import Workload
 
-__all__ = ["minimal_leak"]
+T = TypeVar("T")
+
+__all__ = ["minimal_leak", "shortest_suffix"]
 
 FailsAfter = Callable[[Sequence[Workload], Workload], bool]
 
@@ -53,3 +56,29 @@ def minimal_leak(history: Sequence[Workload], w: Workload, fails_after: FailsAft
     if fails_after(shrunk, last) and not fails_after([], last):
         return shrunk, last
     return prefix, w
+
+
+def shortest_suffix(history: Sequence[T], fails: Callable[[Sequence[T]], bool], *,
+                    drop_budget: int = 8) -> list[T]:
+    """The shortest tail of `history` after which the failure still happens (bisected: a
+    leak that builds up fails after every longer tail too), then with each item it can drop
+    dropped while a few tries are left. The whole history if even that does not fail."""
+    history = list(history)
+    if not fails(history):
+        return history
+    lo, hi = 0, len(history)  # fails(history[-hi:]) holds; find the least such hi
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        if mid and fails(history[-mid:]):
+            hi = mid
+        else:
+            lo = mid
+    kept = history[-hi:] if hi else []
+    for item in list(kept):
+        if drop_budget <= 0 or len(kept) <= 1:
+            break
+        drop_budget -= 1
+        trial = [h for h in kept if h is not item]
+        if fails(trial):
+            kept = trial
+    return kept

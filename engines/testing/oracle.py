@@ -9,10 +9,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from engines.protocol import FinishReason, Request, SamplingParams
+from engines.protocol import Engine, FinishReason, Request, SamplingParams
+from engines.testing.leaks import shortest_suffix
 from engines.testing.pool import EnginePool
 from engines.testing.recorder import EngineCrashed, step_deadline
-from engines.testing.workload import Workload
+from engines.testing.workload import Workload, repro_sequence, repro_snippet
 
 __all__ = ["Alone", "AloneOracle", "Divergence", "ParityMode", "TopAt", "first_divergence"]
 
@@ -34,12 +35,16 @@ class AloneOracle:
     """Serves each (prompt, params) alone on an engine of its own pool, once; then caches.
 
     The oracle's engines serve one request at a time and never see a workload, so a bug that
-    only batching exposes cannot leak into the reference answers.
+    only batching exposes cannot leak into the reference answers. A crash on a reused engine
+    is confirmed on a fresh one: if the fresh one serves the request, the crash needs what the
+    engine served before, and the report replays that history (engines.testing.leaks).
     """
 
-    def __init__(self, pool: EnginePool, *, deadline: float | None = 60.0) -> None:
+    def __init__(self, pool: EnginePool, *, deadline: float | None = 60.0,
+                 repro_source: str = "# make_engine = <your engine factory>") -> None:
         self.pool = pool
         self.deadline = deadline
+        self.repro_source = repro_source  # binds make_engine in a runnable script
         self._cache: dict[tuple[tuple[int, ...], SamplingParams], Alone] = {}
         self._serial = 0
 
@@ -60,47 +65,81 @@ class AloneOracle:
 
     def serve(self, prompt: tuple[int, ...], params: SamplingParams) -> Alone:
         """Serve once, uncached: on a fresh engine when engines are cheap to build."""
-        engine = self.pool.fresh() if self.pool.cheap else self.pool.acquire()[0]
+        engine, fresh = (self.pool.fresh(), True) if self.pool.cheap else self.pool.acquire()
         self._serial += 1
-        rid = f"alone#{self._serial}"
-        tokens: list[int] = []
-        tops: list[Mapping[int, float]] | None = [] if params.logprobs else None
-        reason = None
-        ok = False
+        w = Workload((Request(prompt, params, request_id=f"alone#{self._serial}"),), (0,))
+        history = self.pool.history(engine)
         try:
-            with step_deadline(self.deadline):
-                engine.add_request(Request(prompt, params, request_id=rid))
-            bound = Workload((Request(prompt, params),), (0,)).step_bound()
-            for _ in range(bound):
-                with step_deadline(self.deadline):
-                    outs = engine.step()
-                for out in outs:
-                    if out.request_id != rid:
-                        continue
-                    tokens.extend(out.token_ids)
-                    if tops is not None:
-                        if out.top_logprobs is None:
-                            tops = None
-                        else:
-                            tops.extend(out.top_logprobs)
-                    if out.finished:
-                        reason = out.finish_reason
-                if reason is not None:
-                    ok = True
-                    break
-        except Exception as exc:
-            raise EngineCrashed(
-                f"serving Request({prompt!r}, {params!r}) alone, the engine raised "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        finally:
-            self.pool.release(engine, ok=ok)
-        if reason is None:
-            raise EngineCrashed(
-                f"served alone, Request({prompt!r}, {params!r}) did not finish within "
-                f"{bound} steps"
-            )
-        return Alone(tuple(tokens), reason, tuple(tops) if tops is not None else None)
+            alone = _serve_alone(engine, w, self.deadline)
+        except EngineCrashed as crash:
+            self.pool.release(engine, ok=False)
+            if fresh or not history or self._fails_after([], w):
+                crash.replay = repro_snippet(w, self.repro_source, w.step_bound())
+                raise
+            raise self._leak(crash, history, w) from None
+        self.pool.served(engine, w)
+        self.pool.release(engine)
+        return alone
+
+    def _fails_after(self, earlier: Sequence[Workload], w: Workload) -> bool:
+        """Whether serving `earlier` then w, each alone and drained, crashes a fresh engine
+        on w (False when an earlier one crashes: a different failure)."""
+        engine = self.pool.fresh()
+        try:
+            for e in earlier:
+                _serve_alone(engine, e, self.deadline)
+        except EngineCrashed:
+            return False
+        try:
+            _serve_alone(engine, w, self.deadline)
+        except EngineCrashed:
+            return True
+        return False
+
+    def _leak(self, crash: EngineCrashed, history: Sequence[Workload],
+              w: Workload) -> EngineCrashed:
+        earlier = shortest_suffix(history, lambda h: self._fails_after(h, w))
+        leak = EngineCrashed(
+            f"{str(crash).removeprefix('crash: ')}\nOn a fresh engine this request is served "
+            f"fine; it crashes on one that has served {len(earlier)} earlier request(s) alone, "
+            "one at a time, each drained (the script below): state leaks across requests."
+        )
+        leak.replay = repro_sequence(earlier, w, self.repro_source, w.step_bound())
+        return leak
+
+
+def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
+    """w's one request served on engine until it finishes; EngineCrashed if it raises or does
+    not finish within w's step bound."""
+    request = w.requests[0]
+    prompt, params, rid = request.prompt_token_ids, request.params, request.request_id
+    tokens: list[int] = []
+    tops: list[Mapping[int, float]] | None = [] if params.logprobs else None
+    bound = w.step_bound()
+    try:
+        with step_deadline(deadline):
+            engine.add_request(request)
+        for _ in range(bound):
+            with step_deadline(deadline):
+                outs = engine.step()
+            for out in outs:
+                if out.request_id != rid:
+                    continue
+                tokens.extend(out.token_ids)
+                if tops is not None:
+                    tops = None if out.top_logprobs is None else [*tops, *out.top_logprobs]
+                if out.finished:
+                    return Alone(tuple(tokens), out.finish_reason,
+                                 tuple(tops) if tops is not None else None)
+    except Exception as exc:
+        raise EngineCrashed(
+            f"serving Request({tuple(prompt)!r}, {params!r}) alone, the engine raised "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    raise EngineCrashed(
+        f"served alone, Request({tuple(prompt)!r}, {params!r}) did not finish within "
+        f"{bound} steps"
+    )
 
 
 @dataclass(frozen=True, slots=True)

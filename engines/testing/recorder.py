@@ -44,6 +44,9 @@ class EngineCrashed(AssertionError):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"crash: {message}")
+        # A runnable script of what crashed, where that is not the workload being judged
+        # (a request the oracle served alone, with the history it needed).
+        self.replay: str | None = None
 
 
 class StepTimeout(Exception):

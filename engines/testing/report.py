@@ -15,8 +15,12 @@ __all__ = ["explain", "explain_leak"]
 
 def explain(ctx: SuiteContext, failure: Failure, w: Workload) -> Violation:
     """The failure's message plus the counterexample as a runnable script."""
-    snippet = repro_snippet(w, ctx.repro_source, failure.steps + 1)
     check = getattr(failure.error, "prop", "engine")
+    replay = getattr(failure.error, "replay", None)
+    if replay is not None:  # the crash was not in w's run: replay what did crash
+        return Violation(check, f"{failure.error}\n\nThe crash as a runnable script:"
+                                f"\n\n{replay}\n")
+    snippet = repro_snippet(w, ctx.repro_source, failure.steps + 1)
     return Violation(
         check,
         f"{failure.error}\n\nCounterexample ({len(w.requests)} request(s), {len(w.bad)} bad, "
