@@ -18,6 +18,8 @@ __all__ = [
     "vllm_one_seq",
     "vllm_preemption",
     "vllm_prefix_caching",
+    "vllm_serving_chunked_prefill",
+    "vllm_serving_prefix_caching",
     "vllm_stress",
 ]
 
@@ -61,3 +63,17 @@ def vllm_stress() -> VLLMEngine:
     return vllm_cpu(label="vllm_stress", max_batch_size=4, enable_prefix_caching=True,
                     max_num_batched_tokens=16, max_model_len=_SMALL_CONTEXT,
                     block_size=_BLOCK, num_blocks=_SMALL_CONTEXT // _BLOCK)
+
+
+# For the bench (peer figures), not the suite: vllm_cpu's defaults (8 sequences, a pool that
+# holds all of them at full length, so nothing is preempted) with one feature on.
+def vllm_serving_prefix_caching() -> VLLMEngine:
+    """vllm_cpu's defaults with automatic prefix caching on, 32-token blocks."""
+    return vllm_cpu(label="vllm_prefix_caching", enable_prefix_caching=True,
+                    block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK)
+
+
+def vllm_serving_chunked_prefill() -> VLLMEngine:
+    """vllm_cpu's defaults with chunked prefill under a 64-token step budget."""
+    return vllm_cpu(label="vllm_chunked_prefill", max_num_batched_tokens=64,
+                    block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK)
