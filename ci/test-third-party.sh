@@ -72,7 +72,8 @@ export PYTHONPATH=.venv-tf-min
 "$PY" -m pytest tests/test_adapters.py tests/test_adapters_kv.py -p no:cacheprovider -q
 # Not hf_stress or hf_small_cache: their pools hold exactly the context, and 5.16-5.17 cannot
 # serve a prompt one token short of it (a finding, pinned in tests/test_adapters_kv.py).
-suite "$PY" engines.adapters.hf_continuous:make_engine "$@"
+# A compatibility run: both under NARROW_ARGS.
+suite "$PY" engines.adapters.hf_continuous:make_engine "$@" "${NARROW[@]+"${NARROW[@]}"}"
 suite "$PY" engines.adapters.hf_variants:hf_block_sharing "$@"
 unset PYTHONPATH
 fi

@@ -76,6 +76,26 @@ def test_declared_expected_failures_are_strict_xfails(pytester: pytest.Pytester)
     result.stdout.fnmatch_lines(["*XPASS(strict)*we thought it wasted slots*"])
 
 
+def test_an_engine_that_declares_seeds_unsupported(pytester: pytest.Pytester) -> None:
+    # It refuses seeded sampling, as the vLLM adapter does under a prefill budget: the other
+    # checks draw no sampled request (they pass), the seeds check still does (a strict xfail).
+    pytester.makepyfile(noseeds="""
+        from engines.protocol import InvalidRequest
+        from examples.toy_engine import ToyEngine
+
+        class NoSeeds(ToyEngine):
+            expected_failed_checks = {"seeds": "refuses seeded sampling"}
+
+            def add_request(self, request):
+                if request.params.temperature > 0:
+                    raise InvalidRequest(f"temperature: {request.params.temperature}")
+                super().add_request(request)
+    """)
+    result = pytester.runpytest(*SUITE, "--engine", "noseeds:NoSeeds", "-rxX")
+    result.assert_outcomes(passed=11, skipped=3, xfailed=1)
+    result.stdout.fnmatch_lines(["*NoSeeds-seeds*refuses seeded sampling*"])
+
+
 def test_no_engine_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(*SUITE)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
