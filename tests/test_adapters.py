@@ -8,7 +8,7 @@ between tests, as the conformance suite reuses a drained engine.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
@@ -126,7 +126,8 @@ def test_top_logprobs_one_per_token_led_by_the_greedy_token(engine: Engine) -> N
     (prompt,) = make_prompts([9], seed=4)
     request = Request(prompt, SamplingParams(max_tokens=5, logprobs=3))
     engine.add_request(request)
-    tokens, tops = [], []
+    tokens: list[int] = []
+    tops: list[Mapping[int, float]] = []
     while engine.has_work():
         for out in engine.step():
             assert out.top_logprobs is not None and len(out.top_logprobs) == len(out.token_ids)

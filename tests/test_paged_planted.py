@@ -4,6 +4,7 @@ real engine does not (the suite's planted-bug report checks that the suite finds
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -78,7 +79,7 @@ def test_preempted_request_repeats_a_token(cls: type[PagedEngine]) -> None:
 @pytest.mark.parametrize("cls", [ChunkStartsOneEarly, PagedEngine], ids=lambda c: c.__name__)
 def test_chunk_boundary_off_by_one(cls: type[PagedEngine]) -> None:
     """A 100-token prompt alone at a budget of 80 in every step: two chunks (80 + 20)."""
-    chunked = {"max_num_batched_tokens": 80, "max_prefill_only_tokens": 80}
+    chunked: dict[str, Any] = {"max_num_batched_tokens": 80, "max_prefill_only_tokens": 80}
     requests = greedy(make_prompts([100], seed=32), [12])
     got = drain(cls(**chunked), requests)
     wrong = got[requests[0].request_id][0] != alone(requests)[requests[0].request_id]

@@ -44,6 +44,7 @@ R0 = Request((1, 2), SamplingParams(max_tokens=3), request_id="r0")
 R1 = Request((3,), SamplingParams(max_tokens=2), request_id="r1")
 
 Out = tuple[Hashable, tuple[int, ...], FinishReason | None]
+Steps = list[list[Out]]  # one list of outputs per step
 
 
 def trace(steps: list[list[Out]], *, requests: tuple[Request, ...] = (R0, R1),
@@ -72,9 +73,9 @@ def trace(steps: list[list[Out]], *, requests: tuple[Request, ...] = (R0, R1),
     return t
 
 
-GOOD = [[("r0", (5,), None), ("r1", (8,), None)],
-        [("r0", (6,), None), ("r1", (9,), L)],
-        [("r0", (7,), L)]]
+GOOD: Steps = [[("r0", (5,), None), ("r1", (8,), None)],
+               [("r0", (6,), None), ("r1", (9,), L)],
+               [("r0", (7,), L)]]
 
 
 def fails(check: object, t: Trace, match: str) -> None:
@@ -84,31 +85,32 @@ def fails(check: object, t: Trace, match: str) -> None:
 
 def test_parity() -> None:
     check_parity(trace(GOOD), JUDGE)
-    bad = [list(GOOD[0]), [("r0", (6,), None), ("r1", (4,), L)], list(GOOD[2])]
+    bad: Steps = [list(GOOD[0]), [("r0", (6,), None), ("r1", (4,), L)], list(GOOD[2])]
     fails(check_parity, trace(bad), r"^parity: request 'r1' .* at generated position 1: "
                                     r"alone gave 9, batched gave 4")
 
 
 def test_parity_forgives_an_aborted_prefix_only() -> None:
-    cut = [[("r0", (5,), None), ("r1", (8,), None)], [("r0", (), A), ("r1", (9,), L)]]
+    cut: Steps = [[("r0", (5,), None), ("r1", (8,), None)], [("r0", (), A), ("r1", (9,), L)]]
     check_parity(trace(cut, aborts=(Abort(1, "r0"),)), JUDGE)
     fails(check_parity, trace(cut), "alone gave 6, batched gave None")
 
 
 def test_budget_finish() -> None:
     check_budget_finish(trace(GOOD), JUDGE)
-    over = [list(GOOD[0]), [("r0", (6,), None), ("r1", (9,), None)],
-            [("r0", (7,), L), ("r1", (1,), L)]]
+    over: Steps = [list(GOOD[0]), [("r0", (6,), None), ("r1", (9,), None)],
+                   [("r0", (7,), L), ("r1", (1,), L)]]
     fails(check_budget_finish, trace(over), "generated 3 tokens .* Expected at most max_tokens=2")
-    late = [*GOOD, [("r1", (1,), None)]]
+    late: Steps = [*GOOD, [("r1", (1,), None)]]
     fails(check_budget_finish, trace(late), "got another output in step 3")
 
 
 def test_budget_finish_wants_stop_on_a_stop_token() -> None:
     stopping = Request((3,), SamplingParams(max_tokens=2, stop_token_ids=(8,)), request_id="r1")
-    steps = [[("r0", (5,), None), ("r1", (8,), S)], [("r0", (6,), None)], [("r0", (7,), L)]]
+    steps: Steps = [[("r0", (5,), None), ("r1", (8,), S)], [("r0", (6,), None)],
+                    [("r0", (7,), L)]]
     check_budget_finish(trace(steps, requests=(R0, stopping)), JUDGE)
-    went_on = [[("r0", (5,), None), ("r1", (8,), None)], *GOOD[1:]]
+    went_on: Steps = [[("r0", (5,), None), ("r1", (8,), None)], *GOOD[1:]]
     fails(check_budget_finish, trace(went_on, requests=(R0, stopping)),
           "generated stop token 8 at position 0 but went on")
 
@@ -116,16 +118,16 @@ def test_budget_finish_wants_stop_on_a_stop_token() -> None:
 def test_liveness() -> None:
     check_liveness(trace(GOOD), JUDGE)
     fails(check_liveness, trace(GOOD[:2], stalled=True), "request 'r0' .* had not finished")
-    stray = [[*GOOD[0], ("ghost", (1,), None)], *GOOD[1:]]
+    stray: Steps = [[*GOOD[0], ("ghost", (1,), None)], *GOOD[1:]]
     t = trace(stray)
     t.stray.append((0, StepOutput("ghost", (1,), None)))
     fails(check_liveness, t, "'ghost', which the engine was never given")
 
 
 def test_liveness_wants_an_abort_to_end_the_request_within_a_step() -> None:
-    prompt = [[("r0", (5,), None), ("r1", (8,), None)], [("r0", (), A), ("r1", (9,), L)]]
+    prompt: Steps = [[("r0", (5,), None), ("r1", (8,), None)], [("r0", (), A), ("r1", (9,), L)]]
     check_liveness(trace(prompt, aborts=(Abort(0, "r0"),)), JUDGE)
-    slow = [*prompt[:1], [("r1", (9,), L)], [("r0", (), A)]]
+    slow: Steps = [*prompt[:1], [("r1", (9,), L)], [("r0", (), A)]]
     fails(check_liveness, trace(slow, aborts=(Abort(0, "r0"),)), "only finished in step 2")
 
 
@@ -171,8 +173,9 @@ def test_zero_waste() -> None:
 
 def test_work_conservation() -> None:
     r2 = Request((3,), SamplingParams(max_tokens=1), request_id="r2")
-    steps = [[("r0", (5,), None), ("r1", (8,), None)], [("r0", (6,), None), ("r1", (9,), L)],
-             [("r0", (7,), L), ("r2", (8,), L)]]
+    steps: Steps = [[("r0", (5,), None), ("r1", (8,), None)],
+                    [("r0", (6,), None), ("r1", (9,), L)],
+                    [("r0", (7,), L), ("r2", (8,), L)]]
     tables: list[tuple[Hashable | None, ...]] = [("r0", "r1"), ("r0", None), (None, None)]
     waiting = [{"r0", "r1", "r2"}, {"r2"}, {"r2"}]
     holders = [set(), {"r0", "r1"}, {"r0"}]
@@ -180,7 +183,7 @@ def test_work_conservation() -> None:
                                   waiting=waiting, holders=holders), JUDGE)
     # Step 1 freed r1's slot at its end; step 2 must then serve r0 and r2. Here it served r0
     # only: r2 waited with a slot free.
-    idle = [*steps[:2], [("r0", (7,), L)], [("r2", (8,), L)]]
+    idle: Steps = [*steps[:2], [("r0", (7,), L)], [("r2", (8,), L)]]
     fails(check_work_conservation,
           trace(idle, requests=(R0, R1, r2), tables=[*tables, (None, None)],
                 waiting=[*waiting, {"r2"}], holders=[*holders, set()]),

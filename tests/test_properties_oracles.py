@@ -23,7 +23,7 @@ from engines.testing.properties import (
 )
 from engines.testing.recorder import KVSnapshot, Trace
 from engines.testing.workload import Workload
-from tests.test_properties import GOOD, R0, R1, trace
+from tests.test_properties import GOOD, R0, R1, Steps, trace
 
 
 class Table:
@@ -81,7 +81,7 @@ def test_reference_parity() -> None:
 def test_prefill_decode() -> None:
     check_prefill_decode(trace(GOOD), judge())
     # r0 decoded 5, 6, 9 where prefilling (1, 2, 5, 6) gives 7: a decode-only bug.
-    bad = [list(GOOD[0]), list(GOOD[1]), [("r0", (9,), FinishReason.LENGTH)]]
+    bad: Steps = [list(GOOD[0]), list(GOOD[1]), [("r0", (9,), FinishReason.LENGTH)]]
     fails(check_prefill_decode, trace(bad), judge(),
           r"decoded 9 as its token 2 .* prefilling its prompt and its first 2 token\(s\) "
           r"\[5, 6\] gives \[7\]")
@@ -90,8 +90,8 @@ def test_prefill_decode() -> None:
 def test_variants() -> None:
     same = judge(variants={"one_slot": lambda w: trace(GOOD)})
     check_variants(trace(GOOD), same)
-    other = [list(GOOD[0]), [("r0", (6,), None), ("r1", (3,), FinishReason.LENGTH)],
-             list(GOOD[2])]
+    other: Steps = [list(GOOD[0]), [("r0", (6,), None), ("r1", (3,), FinishReason.LENGTH)],
+                    list(GOOD[2])]
     differs = judge(variants={"chunk4": lambda w: trace(other)})
     fails(check_variants, trace(GOOD), differs, r"request 'r1' .* got \[8, 3\] on variant "
           r"'chunk4' but \[8, 9\] on the main engine: at generated position 1")
@@ -100,9 +100,9 @@ def test_variants() -> None:
 def _seeded(seeds: Sequence[int], outputs: Sequence[tuple[int, ...]]) -> Trace:
     reqs = tuple(Request((4,), SamplingParams(max_tokens=2, temperature=1.0, seed=s),
                          request_id=f"r{i}") for i, s in enumerate(seeds))
-    steps = [[(r.request_id, out, FinishReason.LENGTH) for r, out in zip(reqs, outputs,
-                                                                        strict=True)]]
-    return trace(steps, requests=reqs)  # type: ignore[arg-type]
+    steps: Steps = [[(r.request_id, out, FinishReason.LENGTH)
+                     for r, out in zip(reqs, outputs, strict=True)]]
+    return trace(steps, requests=reqs)
 
 
 def test_seeds_reproducible_and_sensitive() -> None:
