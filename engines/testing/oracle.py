@@ -89,11 +89,14 @@ class AloneOracle:
             for e in earlier:
                 _serve_alone(engine, e, self.deadline)
         except EngineCrashed:
+            self.pool.release(engine, ok=False)
             return False
         try:
             _serve_alone(engine, w, self.deadline)
         except EngineCrashed:
             return True
+        finally:
+            self.pool.release(engine, ok=False)  # never reused: its history is not the pool's
         return False
 
     def _leak(self, crash: EngineCrashed, history: Sequence[Workload],
@@ -127,7 +130,10 @@ def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
                     continue
                 tokens.extend(out.token_ids)
                 if tops is not None:
-                    tops = None if out.top_logprobs is None else [*tops, *out.top_logprobs]
+                    if out.top_logprobs is None:
+                        tops = None
+                    else:
+                        tops.extend(out.top_logprobs)
                 if out.finished:
                     return Alone(tuple(tokens), out.finish_reason,
                                  tuple(tops) if tops is not None else None)

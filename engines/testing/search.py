@@ -38,7 +38,7 @@ def search_settings(parent: Settings | None = None, **overrides: Any) -> Setting
 
 
 def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
-    """The seeds check draws seeded sampling even where the engine declared it unsupported
+    """The `seeds` check draws seeded sampling even where the engine declared it unsupported
     (the other checks then draw none): it runs as a strict xfail there, and without seeded
     requests it could not fail, nor notice a fix."""
     return dataclasses.replace(ctx.limits, sampling=True) if check == "seeds" else ctx.limits
