@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.bench import comparison, draws, output, summary, traces
+from engines.bench import clocks, comparison, draws, output, summary, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
 from engines.bench.describe import banner, describe
+from engines.bench.devices import default_device
 from engines.bench.metrics import summarize, write_csv
 from engines.bench.paired import run_closed_paired
 from engines.bench.progress import progress
@@ -63,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, help="latency columns: every engine at this rate "
                                              "(default: each at 0.8 x its own capacity)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--clock", choices=["auto", "wall", "cpu"], default="auto",
+                   help="what the engines' clocks count: wall time, or the CPU time of the "
+                        "thread stepping them, which time slices given to other processes do "
+                        "not advance (engines/bench/clocks.py); auto: cpu for the default "
+                        "engines on CPU with --threads 1, else wall. cpu is right only for "
+                        "engines doing all their work on that thread")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the CPU presets gain nothing from more, "
                         "and oversubscribed spin-waits on a shared machine wreck the timings)")
@@ -83,13 +90,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _clock(args: argparse.Namespace, device: str) -> str:
+    if args.clock != "auto":
+        if args.clock == "cpu" and args.threads != 1:
+            raise ValueError(f"--clock cpu: needs --threads 1 (torch's other threads are not "
+                             f"on this thread's clock), got --threads {args.threads}")
+        return str(args.clock)
+    in_thread = device.startswith("cpu") and args.threads == 1 and not args.engine
+    return "cpu" if in_thread else "wall"
+
+
 def _config(args: argparse.Namespace) -> Config:
     itl = args.slo_itl
     if args.slo_tpot is not None:
         print("batching-bench: --slo-tpot is deprecated; use --slo-itl", file=sys.stderr)
         itl = args.slo_tpot if itl is None else itl
+    device = args.device or default_device()
     return Config.for_hardware(
-        quick=args.quick, device=args.device, preset=args.preset, dtype=args.dtype,
+        quick=args.quick, device=device, clock=_clock(args, device), preset=args.preset,
+        dtype=args.dtype,
         max_batch_size=args.max_batch_size, seed=args.seed, capacity_requests=args.requests,
         reference_rps=args.rate, warmup=args.warmup, runs=args.runs, iterations=args.iterations,
         replicas=args.replicas, slo_ttft_s=args.slo_ttft, slo_itl_s=itl,
@@ -113,7 +132,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(banner({name: describe(name, e) for name, e in engines.items()},
                      preset=config.preset, device=config.device, dtype=config.dtype,
                      max_batch_size=config.max_batch_size, seed=config.seed,
-                     default=not args.engine,
+                     default=not args.engine, clock=config.clock,
                      slo_given=config.slo_ttft_s is not None and config.slo_itl_s is not None),
               file=sys.stderr)
         result = comparison.run(engines, config, bar=bar)
@@ -143,7 +162,7 @@ def cmd_closed(args: argparse.Namespace) -> int:
     with progress(not args.no_progress) as bar:
         bar.stage("closed runs, paired", config.warmup + config.runs)
         paired = run_closed_paired(engines, trace, warmup=config.warmup, runs=config.runs,
-                                   on_run=bar.tick)
+                                   on_run=bar.tick, time_source=clocks.source(config.clock))
     for name, runs in paired.items():
         rates = [summarize(r)["output_tokens_per_s"] for r in runs]
         rows.append({"engine": name, "output_tokens_per_s": float(np.median(rates)),

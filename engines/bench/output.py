@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engines.bench import disturbance, summary
+from engines.bench import clocks, disturbance, summary
 from engines.bench.comparison import Comparison
 from engines.bench.metrics import write_csv
 from engines.bench.slo import PairedSLO
@@ -90,7 +90,8 @@ def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
     first = next(iter(comparison.results.values()))
     lines += [f"capacity rule: {first.capacity.rule}", f"goodput rule: {first.goodput.rule}"]
     config = comparison.config
+    lines.append(f"times: {clocks.describe(config.clock)} (--clock {config.clock})")
     lines.append("latency columns: " + (f"every engine at {config.reference_rps:g} req/s"
                  if config.reference_rps else
-                 f"each engine at {config.reference_load:g} x its own capacity"))
+                 f"each engine at {config.reference_load:g} x its own closed-batch request rate"))
     return "\n".join(lines)
