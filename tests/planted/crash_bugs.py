@@ -53,8 +53,9 @@ class WaitingRingOverflow(ToyEngine):
 class IdleFastPathOverflow(ToyEngine):
     """A request admitted to an idle engine, alone, takes a fast path (no batching) whose
     prompt buffer holds 16 tokens; a longer prompt overruns it: IndexError in step(). Batches
-    never take the path, so a long prompt that arrives while others run is served fine, and
-    the exception comes from the suite's alone oracle serving it on its own."""
+    never take the path, so a long prompt that arrives while others run is served fine: the
+    suite first meets the exception when its alone oracle serves that prompt on its own (a
+    Hypothesis draw asks it to), and a shrunk workload of that prompt alone raises it too."""
 
     caught_by = "crash"
     check = "parity"
