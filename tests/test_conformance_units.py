@@ -55,7 +55,7 @@ def test_engine_raising_in_step_is_reported_with_the_workload() -> None:
     caught = hunt(RaisesWhenCrowded)
     assert caught is not None and caught.prop == "crash"
     text = str(caught)
-    assert text.startswith("crash: the engine raised RuntimeError in step() #1 at step 1: row "
+    assert text.startswith("crash: the engine raised RuntimeError in step() at step 1: row "
                            "index out of range"), text
     assert "Counterexample (2 request(s)" in text and "engine.step()" in text
 

@@ -25,13 +25,34 @@ def test_conformance(conformance_context: SuiteContext, conformance_check: str,
                      request: pytest.FixtureRequest) -> None:
     """One check (docs/architecture.md), on seed workloads and then a Hypothesis search."""
     __tracebackhide__ = True
-    if conformance_check == "stateful":
+    from engines.testing.crash import EngineCrashed
+    from engines.testing.properties import Violation
+    from engines.testing.report import crash_finding
+
+    try:
+        _run_check(conformance_context, conformance_check, request)
+        return
+    except EngineCrashed as crash:  # outside a judged run: the oracle's, as workloads are drawn
+        finding = crash_finding(crash)
+    except Violation as failure:
+        if failure.prop != EngineCrashed.prop:
+            raise
+        finding = crash_finding(failure)
+    # An engine's exception reads as the finding alone (its sentence, the engine's frames, the
+    # script that raises it): raised here, outside the except block, with the suite's frames
+    # hidden and no chained traceback.
+    raise finding
+
+
+def _run_check(ctx: SuiteContext, check: str, request: pytest.FixtureRequest) -> None:
+    __tracebackhide__ = True
+    if check == "stateful":
         from engines.testing.stateful import run_engine_machine
 
-        run_engine_machine(conformance_context)
+        run_engine_machine(ctx)
         return
     from engines.testing.plugin import COVERAGE
     from engines.testing.search import search
 
-    coverage = search(conformance_context, conformance_check)
+    coverage = search(ctx, check)
     request.node.user_properties.append((COVERAGE, coverage.as_dict()))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from engines.protocol import Engine
 from engines.testing.context import SuiteContext
+from engines.testing.crash import EngineCrashed
 from engines.testing.properties import PROPERTIES
 from engines.testing.recorder import Trace, is_drained, run_workload
 from engines.testing.workload import Workload
@@ -49,7 +50,10 @@ def _run(ctx: SuiteContext, engine: Engine, w: Workload, check: str) -> tuple[Fa
         trace = run_workload(engine, w, deadline=ctx.step_timeout)
         PROPERTIES[check](trace, ctx.judge)
     except AssertionError as exc:
-        steps = len(trace.steps) if trace is not None else w.last_event_step + 1
+        if trace is None and isinstance(exc, EngineCrashed) and exc.step is not None:
+            steps = exc.step + 1  # the run crashed in this step
+        else:
+            steps = len(trace.steps) if trace is not None else w.last_event_step + 1
         return Failure(exc, steps), trace
     return None, trace
 
