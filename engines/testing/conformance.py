@@ -9,7 +9,9 @@ or pull it into your own tests next to a conftest.py that overrides `engine_fact
     from engines.testing.conformance import *  # noqa: F403
 
 Test ids read `<engine>-<check>` (e.g. `ToyEngine-parity`), so `-k parity` picks one check.
-Checks an engine declares in `expected_failed_checks` run as strict xfails.
+Checks an engine declares in `expected_failed_checks` run as strict xfails. The checks run
+under the Hypothesis profile that engines.testing.profiles' rule picks, whichever way the
+suite was pulled in.
 """
 
 from __future__ import annotations
@@ -46,13 +48,15 @@ def test_conformance(conformance_context: SuiteContext, conformance_check: str,
 
 def _run_check(ctx: SuiteContext, check: str, request: pytest.FixtureRequest) -> None:
     __tracebackhide__ = True
+    from engines.testing.plugin import COVERAGE, profile_in_force
+
+    settings = profile_in_force(request.config).settings
     if check == "stateful":
         from engines.testing.stateful import run_engine_machine
 
-        run_engine_machine(ctx)
+        run_engine_machine(ctx, settings=settings)
         return
-    from engines.testing.plugin import COVERAGE
     from engines.testing.search import search
 
-    coverage = search(ctx, check)
+    coverage = search(ctx, check, settings=settings)
     request.node.user_properties.append((COVERAGE, coverage.as_dict()))

@@ -6,6 +6,9 @@ nothing a run that does not use the suite could notice: this module imports only
 load time (not Hypothesis, not torch, not the suite), registers its Hypothesis profiles only
 when a `batching-*` profile is asked for, and prints its header only when conformance tests
 were collected. Everything else happens inside hooks that only the suite's own tests reach.
+
+The suite's checks run under the profile that engines.testing.profiles' rule picks, passed to
+them as a Settings object: nothing here loads a profile for the run's other tests.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 if TYPE_CHECKING:
     from engines.protocol import Engine
     from engines.testing.context import SuiteContext
+    from engines.testing.profiles import ProfileInForce
 
 ENGINE = "engine"
 REFERENCE = "reference_engine"
@@ -28,6 +32,7 @@ TOLERANCE = "parity_tolerance"
 STEP_TIMEOUT = "step_timeout"
 PARITY_MODES = ("exact", "tie-aware")
 PROFILE_PREFIX = "batching-"
+PROFILE_INI = "conformance_profile"  # engines.testing.profiles.INI, without importing it
 
 _NO_ENGINE = (
     "the conformance suite has no engine to test. Pass --engine module:callable (a "
@@ -36,7 +41,9 @@ _NO_ENGINE = (
 )
 
 _contexts = pytest.StashKey[dict[tuple[int, ...], "SuiteContext"]]()
+_profile = pytest.StashKey["ProfileInForce"]()
 COVERAGE = "batching-engines coverage"  # user_properties key: what a check exercised
+PROFILE = "batching-engines profile"  # user_properties key: the profile a check ran under
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(PARITY, "parity comparison: exact or tie-aware", default="exact")
     parser.addini(TOLERANCE, "tie-aware parity tolerance (logprob gap)", default="1e-3")
     parser.addini(STEP_TIMEOUT, "seconds a protocol call may take", default="60")
+    parser.addini(PROFILE_INI, "Hypothesis profile of the conformance suite's checks when "
+                  "neither --hypothesis-profile nor HYPOTHESIS_PROFILE names one (default: "
+                  "batching-ci where CI is set, else batching-dev)", default="")
 
 
 def _opt(config: pytest.Config, name: str) -> Any:
@@ -131,6 +141,20 @@ def _is_conformance(item: pytest.Item) -> bool:
     return "conformance_check" in getattr(item, "fixturenames", ())
 
 
+def profile_in_force(config: pytest.Config) -> ProfileInForce:
+    """The Hypothesis profile (and settings) the suite's checks run under in this session,
+    resolved once, after collection (a conftest.py may register the profile it names)."""
+    found = config.stash.get(_profile, None)
+    if found is None:
+        from engines.testing.profiles import suite_settings
+
+        try:
+            found = config.stash[_profile] = suite_settings(config)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return found
+
+
 def pytest_report_collectionfinish(config: pytest.Config,
                                    items: list[pytest.Item]) -> list[str]:
     """What is under test, printed only in runs that collected the suite."""
@@ -144,8 +168,15 @@ def pytest_report_collectionfinish(config: pytest.Config,
     if mode == "tie-aware":
         mode += f" (tolerance {_opt(config, TOLERANCE)}; margins from " + (
             "the reference engine)" if reference else "the engine's own logprobs)")
-    profile = settings.get_current_profile_name()
-    lines = [f"batching-engines: engine {spec}, parity {mode}, hypothesis profile {profile!r}"]
+    profile = profile_in_force(config)
+    lines = [f"batching-engines: engine {spec}, parity {mode}, {profile.describe()}"]
+    current = settings.get_current_profile_name()
+    # Hypothesis derives "<name>-with-verbose-verbosity" (and the like) from its options.
+    if current.partition("-with-")[0] not in (profile.name, "default", "ci"):
+        # A conftest.py loaded it: it applies to the run's other tests, not to the suite.
+        lines.append(f"batching-engines: the run's other tests have hypothesis profile "
+                     f"{current!r}; pass --hypothesis-profile={current} to run the suite under "
+                     "it too")
     if reference:
         lines.append(f"batching-engines: reference engine {reference}")
     if _variant_specs(config):
@@ -183,12 +214,21 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not engines:
         return
     terminalreporter.write_sep("-", "batching-engines: what the checks exercised")
+    # From the reports, so that it is said under xdist too (the controller prints no header).
+    for described in sorted(_profiles_reported(terminalreporter)):
+        terminalreporter.write_line(f"checks run under {described}")
     for engine, (total, passed, other) in engines.items():
         if passed:
             terminalreporter.write_line(f"{engine}: {len(passed)} check(s) passed over "
                                         f"{Coverage.describe(total.as_dict())}")
         for line in other:
             terminalreporter.write_line(line if passed else f"{engine}:{line}")
+
+
+def _profiles_reported(terminalreporter: Any) -> set[str]:
+    return {str(props[PROFILE]) for reports in terminalreporter.stats.values()
+            for report in reports
+            if PROFILE in (props := dict(getattr(report, "user_properties", ())))}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -214,7 +254,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # No engine, or not an engine: a usage error up front beats one error per check.
+    # No engine, not an engine, or no such profile: a usage error up front beats one error
+    # per check.
+    if any(_is_conformance(i) for i in items):
+        profile_in_force(config)
     spec = _spec(config)
     if spec and not config.option.collectonly and any(_is_conformance(i) for i in items):
         from engines.factories import EngineSpecError, engine_name, load_factory
@@ -320,6 +363,7 @@ def conformance_context(
     spec = _spec(pytestconfig) if conformance_engine.factory is None else None
     request.node.user_properties.append(
         ("batching-engines check", f"{conformance_engine.name}-{conformance_check}"))
+    request.node.user_properties.append((PROFILE, profile_in_force(pytestconfig).describe()))
     try:
         ctx = context_for(pytestconfig, engine_factory, conformance_engine.name, spec,
                           reference_factory, engine_variants)
