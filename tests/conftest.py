@@ -3,10 +3,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.continuous import ContinuousBatchEngine
-from engines.paged import PagedEngine
+from engines.paged.engine import PagedEngine
 from engines.sequential import SequentialEngine
-from engines.static import StaticBatchEngine
+from engines.slot.continuous import ContinuousBatchEngine
+from engines.slot.static import StaticBatchEngine
 
 # The tiny model's ops are too small to split across threads; with xdist workers on every core,
 # intra-op threads only contend (measured: a 0.7 s test took 30 s on a loaded 2-core machine).

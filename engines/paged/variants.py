@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from engines.models import DEFAULT_PRESET, preset_max_model_len
-from engines.paged import DEFAULT_BLOCK_SIZE, PagedEngine
+from engines.paged.engine import DEFAULT_BLOCK_SIZE, PagedEngine
 
 __all__ = ["VARIANTS", "budget_8", "equal_memory", "no_prefix_caching", "one_at_a_time",
            "small_pool"]

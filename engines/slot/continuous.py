@@ -8,7 +8,7 @@ token), then retire every request that finished so its slot is free for the next
 from __future__ import annotations
 
 from engines.protocol import StepOutput
-from engines.slotted import SlotEngine
+from engines.slot.engine import SlotEngine
 
 
 class ContinuousBatchEngine(SlotEngine):

@@ -8,7 +8,7 @@ A request that arrives while a batch runs waits for the whole batch to drain.
 from __future__ import annotations
 
 from engines.protocol import StepOutput
-from engines.slotted import SlotEngine
+from engines.slot.engine import SlotEngine
 
 
 class StaticBatchEngine(SlotEngine):

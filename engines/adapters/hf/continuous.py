@@ -1,7 +1,7 @@
 """transformers' continuous batching behind the engine protocol.
 
 Checked on transformers 5.16.0 through 5.24.0 (5.16 and 5.17 call the block size `block_size`
-and lay the cache out differently: engines.adapters._hf_view). The library has no public
+and lay the cache out differently: engines.adapters.hf.view). The library has no public
 single-step call: its manager runs a background thread. This adapter starts no thread and
 drives the manager's batch processor itself, one scheduler iteration per `step()`, with the
 three calls that thread makes per iteration (`prepare_next_batch`, `_generation_step`,
@@ -15,10 +15,10 @@ Translations (where the library's semantics differ from the protocol):
 - abort: a cancelled request vanishes without an output, so the adapter emits the ABORT.
 - sampling: the library samples from one global RNG at one global temperature; it has no
   per-request seed and no top logprobs. The adapter hooks its sampler
-  (engines.adapters._hf_sampler).
+  (engines.adapters.hf.sampler).
 
 Beside the protocol: `max_concurrency`, `KVIntrospection` and `exercised()` (what the library's
-scheduler did), read from its private state (engines.adapters._hf_view).
+scheduler did), read from its private state (engines.adapters.hf.view).
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from transformers import GenerationConfig, PreTrainedModel
 from transformers.generation import ContinuousBatchingConfig, ContinuousBatchingManager
 from transformers.generation.continuous_batching.requests import RequestStatus
 
-from engines.adapters._book import RequestBook, stop_or_length
-from engines.adapters._exercised import Tally
-from engines.adapters._hf_sampler import RowSampler
-from engines.adapters._hf_view import KVMixin, KVView, count_preemptions, count_prefix_hits
+from engines.adapters.common.book import RequestBook, stop_or_length
+from engines.adapters.common.exercised import Tally
+from engines.adapters.hf.sampler import RowSampler
+from engines.adapters.hf.view import KVMixin, KVView, count_preemptions, count_prefix_hits
 from engines.models import (
     DEFAULT_PRESET,
     DEFAULT_SEED,
@@ -188,8 +188,8 @@ class HFContinuousEngine(KVMixin):
 
     # -- what was exercised --------------------------------------------------------------------
     def exercised(self) -> dict[str, int]:
-        """Preemptions, chunked prompts and prefix-cache hit tokens so far (engines.adapters.
-        _exercised)."""
+        """Preemptions, chunked prompts and prefix-cache hit tokens so far
+        (engines.adapters.common.exercised)."""
         return self._tally.as_dict()
 
 

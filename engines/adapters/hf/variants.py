@@ -10,12 +10,12 @@ one, small budgets): 4-token blocks (the library's minimum), so that repeated sh
 share blocks, and small pools that declare a 32-token context and hold exactly one request at
 full length (measured under the ci profile: a 64-token pool preempted once in the whole run, a
 32-token one six times). Each engine counts what it exercised (`exercised()`;
-engines.adapters._exercised).
+engines.adapters.common.exercised).
 """
 
 from __future__ import annotations
 
-from engines.adapters.hf_continuous import HFContinuousEngine, hf_continuous
+from engines.adapters.hf.continuous import HFContinuousEngine, hf_continuous
 
 __all__ = ["hf_block_sharing", "hf_small_budget", "hf_small_cache", "hf_stress"]
 

@@ -11,7 +11,7 @@ Each engine counts what it exercised (`exercised()`), which the suite's summary 
 
 from __future__ import annotations
 
-from engines.adapters.vllm import VLLMEngine, vllm_cpu
+from engines.adapters.vllm.adapter import VLLMEngine, vllm_cpu
 
 __all__ = [
     "vllm_chunked_prefill",
