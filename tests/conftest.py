@@ -4,10 +4,10 @@ import pytest
 import torch
 from hypothesis import settings
 
-from engines.continuous import ContinuousBatchEngine
-from engines.paged import PagedEngine
+from engines.paged.engine import PagedEngine
 from engines.sequential import SequentialEngine
-from engines.static import StaticBatchEngine
+from engines.slot.continuous import ContinuousBatchEngine
+from engines.slot.static import StaticBatchEngine
 from engines.testing.profiles import suite_settings
 
 # The tiny model's ops are too small to split across threads; with xdist workers on every core,
