@@ -130,25 +130,34 @@ class Watch:
         return f"{self.name}, {time.monotonic() - self._start:.0f} s: {text}"
 
     def say(self, note: str | None = None) -> None:
-        text = self.line(note)
+        self._write(self.line(note))
+        self._last = time.monotonic()
+
+    def _write(self, text: str) -> None:
         for stream in self.streams:
             with suppress(OSError, ValueError):  # asv's side closed: the orphan check acts
                 stream.write(f"    {text}\n")
                 stream.flush()
-        self._last = time.monotonic()
 
     def _run(self, poll: float) -> None:
         while not self._done.wait(poll):
-            if os.getppid() != self.parent:
-                self.say(f"its parent (pid {self.parent}) is gone: stopping")
-                stop()
-            now = time.monotonic()
-            if self.stall is not None and now - self._progress > self.stall:
-                self.say(f"no progress in {self._stage} for {now - self._progress:.0f} s "
-                         f"(the setup's timeout is {self.stall:g} s): stopping")
-                stop()
-            if now - self._last >= self.interval:
-                self.say()
+            try:
+                self._check()
+            except Exception as exc:  # a watcher that died would leave asv silent again
+                self._write(f"{self.name}: the watcher failed: {exc!r}")
+                raise
+
+    def _check(self) -> None:
+        if os.getppid() != self.parent:
+            self.say(f"its parent (pid {self.parent}) is gone: stopping")
+            stop()
+        now = time.monotonic()
+        if self.stall is not None and now - self._progress > self.stall:
+            self.say(f"no progress in {self._stage} for {now - self._progress:.0f} s "
+                     f"(the setup's timeout is {self.stall:g} s): stopping")
+            stop()
+        if now - self._last >= self.interval:
+            self.say()
 
 
 def stop() -> None:
