@@ -171,8 +171,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"checks run under {described}")
     for engine, (total, passed, other) in engines.items():
         if passed:
+            data = total.as_dict()
             terminalreporter.write_line(f"{engine}: {len(passed)} check(s) passed over "
-                                        f"{Coverage.describe(total.as_dict())}")
+                                        f"{Coverage.describe(data)}")
+            for note in Coverage.notes(data):  # what was not judged, and what would change it
+                terminalreporter.write_line(f"  {note}")
         for line in other:
             terminalreporter.write_line(line if passed else f"{engine}:{line}")
 
