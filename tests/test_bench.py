@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from engines.bench import capacity, disturbance, draws, traces
+from engines.bench.config import Config
 from engines.bench.fake import FakeEngine, VirtualClock
 from engines.bench.metrics import requests_frame, summarize, tokens_frame
 from engines.bench.paired import EngineClock, run_closed_paired, run_paired
@@ -151,10 +152,12 @@ def test_an_unstable_verdict_is_retried_before_it_counts(retries: int) -> None:
     assert result.low == (pytest.approx(8.0) if retries else 0.0)
 
 
-def test_a_retry_reruns_the_whole_round_paired() -> None:
+def test_a_retry_reruns_only_the_engines_that_failed() -> None:
     # Two 10 req/s engines at 8 req/s; a slow spell fails only the first engine's first
-    # probe. The retry runs both again, paired, so neither engine gets more tries than the
-    # other; each rate passes if any of its tries did.
+    # probe. The retry runs that engine again and not the one that passed: a rate passes if
+    # any of its tries did, so a second try of a passing engine could change nothing (it
+    # only cost time: on a busy machine nearly every round of three engines has one failing
+    # engine, and re-running all of them doubled every round).
     clocks = {"spell": VirtualClock(), "steady": VirtualClock()}
     engines = {"spell": _SlowSpell(spell=150, max_batch_size=1, base_s=0.1,
                                    clock=clocks["spell"]),
@@ -163,7 +166,7 @@ def test_a_retry_reruns_the_whole_round_paired() -> None:
                                    start_rates=dict.fromkeys(engines, 8.0 / 1.2), iterations=0,
                                    max_expand=0, clocks=clocks, retries=1)
     assert [p.stable for p in results["spell"].probes] == [False, True]
-    assert [p.stable for p in results["steady"].probes] == [True, True]
+    assert [p.stable for p in results["steady"].probes] == [True]
     assert results["spell"].low == results["steady"].low == pytest.approx(8.0)
 
 
@@ -270,7 +273,8 @@ def test_cli_quick_writes_consistent_tables_and_plots(
         assert row["goodput_rps"] <= row["capacity_rps"]
         assert row["goodput_high_rps"] <= row["capacity_high_rps"]
         assert (row["slo_ttft_s"], row["slo_itl_s"], row["slo_attainment"]) == (0.01, 0.002, 0.9)
-        assert row["reference_rps"] == pytest.approx(0.8 * row["capacity_rps"], rel=1e-5)
+        assert row["reference_rps"] == pytest.approx(Config().reference_load
+                                                     * row["capacity_rps"], rel=1e-5)
         assert f"goodput {name}: {row['goodput_rps']:.4g} req/s" in out
         assert row["output_tokens_per_s"] > 0 and row["driver_overhead_pct"] >= 0
         assert row["ttft_p50_s"] <= row["ttft_p95_s"] and row["itl_p50_s"] <= row["itl_p95_s"]

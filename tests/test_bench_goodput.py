@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from engines.bench import capacity, disturbance, draws, probes, traces
-from engines.bench.fake import FakeEngine, VirtualClock
+from engines.bench.fake import FakeEngine, FakeTimer, VirtualClock
 from engines.bench.paired import run_paired
-from engines.bench.slo import SLO, HardwareTimes, derive
+from engines.bench.slo import SLO, HardwareTimes, PairedSLO, derive
 from engines.bench.slowdown import SlowedEngine, planted
 from engines.protocol import Request, StepOutput
 
@@ -109,11 +109,13 @@ def test_slo_targets_follow_the_hardware_and_overrides() -> None:
 def test_calibration_times_the_presets_own_forward() -> None:
     from engines.bench import calibration
 
-    times = calibration.measure("tiny", device="cpu", dtype="float32", batch=8,
-                                prompt_len=482)
+    timer = calibration.ForwardTimer("tiny", device="cpu", dtype="float32", batch=8,
+                                     prompt_len=482)
+    # Many decode steps: the batch is prefilled afresh every CONTEXT_STEPS, contexts stay short.
+    steps = [timer.decode() for _ in range(2 * calibration.CONTEXT_STEPS + 1)]
     # Prefilling 482 tokens costs more than decoding one token for 8 short rows.
-    assert 0 < times.step_s < times.prefill_s < 1.0
-    assert "tiny float32 on cpu" in times.describe()
+    assert 0 < min(steps) < timer.prefill() < 1.0
+    assert timer.basis == "tiny float32 on cpu, transformers forward"
 
 
 def test_every_prompt_class_gets_five_admissions_into_a_running_batch() -> None:
@@ -172,12 +174,20 @@ def test_a_planted_slowdown_adds_its_share_of_every_step() -> None:
 
 
 def test_slo_is_derived_unless_both_targets_are_given() -> None:
-    from engines.bench.comparison import resolve_slo
+    from engines.bench.comparison import targets
     from engines.bench.config import Config
 
-    given, times = resolve_slo(Config(slo_ttft_s=0.2, slo_itl_s=0.01), 512)
-    assert (given.ttft_s, given.itl_s, times) == (0.2, 0.01, None)
-    half, times = resolve_slo(Config(slo_ttft_s=0.2), 512)
-    assert times is not None and times.prompt_len == draws.prompt_classes(512)[-1]
-    assert half.ttft_s == 0.2 and half.itl_s == pytest.approx(5 * times.step_s)
-    assert half.basis.startswith("TTFT given; tiny:")
+    given = targets(Config(slo_ttft_s=0.2, slo_itl_s=0.01), 512)
+    assert isinstance(given, SLO) and (given.ttft_s, given.itl_s) == (0.2, 0.01)
+    timer = FakeTimer(step_s=0.002, prefill_s=0.01, batch=8, prompt_len=482)
+    half = targets(Config(slo_ttft_s=0.2), 512, timer)
+    assert isinstance(half, PairedSLO)
+    slo = half.close_round()
+    assert slo.ttft_s == 0.2 and slo.itl_s == pytest.approx(5 * 0.002)
+    assert slo.basis.startswith("TTFT given; tiny:")
+    # With no timer given, the preset's own forward is timed, for the longest prompt class.
+    real = targets(Config(), 512)
+    assert isinstance(real, PairedSLO)
+    times = real.source.take()
+    assert times.prompt_len == draws.prompt_classes(512)[-1] and times.batch == 8
+    assert times.basis == "tiny float32 on cpu, transformers forward"

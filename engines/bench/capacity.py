@@ -18,7 +18,15 @@ below capacity fail, and one such verdict early in a bisection costs the engine 
 its capacity. A slow spell only ever fails a probe, never passes one, so a failing verdict is
 retried (`retries`, default 1) and a rate fails only if every try failed. Engines are searched
 together: round k runs every engine's k-th probe paired step by step (engines.bench.paired),
-and a retry re-runs the whole round, paired again, so every engine gets the same tries.
+and a retry re-runs, paired again, the engines whose verdict failed. An engine that passed is
+not run again: a rate passes if any of its tries did, so a second try could change nothing,
+and every engine still gets the same tries at a failing rate. With a PairedSLO, every round
+(retries too) times its own targets between its steps.
+
+Cost: a search runs at most 1 + max_expand + iterations rounds, each retried at most
+`retries` times, each probe at most `len(items)` requests; `planned_rounds` is the count
+when the first widening step brackets the answer and every round is retried once, which the
+progress bar shows as its total (growing it if a search needs more, cutting it if fewer).
 """
 
 from __future__ import annotations
@@ -32,8 +40,9 @@ import numpy as np
 from engines.bench.devices import Sync
 from engines.bench.draws import WorkItem
 from engines.bench.probes import MAX_GROWTH, RULE, Probe, probe_paired
+from engines.bench.progress import Progress
 from engines.bench.replay import Clock
-from engines.bench.slo import SLO
+from engines.bench.slo import Targets
 from engines.protocol import Engine
 
 RETRIES = 1
@@ -100,11 +109,19 @@ def _bisect(low: float, high: float, iterations: int) -> Plan:
             high = rate
 
 
+def planned_rounds(iterations: int, retries: int = RETRIES) -> int:
+    """Rounds a search runs when one widening step brackets it and every round is retried
+    (with several engines bisecting, nearly every round has one whose rate is too high)."""
+    return (2 + iterations) * (1 + retries)
+
+
 def _run_rounds(engines: Mapping[str, Engine], items: list[WorkItem],
                 plans: dict[str, Plan], results: dict[str, Capacity],
                 passes: Callable[[Probe], bool], *, retries: int, tag: str,
-                on_probe: Callable[[Probe], None] | None, **probe_args: Any) -> None:
-    """Advance every plan round by round; `tag` keeps request ids unique per engine."""
+                on_probe: Callable[[Probe], None] | None, bar: Progress | None,
+                **probe_args: Any) -> None:
+    """Advance every plan round by round; `tag` keeps request ids unique per engine. `bar`
+    (a stage opened with planned_rounds) ticks once per round, retries included."""
     pending: dict[str, float] = {}
     for name, plan in plans.items():
         try:
@@ -113,15 +130,19 @@ def _run_rounds(engines: Mapping[str, Engine], items: list[WorkItem],
             pass
     while pending:
         verdicts = dict.fromkeys(pending, False)
+        trying = dict(pending)
         for _ in range(retries + 1):
             count = sum(len(r.probes) for r in results.values())
-            for name, p in probe_paired(engines, items, pending, tag=f"{tag}{count}",
+            for name, p in probe_paired(engines, items, trying, tag=f"{tag}{count}",
                                         **probe_args).items():
                 results[name].probes.append(p)
-                verdicts[name] = verdicts[name] or passes(p)
+                verdicts[name] = passes(p)
                 if on_probe is not None:
                     on_probe(p)
-            if all(verdicts.values()):
+            if bar is not None:
+                bar.tick(postfix={n: f"{r:.3g}" for n, r in trying.items()})
+            trying = {name: rate for name, rate in trying.items() if not verdicts[name]}
+            if not trying:
                 break
         for name, rate in list(pending.items()):
             result = results[name]
@@ -133,44 +154,49 @@ def _run_rounds(engines: Mapping[str, Engine], items: list[WorkItem],
                 pending[name] = plans[name].send(verdicts[name])
             except StopIteration:
                 del pending[name]
+    if bar is not None:
+        bar.finish()
 
 
 def search_many(engines: Mapping[str, Engine], items: list[WorkItem], *,
                 start_rates: Mapping[str, float], seed: int = 0, iterations: int = 4,
                 max_expand: int = 4, max_growth: float = MAX_GROWTH,
-                queue_bound_s: float | None = None, slo: SLO | None = None,
+                queue_bound_s: float | None = None, slo: Targets | None = None,
                 retries: int = RETRIES, clocks: Mapping[str, Clock] | None = None,
                 sync: Sync | None = None, tag: str = "c",
-                on_probe: Callable[[Probe], None] | None = None) -> dict[str, Capacity]:
+                on_probe: Callable[[Probe], None] | None = None,
+                bar: Progress | None = None) -> dict[str, Capacity]:
     """Bisect every engine's throughput capacity together, round by round, paired. With an
     SLO, each probe also records its attainment (for plots and tables)."""
     bound = f", p90 queue wait <= {queue_bound_s} s" if queue_bound_s is not None else ""
     rule = (RULE.format(growth=max_growth, bound=bound)
-            + f"; a failing verdict stands only if all {retries + 1} paired tries failed")
+            + f"; a failing verdict stands only if all {retries + 1} tries failed")
     results = {name: Capacity(name, 0.0, float("inf"), rule) for name in engines}
     plans = {name: _capacity_plan(start_rates[name], iterations, max_expand)
              for name in engines}
     _run_rounds(engines, items, plans, results, lambda p: p.stable, retries=retries, tag=tag,
-                on_probe=on_probe, seed=seed, max_growth=max_growth,
+                on_probe=on_probe, bar=bar, seed=seed, max_growth=max_growth,
                 queue_bound_s=queue_bound_s, slo=slo, clocks=clocks, sync=sync)
     return results
 
 
 def goodput_many(engines: Mapping[str, Engine], items: list[WorkItem], *,
-                 capacities: Mapping[str, Capacity], slo: SLO, seed: int = 0,
+                 capacities: Mapping[str, Capacity], slo: Targets, seed: int = 0,
                  iterations: int = 4, max_expand: int = 5, max_growth: float = MAX_GROWTH,
                  retries: int = RETRIES, clocks: Mapping[str, Clock] | None = None,
                  sync: Sync | None = None, tag: str = "g",
-                 on_probe: Callable[[Probe], None] | None = None) -> dict[str, Capacity]:
-    """Bisect every engine's goodput capacity under `slo`, below its throughput capacity."""
+                 on_probe: Callable[[Probe], None] | None = None,
+                 bar: Progress | None = None) -> dict[str, Capacity]:
+    """Bisect every engine's goodput capacity under `slo`, below its throughput capacity;
+    each probe is judged by its own round's targets when `slo` is a PairedSLO."""
     rule = (f"meets the SLO: stable and {slo.describe()}; a failing verdict stands only if "
-            f"all {retries + 1} paired tries failed")
+            f"all {retries + 1} tries failed")
     # Every rate above the capacity bracket's high end is unstable: that is goodput's ceiling.
     results = {name: Capacity(name, 0.0, cap.high, rule) for name, cap in capacities.items()}
     plans = {name: _goodput_plan(cap, iterations, max_expand)
              for name, cap in capacities.items()}
-    _run_rounds(engines, items, plans, results, lambda p: p.meets(slo), retries=retries,
-                tag=tag, on_probe=on_probe, seed=seed, max_growth=max_growth, slo=slo,
+    _run_rounds(engines, items, plans, results, lambda p: p.meets(), retries=retries,
+                tag=tag, on_probe=on_probe, bar=bar, seed=seed, max_growth=max_growth, slo=slo,
                 clocks=clocks, sync=sync)
     return results
 

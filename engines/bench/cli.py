@@ -2,6 +2,11 @@
 
   batching-bench [compare] [--quick] [--engine [label=]module:callable ...] [--out DIR]
   batching-bench closed [--preset tiny]     # the 32-request closed mix, incl. HF generate
+
+Without --engine, compare runs the default engines ({defaults}) on --preset. With --engine,
+only the engines given run; --preset then sets only the model the SLO targets are timed on
+(its transformers forward, between the engines' steps): for an engine that does not run that
+model, give targets of its own with --slo-ttft and --slo-itl.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from engines.bench import comparison, draws, output, summary, traces
-from engines.bench.config import Config, EngineFactory, default_engines
+from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
+from engines.bench.describe import banner, describe
 from engines.bench.metrics import summarize, write_csv
 from engines.bench.paired import run_closed_paired
 from engines.bench.progress import progress
@@ -25,22 +31,30 @@ from engines.bench.table import fmt
 from engines.factories import EngineSpecError, load_labeled
 from engines.models import PRESETS
 
+# Measured, not promised: the --quick run on the CPU preset, by scripts/bench_stability.py.
+QUICK_HELP = ("small draws (200-request probes, at most 10 capacity and 9 goodput rounds, "
+              "one retry of a failing engine each): MEASURE")
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="batching-bench", description=__doc__,
+    defaults = ", ".join(DEFAULT_ENGINES)
+    doc = (__doc__ or "").format(defaults=defaults)
+    p = argparse.ArgumentParser(prog="batching-bench", description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", nargs="?", choices=["compare", "closed"], default="compare")
     p.add_argument("--engine", action="append", default=[], metavar="[LABEL=]MODULE:CALLABLE",
                    help="a zero-argument callable returning a fresh engine (repeatable); "
-                        "default: static vs continuous on --preset")
-    p.add_argument("--preset", help=f"model for the default engines and the SLO calibration: "
+                        f"default: the default engines, {defaults}, on --preset")
+    p.add_argument("--preset", help=f"model of the default engines and of the SLO's timings "
+                                    f"(with --engine, of the timings only): "
                                     f"{', '.join(PRESETS)} or a checkpoint dir (default: tiny "
                                     "on CPU, qwen2.5-1.5b on CUDA)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", help="float32, float16, bfloat16 (default: float32 on CPU, "
                                    "bfloat16 on CUDA)")
-    p.add_argument("--max-batch-size", type=int, help="slots for the default engines (8)")
-    p.add_argument("--quick", action="store_true", help="small draws: a minute or two on 2 CPUs")
+    p.add_argument("--max-batch-size", type=int,
+                   help="slots of the default engines, rows of the SLO's decode step (8)")
+    p.add_argument("--quick", action="store_true", help=QUICK_HELP)
     p.add_argument("--requests", type=int, help="requests per capacity probe")
     p.add_argument("--warmup", type=int, help="closed runs: unrecorded warm-ups (2)")
     p.add_argument("--runs", type=int, help="closed runs: recorded runs (5)")
@@ -53,10 +67,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="torch CPU threads (default 1: the CPU presets gain nothing from more, "
                         "and oversubscribed spin-waits on a shared machine wreck the timings)")
     p.add_argument("--slo-ttft", type=float, metavar="S",
-                   help="goodput target on TTFT, seconds (default: from the hardware)")
+                   help="goodput target on TTFT, seconds, in every round (default: 3 x the "
+                        "preset's longest-prompt prefill, timed in each probe round)")
     p.add_argument("--slo-itl", type=float, metavar="S",
-                   help="goodput target on a request's mean ITL, seconds (default: from the "
-                        "hardware)")
+                   help="goodput target on a request's mean ITL, seconds, in every round "
+                        "(default: 5 x the preset's full-batch decode step, timed in each "
+                        "probe round)")
     p.add_argument("--slo-tpot", type=float, help=argparse.SUPPRESS)  # deprecated: --slo-itl
     p.add_argument("--slo-attainment", type=float, metavar="SHARE",
                    help="share of requests that must meet both targets (0.9)")
@@ -89,10 +105,18 @@ def _factories(args: argparse.Namespace, config: Config) -> dict[str, EngineFact
 def cmd_compare(args: argparse.Namespace) -> int:
     config = _config(args)
     started = time.perf_counter()
-    print(f"batching-bench: preset {config.preset} on {config.device} ({config.dtype}), "
-          f"{config.max_batch_size} slots, seed {config.seed}", file=sys.stderr)
-    result = comparison.compare(_factories(args, config), config,
-                                show_progress=not args.no_progress)
+    factories = _factories(args, config)
+    with progress(not args.no_progress) as bar:
+        bar.stage("building engines", len(factories), unit="engine")
+        engines = comparison.build(factories, bar)
+        bar.close()
+        print(banner({name: describe(name, e) for name, e in engines.items()},
+                     preset=config.preset, device=config.device, dtype=config.dtype,
+                     max_batch_size=config.max_batch_size, seed=config.seed,
+                     default=not args.engine,
+                     slo_given=config.slo_ttft_s is not None and config.slo_itl_s is not None),
+              file=sys.stderr)
+        result = comparison.run(engines, config, bar=bar)
     table = summary.summary(result)
     output.write(result, table, args.out, plots=not args.no_plots)
     print(output.closing_text(result, table))
@@ -117,7 +141,7 @@ def cmd_closed(args: argparse.Namespace) -> int:
           f"{config.warmup} warm-up + {config.runs} recorded runs", file=sys.stderr)
     rows = []
     with progress(not args.no_progress) as bar:
-        bar.stage("closed runs, paired")
+        bar.stage("closed runs, paired", config.warmup + config.runs)
         paired = run_closed_paired(engines, trace, warmup=config.warmup, runs=config.runs,
                                    on_run=bar.tick)
     for name, runs in paired.items():

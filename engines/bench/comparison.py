@@ -1,10 +1,12 @@
 """The comparison the CLI and asv run: every measurement of every engine, paired.
 
-1. SLO targets from the hardware (engines.bench.calibration), unless both are given.
+1. SLO targets, unless both are given: a yardstick on the preset's transformers forward
+   (engines.bench.calibration, engines.bench.yardstick), timed between the engines' steps in
+   every probe round, each round judged by its own targets (engines.bench.slo.PairedSLO).
 2. Closed mixed runs (2 warm-up, 5 recorded): output tokens/s and where the search starts.
 3. Per replica (one by default; asv asks for more, as samples): the capacity search, the
    goodput search below it, and a reference open-loop run for the latency columns, each
-   engine at `reference_load` (0.8) x its own capacity, so an engine's latency figures never
+   engine at `reference_load` (0.5) x its own capacity, so an engine's latency figures never
    move because another engine's capacity did.
 4. The admission disturbance (every prompt class admitted into running batches) and a small
    slot-timeline run.
@@ -22,14 +24,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from engines.bench import calibration, capacity, disturbance, draws, traces
+from engines.bench import capacity, disturbance, draws, traces
 from engines.bench.capacity import Capacity
 from engines.bench.config import Config, EngineFactory
+from engines.bench.describe import EngineDescription, describe
 from engines.bench.devices import Sync, synchronizer
 from engines.bench.paired import run_closed_paired, run_paired
 from engines.bench.progress import Progress, progress
 from engines.bench.replay import Run
-from engines.bench.slo import SLO, HardwareTimes, derive
+from engines.bench.slo import SLO, HardwareTimes, PairedSLO, Targets
+from engines.bench.yardstick import Timer, Yardstick
 from engines.factories import check_engine
 from engines.protocol import Engine
 
@@ -69,14 +73,21 @@ class EngineResult:
 @dataclass(slots=True)
 class Comparison:
     config: Config
-    slo: SLO
-    hardware: HardwareTimes | None  # None when both targets were given
+    slo: SLO  # the headline targets: given, or the median round's
+    hardware: HardwareTimes | None  # the median round's timings; None when both were given
     results: dict[str, EngineResult]
+    targets: Targets | None = None  # what judged the probes (a PairedSLO keeps every round)
+    engines: dict[str, EngineDescription] = field(default_factory=dict)
 
 
-def build(factories: dict[str, EngineFactory]) -> dict[str, Engine]:
+def build(factories: dict[str, EngineFactory], bar: Progress | None = None) -> dict[str, Engine]:
     """One fresh engine per factory, each checked against the protocol (engines.factories)."""
-    return {name: check_engine(make(), f"--engine {name}") for name, make in factories.items()}
+    engines = {}
+    for name, make in factories.items():
+        engines[name] = check_engine(make(), f"--engine {name}")
+        if bar is not None:
+            bar.tick(engine=name)
+    return engines
 
 
 def scale(engines: dict[str, Engine]) -> tuple[int, int]:
@@ -85,16 +96,28 @@ def scale(engines: dict[str, Engine]) -> tuple[int, int]:
             min(int(e.vocab_size) for e in engines.values()))
 
 
-def resolve_slo(config: Config, max_model_len: int) -> tuple[SLO, HardwareTimes | None]:
-    """The goodput targets: both given, or derived from this machine's timings of the preset
-    (each given target then replaces its derived one)."""
+def targets(config: Config, max_model_len: int, timer: Timer | None = None) -> Targets:
+    """The goodput targets: both given (one SLO for every round), or a PairedSLO whose
+    yardstick times the preset's forward (or `timer`) between the engines' steps, each given
+    target replacing its derived one."""
     if config.slo_ttft_s is not None and config.slo_itl_s is not None:
-        return SLO(config.slo_ttft_s, config.slo_itl_s, config.slo_attainment), None
-    times = calibration.measure(
-        config.preset, device=config.device, dtype=config.dtype, batch=config.max_batch_size,
-        prompt_len=draws.prompt_classes(max_model_len)[-1], seed=config.seed)
-    slo = derive(times, config.preset, attainment=config.slo_attainment)
-    return slo.override(ttft_s=config.slo_ttft_s, itl_s=config.slo_itl_s), times
+        return SLO(config.slo_ttft_s, config.slo_itl_s, config.slo_attainment)
+    if timer is None:
+        from engines.bench.calibration import ForwardTimer  # torch: only when timing
+
+        timer = ForwardTimer(config.preset, device=config.device, dtype=config.dtype,
+                             batch=config.max_batch_size,
+                             prompt_len=draws.prompt_classes(max_model_len)[-1],
+                             seed=config.seed)
+    return PairedSLO(Yardstick(timer), config.preset, attainment=config.slo_attainment,
+                     ttft_s=config.slo_ttft_s, itl_s=config.slo_itl_s)
+
+
+def headline(slo: Targets) -> tuple[SLO, HardwareTimes | None]:
+    if isinstance(slo, PairedSLO):
+        median = slo.headline()
+        return median.slo, median.times
+    return slo, None
 
 
 def _closed_rps(runs: list[Run]) -> float:
@@ -102,28 +125,27 @@ def _closed_rps(runs: list[Run]) -> float:
 
 
 def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], config: Config,
-             slo: SLO, mixed: functools.partial[list[draws.WorkItem]], replica: int,
+             slo: Targets, mixed: functools.partial[list[draws.WorkItem]], replica: int,
              sync: Sync | None, bar: Progress) -> None:
     seed = config.seed + 10 * replica
     items = mixed(config.capacity_requests, seed=seed + 1)
-
-    def tick(p: capacity.Probe) -> None:
-        bar.tick(engine=p.run.engine, rate=f"{p.rate:.3g}", stable=p.stable)
-
-    bar.stage(f"capacity (replica {replica + 1}/{config.replicas})")
+    of = f"replica {replica + 1}/{config.replicas}"
+    bar.stage(f"capacity rounds ({of})",
+              capacity.planned_rounds(config.iterations, config.retries), unit="round")
     caps = capacity.search_many(
         engines, items, start_rates={n: _closed_rps(r.closed) for n, r in results.items()},
         seed=seed, iterations=config.iterations, slo=slo, retries=config.retries, sync=sync,
-        tag=f"r{replica}c", on_probe=tick)
-    bar.stage(f"goodput (replica {replica + 1}/{config.replicas})")
+        tag=f"r{replica}c", bar=bar)
+    bar.stage(f"goodput rounds ({of})",
+              capacity.planned_rounds(config.goodput_iterations, config.retries), unit="round")
     goods = capacity.goodput_many(engines, items, capacities=caps, slo=slo, seed=seed,
                                   iterations=config.goodput_iterations,
                                   retries=config.retries, sync=sync, tag=f"r{replica}g",
-                                  on_probe=tick)
+                                  bar=bar)
     rates = {name: config.reference_rps or config.reference_load * caps[name].low
              for name in engines}
     live = {name: rate for name, rate in rates.items() if rate > 0}
-    bar.stage("reference runs")
+    bar.stage(f"reference run ({of})", 1)
     refs = run_paired({n: engines[n] for n in live},
                       {n: traces.poisson(items, rate, seed=seed, tag=f"ref{replica}")
                        for n, rate in live.items()}, sync=sync)
@@ -143,14 +165,13 @@ def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
                  config: Config, mixed: functools.partial[list[draws.WorkItem]],
                  max_model_len: int, vocab_size: int, sync: Sync | None,
                  bar: Progress) -> None:
-    bar.stage("admission disturbance")
+    bar.stage("admission disturbance, slot timeline", 2)
     items = draws.admissions(config.admissions_per_class, max_model_len=max_model_len,
                              vocab_size=vocab_size, slots=config.max_batch_size,
                              seed=config.seed + 2)
     dist = run_paired(engines, dict.fromkeys(engines, traces.closed(items, tag="dist")),
                       sync=sync)
     bar.tick()
-    bar.stage("slot timeline")
     timeline_trace = traces.closed(mixed(2 * config.max_batch_size, seed=config.seed + 3),
                                    tag="timeline")
     # Only engines with a slot table small enough to draw.
@@ -167,21 +188,29 @@ def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
 
 def compare(factories: dict[str, EngineFactory], config: Config, *,
             show_progress: bool = False) -> Comparison:
-    """Benchmark every engine on the same draws and traces, paired."""
-    engines = build(factories)
+    """Build every engine and benchmark them all on the same draws and traces, paired."""
+    with progress(show_progress) as bar:
+        bar.stage("building engines", len(factories), unit="engine")
+        return run(build(factories, bar), config, bar=bar)
+
+
+def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = None,
+        timer: Timer | None = None) -> Comparison:
+    """Benchmark built engines (drained) on the same draws and traces, paired. `timer`
+    replaces the preset's forward as the SLO's yardstick (tests: a modelled one)."""
+    bar = bar or Progress(False)
     max_model_len, vocab_size = scale(engines)
     sync = synchronizer(config.device)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
-    with progress(show_progress) as bar:
-        bar.stage("SLO calibration")
-        slo, hardware = resolve_slo(config, max_model_len)
-        bar.stage("closed runs")
-        closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed),
-                                     tag="closed")
-        closed = run_closed_paired(engines, closed_trace, warmup=config.warmup,
-                                   runs=config.runs, on_run=bar.tick, sync=sync)
-        results = {name: EngineResult(name, closed[name]) for name in engines}
-        for replica in range(config.replicas):
-            _replica(engines, results, config, slo, mixed, replica, sync, bar)
-        _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar)
-    return Comparison(config, slo, hardware, results)
+    slo = targets(config, max_model_len, timer)
+    bar.stage("closed runs", config.warmup + config.runs)
+    closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")
+    closed = run_closed_paired(engines, closed_trace, warmup=config.warmup, runs=config.runs,
+                               on_run=bar.tick, sync=sync)
+    results = {name: EngineResult(name, closed[name]) for name in engines}
+    for replica in range(config.replicas):
+        _replica(engines, results, config, slo, mixed, replica, sync, bar)
+    _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar)
+    top, hardware = headline(slo)
+    return Comparison(config, top, hardware, results, slo,
+                      {name: describe(name, engine) for name, engine in engines.items()})

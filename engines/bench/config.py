@@ -35,7 +35,9 @@ class Config:
     seed: int = 0
     capacity_requests: int = 400  # per probe, as the write-up's traces (docs/references.md)
     iterations: int = 5  # capacity: bisection steps after the bracket holds
-    goodput_iterations: int = 4  # goodput: bisection steps after the bracket holds
+    # goodput: bisection steps after the bracket holds; 5 halvings of a factor-2 bracket
+    # leave 2.2%, as capacity's, where 3 left 9%: a 10% lead would be lost in the grid
+    goodput_iterations: int = 5
     retries: int = 1  # a failing probe round is re-run, paired, this many times
     closed_requests: int = 32
     warmup: int = 2
@@ -44,7 +46,10 @@ class Config:
     slo_ttft_s: float | None = None  # default: derived from the hardware (engines.bench.slo)
     slo_itl_s: float | None = None
     slo_attainment: float = 0.9
-    reference_load: float = 0.8  # latency columns: each engine at this x its own capacity
+    # Latency columns: each engine at this x its own capacity. Half, not 0.8: queueing grows as
+    # load / (1 - load), so at 0.8 a capacity 3% off (the search's noise) or a machine 10%
+    # slower by the time the reference runs moves every latency by 15-80%; at 0.5, by 6-20%.
+    reference_load: float = 0.5
     reference_rps: float | None = None  # or every engine at this one rate
     replicas: int = 1  # independent capacity and goodput searches (asv's samples)
 
@@ -74,7 +79,7 @@ class Config:
             {"preset": "tiny", "device": device, "dtype": "float32"}
         )
         if quick:
-            base.update(capacity_requests=200, iterations=5, goodput_iterations=3)
+            base.update(capacity_requests=200, iterations=5, goodput_iterations=5)
             if device.startswith("cuda"):  # a 1.5B step is ~10 ms: keep the run in minutes
                 base.update(capacity_requests=48, iterations=3, goodput_iterations=2,
                             admissions_per_class=6)

@@ -5,6 +5,10 @@ meaningless; its timing is exact: a step costs `base_s + prefill_s_per_token * a
 tokens + decode_s_per_row * decoding rows`, spent on a VirtualClock (deterministic, instant) or
 slept on the wall clock. `static=True` forms a batch once and drains it, like static batching;
 a huge `max_batch_size` with a per-row cost admits everyone and slows everyone (admit_everyone).
+
+A Machine is what fakes share to model a busy host: every cost of an engine built on it, and
+every timing of a FakeTimer (the SLO yardstick's stand-in), is multiplied by its `factor`,
+which a test may change mid-run.
 """
 
 from __future__ import annotations
@@ -15,6 +19,34 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from engines.protocol import FinishReason, Request, StepOutput
+
+
+class Machine:
+    """A host whose speed a test changes: costs are multiplied by `factor` (2.0: half speed)."""
+
+    def __init__(self, factor: float = 1.0) -> None:
+        self.factor = factor
+
+
+class FakeTimer:
+    """The yardstick's timer (engines.bench.yardstick.Timer) with modelled timings: a decode
+    step costs `step_s`, a prefill `prefill_s`, both times the machine's factor. Counts calls."""
+
+    def __init__(self, *, step_s: float = 0.01, prefill_s: float = 0.02, batch: int = 4,
+                 prompt_len: int = 8, machine: Machine | None = None) -> None:
+        self.step_s, self.prefill_s = step_s, prefill_s
+        self.batch, self.prompt_len = batch, prompt_len
+        self.machine = machine or Machine()
+        self.basis = "fake timer"
+        self.calls = 0
+
+    def decode(self) -> float:
+        self.calls += 1
+        return self.step_s * self.machine.factor
+
+    def prefill(self) -> float:
+        self.calls += 1
+        return self.prefill_s * self.machine.factor
 
 
 class VirtualClock:
@@ -47,11 +79,12 @@ class FakeEngine:
     def __init__(self, *, max_batch_size: int = 4, static: bool = False, base_s: float = 0.01,
                  prefill_s_per_token: float = 0.0, decode_s_per_row: float = 0.0,
                  clock: VirtualClock | None = None, vocab_size: int = 1000,
-                 max_model_len: int = 512) -> None:
+                 max_model_len: int = 512, machine: Machine | None = None) -> None:
         self.max_batch_size = max_batch_size
         self.static = static
         self.cost = (base_s, prefill_s_per_token, decode_s_per_row)
         self.clock = clock
+        self.machine = machine or Machine()
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.wasted_slot_steps = 0
@@ -93,6 +126,7 @@ class FakeEngine:
         return outputs
 
     def _spend(self, seconds: float) -> None:
+        seconds *= self.machine.factor
         if self.clock is not None:
             self.clock.advance(seconds)
         else:

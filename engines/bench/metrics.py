@@ -51,26 +51,34 @@ def requests_frame(run: Run) -> pd.DataFrame:
 
 
 def tokens_frame(run: Run) -> pd.DataFrame:
+    """One row per token, requests in trace order. Built from flat arrays, not one frame per
+    request: a capacity probe has hundreds of requests and a search dozens of probes."""
     ends = np.array([s.end_s for s in run.steps])
-    frames = []
+    ids: list[str] = []
+    index: list[np.ndarray] = []
+    steps: list[np.ndarray] = []
+    itl: list[np.ndarray] = []
     for arrival in run.trace.arrivals:
-        steps = np.asarray(run.token_steps.get(arrival.request_id + run.id_suffix, []), dtype=int)
-        if not len(steps):
+        mine = np.asarray(run.token_steps.get(arrival.request_id + run.id_suffix, []),
+                          dtype=int)
+        if not len(mine):
             continue
-        times = ends[steps]
-        frames.append(pd.DataFrame({
-            "request_id": arrival.request_id,
-            "index": np.arange(len(steps)),
-            "step": steps,
-            "time_s": times,
-            "itl_s": np.concatenate([[np.nan], np.diff(times)]),
-        }))
+        ids.extend([arrival.request_id] * len(mine))
+        index.append(np.arange(len(mine)))
+        steps.append(mine)
+        itl.append(np.concatenate([[np.nan], np.diff(ends[mine])]))
     columns = ["engine", "request_id", "index", "step", "time_s", "itl_s"]
-    if not frames:
+    if not ids:
         return pd.DataFrame(columns=columns)
-    df = pd.concat(frames, ignore_index=True)
-    df.insert(0, "engine", run.engine)
-    return df[columns]
+    step = np.concatenate(steps)
+    return pd.DataFrame({
+        "engine": run.engine,
+        "request_id": ids,
+        "index": np.concatenate(index),
+        "step": step,
+        "time_s": ends[step],
+        "itl_s": np.concatenate(itl),
+    })[columns]
 
 
 def steps_frame(run: Run) -> pd.DataFrame:

@@ -10,6 +10,7 @@ import pandas as pd
 from engines.bench import disturbance, summary
 from engines.bench.comparison import Comparison
 from engines.bench.metrics import write_csv
+from engines.bench.slo import PairedSLO
 from engines.bench.table import format_table
 
 
@@ -47,10 +48,32 @@ def _ratio_line(table: pd.DataFrame, column: str, label: str) -> list[str]:
     return [f"{label} ratio continuous/static: {values['continuous'] / values['static']:.2f}x"]
 
 
+def slo_origin(comparison: Comparison) -> list[str]:
+    """Where the targets came from: given, or which model's forward was timed, when, how
+    many times, how far the rounds' targets spread, and that no engine under test was timed."""
+    targets = comparison.targets
+    if not isinstance(targets, PairedSLO) or comparison.hardware is None:
+        return ["  targets given (--slo-ttft, --slo-itl): the same in every round"]
+    times = comparison.hardware
+    (ttft_lo, ttft_hi), (itl_lo, itl_hi) = targets.spread()
+    decodes, prefills = times.samples
+    engines = ", ".join(comparison.results)
+    return [
+        f"  targets from {times.basis}, timed between the engines' steps in every probe round"
+        f" ({decodes} decode steps of {times.batch} rows, median round's mean "
+        f"{times.step_s * 1e3:.3g} ms; {prefills} prefills of {times.prompt_len} tokens, "
+        f"{times.prefill_s * 1e3:.3g} ms)",
+        f"  each probe judged by its own round's targets: TTFT {ttft_lo * 1e3:.3g}-"
+        f"{ttft_hi * 1e3:.3g} ms, mean ITL {itl_lo * 1e3:.3g}-{itl_hi * 1e3:.3g} ms over "
+        f"{len(targets.rounds)} rounds",
+        f"  measured on preset {targets.preset}, not on the engines under test ({engines}): "
+        "for targets of their own, set --slo-ttft and --slo-itl",
+    ]
+
+
 def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
-    lines = [format_table(table), "", f"SLO: {comparison.slo.describe()}"]
-    if comparison.hardware is not None:
-        lines.append(f"  measured on {comparison.hardware.describe()}")
+    lines = [format_table(table), "", f"SLO: {comparison.slo.describe()}",
+             *slo_origin(comparison)]
     for result in comparison.results.values():
         for label, found in (("goodput", result.goodput), ("capacity", result.capacity)):
             lines.append(f"{label} {result.name}: {found.low:.4g} req/s, bracket "

@@ -6,7 +6,9 @@ spell looks slow, and a capacity ratio swings by 30% between runs. Here each eng
 own EngineClock, which runs only while that engine's step or its driver's bookkeeping runs and
 jumps over idle gaps, and the engines alternate step by step: a slow spell lands on all of
 them alike, and each engine's timeline is still open-loop (requests join when their arrival
-time has passed on it, however busy the engine is).
+time has passed on it, however busy the engine is). `between` gets a turn after every cycle of
+steps, on no engine's clock: the SLO's yardstick (engines.bench.yardstick) times the
+hardware there, so its timings meet the same slow spells as the engines' steps.
 """
 
 from __future__ import annotations
@@ -55,11 +57,13 @@ def run_paired(
     give_up_wait_s: Mapping[str, float] | None = None,
     id_suffix: str = "",
     sync: Sync | None = None,
+    between: Callable[[], None] | None = None,
 ) -> dict[str, Run]:
     """Replay traces[name] on engines[name] for every engine at once, one step each in turn.
 
     clocks: one per engine (default: a fresh EngineClock each); an EngineClock runs only
     during its engine's turn. Tests pass VirtualClocks that their fake engines advance.
+    between: called before every cycle (each unfinished engine stepped once).
     """
     clocks = clocks or {name: EngineClock() for name in engines}
     runs: dict[str, Generator[None, None, Run]] = {
@@ -70,13 +74,15 @@ def run_paired(
     }
     done: dict[str, Run] = {}
     with gc_paused():
-        _alternate(runs, clocks, done)
+        _alternate(runs, clocks, done, between)
     return {name: done[name] for name in engines}
 
 
 def _alternate(runs: dict[str, Generator[None, None, Run]], clocks: Mapping[str, Clock],
-               done: dict[str, Run]) -> None:
+               done: dict[str, Run], between: Callable[[], None] | None) -> None:
     while runs:
+        if between is not None:
+            between()
         for name, steps in list(runs.items()):
             clock = clocks[name]
             if isinstance(clock, EngineClock):

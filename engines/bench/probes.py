@@ -16,7 +16,9 @@ step and a 50 ms GPU step, and it does not penalise static batching's steady wai
 running batch to drain, only a wait that keeps growing.
 
 Meets the SLO (the goodput rule) when it is stable and at least `slo.attainment` of the
-trace's requests finished within both latency targets (engines.bench.slo).
+trace's requests finished within both latency targets (engines.bench.slo). With a PairedSLO the
+targets are those of the probe's own round, timed between its steps; each probe keeps the SLO
+it was judged by.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from engines.bench.draws import WorkItem
 from engines.bench.metrics import requests_frame, slo_met, summarize
 from engines.bench.paired import run_paired
 from engines.bench.replay import Clock, Run
-from engines.bench.slo import SLO
+from engines.bench.slo import SLO, PairedSLO, Targets
 from engines.protocol import Engine
 
 MAX_GROWTH = 0.05
@@ -51,8 +53,16 @@ class Probe:
     attainment: float  # share of requests within the SLO (nan without one)
     summary: dict[str, Any]
     run: Run
+    slo: SLO | None = None  # the targets `attainment` was measured against
 
-    def meets(self, slo: SLO) -> bool:
+    def meets(self, slo: SLO | None = None) -> bool:
+        """Stable and within the SLO: the probe's own (its round's) unless one is given."""
+        slo = slo or self.slo
+        if slo is None:
+            raise ValueError("probe.meets: this probe was run without an SLO")
+        if slo is not self.slo:
+            attained = float(slo_met(requests_frame(self.run), slo).mean())
+            return self.stable and attained >= slo.attainment
         return self.stable and self.attainment >= slo.attainment
 
 
@@ -77,20 +87,27 @@ def verdict(run: Run, rate: float, n: int, *, max_growth: float = MAX_GROWTH,
     attainment = float(slo_met(requests, slo).mean()) if slo is not None else float("nan")
     summary.update(slopes, growth=growth, stable=stable)
     if slo is not None:
-        summary["meets_slo"] = stable and attainment >= slo.attainment
-    return Probe(rate, stable, growth, attainment, summary, run)
+        summary.update(meets_slo=stable and attainment >= slo.attainment, slo_ttft_s=slo.ttft_s,
+                       slo_itl_s=slo.itl_s)
+    return Probe(rate, stable, growth, attainment, summary, run, slo)
 
 
 def probe_paired(engines: Mapping[str, Engine], items: list[WorkItem],
                  rates: Mapping[str, float], *, seed: int, max_growth: float = MAX_GROWTH,
-                 queue_bound_s: float | None = None, slo: SLO | None = None,
+                 queue_bound_s: float | None = None, slo: Targets | None = None,
                  clocks: Mapping[str, Clock] | None = None, sync: Sync | None = None,
                  tag: str = "") -> dict[str, Probe]:
-    """One probe per engine, each at its own rate, run paired (engines.bench.paired)."""
+    """One probe per engine, each at its own rate, run paired (engines.bench.paired); with
+    a PairedSLO, its yardstick takes turns between the steps and the round's targets judge
+    every probe of the round."""
     trace = {name: traces.poisson(items, rate, seed=seed, tag=f"p{tag}{rate:.6g}")
              for name, rate in rates.items()}
+    paired = slo if isinstance(slo, PairedSLO) else None
     runs = run_paired({name: engines[name] for name in rates}, trace, clocks=clocks, sync=sync,
-                      give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()})
+                      give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()},
+                      between=paired.turn if paired is not None else None)
+    judged = paired.close_round() if paired is not None else (
+        slo if isinstance(slo, SLO) else None)
     return {name: verdict(run, rates[name], len(items), max_growth=max_growth,
-                          queue_bound_s=queue_bound_s, slo=slo)
+                          queue_bound_s=queue_bound_s, slo=judged)
             for name, run in runs.items()}

@@ -3,8 +3,8 @@
 Goodput is the request rate at which a stated share of requests (90% by default) meets both a
 time-to-first-token target and a mean inter-token-latency target (DistServe, Sarathi-Serve and
 `vllm bench serve --goodput` report it so). A fixed target in seconds would mean different
-things on a 2-core CPU and a GPU, so the targets are multiples of two timings taken in the same
-run on the same hardware (engines.bench.calibration):
+things on a 2-core CPU and a GPU, so the targets are multiples of two timings of the preset's
+own transformers forward (engines.bench.calibration), taken on the same hardware:
 
 - ITL target: `itl_steps` x the decode step of a full uniform batch (every slot busy, short
   contexts): how fast tokens come out when nothing else competes. Sarathi-Serve states its
@@ -13,13 +13,22 @@ run on the same hardware (engines.bench.calibration):
   floor a request of the workload's heaviest class cannot beat, so an idle engine meets the
   target with room to spare. DistServe scales its TTFT targets from single-request latency.
 
+Paired with the engines (PairedSLO): the two timings are taken between the engines' steps in
+every probe round (engines.bench.yardstick), and each round's probes are judged by the targets
+of that round. A machine that slows down mid-run (another tenant starts) then moves the
+targets and the engines alike; targets timed once, at the start, would hold a slowed engine to
+the quiet machine's speed, and its goodput would collapse for reasons that are not its own.
+
 The multiples are stated per preset below, and `--slo-ttft` / `--slo-itl` override the
-result. The share is `attainment`.
+result (a given target is the same in every round). The share is `attainment`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import numpy as np
 
 ATTAINMENT = 0.9
 
@@ -82,18 +91,98 @@ class HardwareTimes:
     batch: int  # rows in the uniform batch
     prompt_len: int  # tokens in the longest-class prompt
     basis: str  # what was timed
+    samples: tuple[int, int] = (0, 0)  # (decode steps, prefills) the figures are means of
 
     def describe(self) -> str:
         return (f"{self.basis}: decode step of {self.batch} rows {self.step_s * 1e3:.3g} ms, "
                 f"prefill of {self.prompt_len} tokens {self.prefill_s * 1e3:.3g} ms")
 
 
+def _rule_text(rule: SLORule, times: HardwareTimes, preset: str) -> str:
+    return (f"{preset}: TTFT {rule.ttft_prefills:g} x {times.prompt_len}-token prefill, "
+            f"ITL {rule.itl_steps:g} x {times.batch}-row decode step")
+
+
 def derive(times: HardwareTimes, preset: str, *, attainment: float = ATTAINMENT) -> SLO:
     rule = SLO_RULES.get(preset, DEFAULT_RULE)
-    return SLO(
-        ttft_s=rule.ttft_prefills * times.prefill_s,
-        itl_s=rule.itl_steps * times.step_s,
-        attainment=attainment,
-        basis=(f"{preset}: TTFT {rule.ttft_prefills:g} x {times.prompt_len}-token prefill, "
-               f"ITL {rule.itl_steps:g} x {times.batch}-row decode step"),
-    )
+    return SLO(ttft_s=rule.ttft_prefills * times.prefill_s, itl_s=rule.itl_steps * times.step_s,
+               attainment=attainment, basis=_rule_text(rule, times, preset))
+
+
+class TimingSource(Protocol):
+    """Timings taken between engine steps (engines.bench.yardstick.Yardstick)."""
+
+    def turn(self) -> None: ...  # called between engine steps: may take one timing
+
+    def take(self) -> HardwareTimes: ...  # the round's timings; the next round starts
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One paired probe round's timings and the targets derived from them."""
+
+    times: HardwareTimes
+    slo: SLO
+
+
+@dataclass(slots=True)
+class PairedSLO:
+    """Targets derived afresh in every paired round, from timings taken during that round.
+
+    `turn` goes between the engines' steps (engines.bench.paired.run_paired's `between`);
+    `close_round` ends a round and returns the SLO its probes are judged by. Given targets
+    (`ttft_s`, `itl_s`) replace the derived ones in every round."""
+
+    source: TimingSource
+    preset: str
+    attainment: float = ATTAINMENT
+    ttft_s: float | None = None
+    itl_s: float | None = None
+    rounds: list[Round] = field(default_factory=list)
+
+    def turn(self) -> None:
+        self.source.turn()
+
+    def close_round(self) -> SLO:
+        times = self.source.take()
+        slo = derive(times, self.preset, attainment=self.attainment).override(
+            ttft_s=self.ttft_s, itl_s=self.itl_s)
+        self.rounds.append(Round(times, slo))
+        return slo
+
+    def describe(self) -> str:
+        """The rule, for the goodput search's text (the seconds differ round by round)."""
+        rule = SLO_RULES.get(self.preset, DEFAULT_RULE)
+        ttft = (f"{self.ttft_s * 1e3:.4g} ms" if self.ttft_s is not None
+                else f"{rule.ttft_prefills:g} x the long prefill")
+        itl = (f"{self.itl_s * 1e3:.4g} ms" if self.itl_s is not None
+               else f"{rule.itl_steps:g} x the decode step")
+        return (f"TTFT <= {ttft} and mean ITL <= {itl} for >= {self.attainment:.0%} of "
+                f"requests, {self.preset}'s timings taken between the engines' steps in the "
+                "same round")
+
+    def headline(self) -> Round:
+        """The median round: each target and timing the median over rounds (one round is
+        closed now if none ran)."""
+        if not self.rounds:
+            self.close_round()
+        times = [r.times for r in self.rounds]
+        first = times[0]
+        median = HardwareTimes(
+            step_s=float(np.median([t.step_s for t in times])),
+            prefill_s=float(np.median([t.prefill_s for t in times])),
+            batch=first.batch, prompt_len=first.prompt_len, basis=first.basis,
+            samples=(sum(t.samples[0] for t in times), sum(t.samples[1] for t in times)))
+        slo = derive(median, self.preset, attainment=self.attainment).override(
+            ttft_s=self.ttft_s, itl_s=self.itl_s)
+        return Round(median, replace(slo, basis=f"median of {len(self.rounds)} paired rounds; "
+                                                f"{slo.basis}"))
+
+    def spread(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """((lowest, highest) TTFT target, (lowest, highest) ITL target) over the rounds."""
+        ttft = [r.slo.ttft_s for r in self.rounds]
+        itl = [r.slo.itl_s for r in self.rounds]
+        return (min(ttft), max(ttft)), (min(itl), max(itl))
+
+
+Targets = SLO | PairedSLO  # what a search is judged by: fixed, or per round

@@ -1,0 +1,65 @@
+"""What the bench says about an engine: only what the engine itself reports through the
+protocol (vocab, context) and, where it offers them, how many requests it runs at once:
+`max_batch_size` under SlotIntrospection, else a declared `max_concurrency`, else unknown.
+Never the CLI's --preset or --max-batch-size, which configure the default engines only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeGuard
+
+from engines.protocol import Engine, SlotIntrospection
+
+
+@dataclass(frozen=True, slots=True)
+class EngineDescription:
+    name: str
+    vocab_size: int
+    max_model_len: int
+    concurrency: int | None  # requests at once, as the engine declares it; None: not declared
+    source: str  # where `concurrency` came from
+
+    def line(self) -> str:
+        if self.concurrency is None:
+            runs = f"concurrency unknown ({self.source})"
+        else:
+            runs = f"{self.concurrency} requests at once ({self.source})"
+        return f"{self.name}: vocab {self.vocab_size}, context {self.max_model_len}, {runs}"
+
+
+def describe(name: str, engine: Engine) -> EngineDescription:
+    slots = getattr(engine, "max_batch_size", None)
+    declared = getattr(engine, "max_concurrency", None)
+    if isinstance(engine, SlotIntrospection) and _count(slots):
+        concurrency, source = int(slots), "max_batch_size, SlotIntrospection"
+    elif _count(declared):
+        concurrency, source = int(declared), "max_concurrency"
+    else:
+        concurrency, source = None, "no SlotIntrospection, no max_concurrency"
+    return EngineDescription(name, int(engine.vocab_size), int(engine.max_model_len),
+                             concurrency, source)
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def banner(engines: dict[str, EngineDescription], *, preset: str, device: str, dtype: str,
+           max_batch_size: int, seed: int, default: bool, slo_given: bool) -> str:
+    """What the run compares, as the engines report it, and what --preset is used for."""
+    lines = [f"batching-bench: {len(engines)} engines, seed {seed}"]
+    lines += [f"  {d.line()}" for d in engines.values()]
+    model = f"preset {preset} ({dtype} on {device})"
+    if default:
+        lines.append(f"  the default engines (DEFAULT_ENGINES, engines/bench/config.py) on {model},"
+                     f" {max_batch_size} slots")
+    else:
+        lines.append("  engines from --engine: --preset, --device, --dtype and --max-batch-size "
+                     "do not configure them")
+    if slo_given:
+        lines.append("  SLO targets: given (--slo-ttft, --slo-itl)")
+    else:
+        lines.append(f"  SLO targets: timed on {model}, transformers forward, "
+                     f"{max_batch_size}-row decode step and long prefill, between the engines' "
+                     "steps in every probe round; not on the engines under test")
+    return "\n".join(lines)

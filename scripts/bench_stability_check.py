@@ -1,0 +1,91 @@
+"""Check that several `bench --quick` runs agree: every contested row of the summary table
+(engines.bench.table.ROWS) names the same winner in every run, and each of the winner's
+ratios over another engine stays within TOLERANCE (max / min over the runs <= 1.2).
+
+    python scripts/bench_stability_check.py DIR [DIR ...]   # each DIR holds a summary.csv
+
+Prints every run's table (as the bench prints it), its wall time and load when the run's log
+(DIR.log, written by scripts/bench_stability.sh) has them, then one line per row. Exit
+status 1 when a row's winner or ratios moved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from engines.bench.table import ROWS, format_table
+
+TOLERANCE = 1.2
+
+
+def _ratios(summary: pd.DataFrame, column: str, better: str) -> tuple[str, dict[str, float]]:
+    """(winner, {other engine: winner's ratio over it}); ratios only where both are > 0."""
+    values = pd.to_numeric(summary.set_index("engine")[column], errors="coerce").dropna()
+    if len(values) < 2:
+        return "", {}
+    if values.nunique() == 1:
+        return "tie", {}
+    top = float(values.max() if better == "higher" else values.min())
+    winner = ", ".join(str(e) for e, v in values.items() if v == top)
+    ratios = {}
+    for engine, value in values.items():
+        if value != top and top > 0 and value > 0:
+            ratios[str(engine)] = top / value if better == "higher" else value / top
+    return winner, ratios
+
+
+def check(dirs: list[Path]) -> bool:
+    summaries = [pd.read_csv(d / "summary.csv") for d in dirs]
+    for d, summary in zip(dirs, summaries, strict=True):
+        log = d.with_name(d.name + ".log")
+        lines = log.read_text().splitlines() if log.exists() else []
+        print(f"=== {d}")
+        print("\n".join(line for line in lines if line.startswith("==")))
+        print(format_table(summary))
+        print()
+    ok = True
+    for column, (label, better) in ROWS.items():
+        if better is None or any(column not in s for s in summaries):
+            continue
+        found = [_ratios(s, column, better) for s in summaries]
+        winners = {w for w, _ in found}
+        problems = []
+        spread = []
+        others: set[str] = set()
+        if len(winners) > 1:
+            problems.append(f"winners differ: {[w for w, _ in found]}")
+        else:
+            others = set().union(*(r.keys() for _, r in found))
+        for other in sorted(others):
+            values = [r.get(other, np.nan) for _, r in found]
+            if any(np.isnan(values)):
+                if not all(np.isnan(values)):
+                    problems.append(f"ratio over {other} missing in some runs: {values}")
+                continue
+            factor = max(values) / min(values)
+            spread.append(f"{other} {min(values):.2f}-{max(values):.2f}x")
+            if factor > TOLERANCE:
+                problems.append(f"ratio over {other} moved {factor:.2f}x (> {TOLERANCE})")
+        verdict = "FAIL" if problems else "ok  "
+        ok = ok and not problems
+        print(f"{verdict} {label}: winner {' / '.join(sorted(winners))}; "
+              f"{', '.join(spread) or 'no ratios'}" + "".join(f"; {p}" for p in problems))
+    return ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", nargs="+", type=Path)
+    args = parser.parse_args()
+    if len(args.dirs) < 2:
+        parser.error("give at least two run directories")
+    return 0 if check(args.dirs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
