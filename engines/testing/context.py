@@ -1,12 +1,13 @@
 """What the suite knows about one engine factory, built once and passed to every piece.
 
 The plugin builds one SuiteContext per factory for the whole session: the search, the failure
-report and the state machine all take it, so an engine is probed once, its pools and alone
-answers are shared, and no piece keeps results of its own between calls.
+report and the state machine all take it, so an engine is probed once, its pools, alone
+answers and workload runs are shared, and no piece keeps results of its own between calls.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
 from engines.testing.properties import Judge
 from engines.testing.recorder import Trace, run_workload
+from engines.testing.runs import RunCache
 from engines.testing.workload import Workload, factory_source
 
 __all__ = ["SuiteContext", "SuiteOptions", "build_context"]
@@ -48,6 +50,9 @@ class SuiteContext:
     checks: Mapping[str, Applicability]  # every check's fate on this engine
     options: SuiteOptions
     repro_source: str  # source lines binding `make_engine` in a runnable script
+    runs: RunCache = field(default_factory=RunCache)  # traces the checks share, by workload
+    # The seed every check draws its workloads under in a run that gives none (search).
+    stream_seed: int = field(default_factory=lambda: random.SystemRandom().getrandbits(64))
 
     @property
     def step_timeout(self) -> float | None:
