@@ -20,6 +20,7 @@ from engines.testing.pool import EnginePool
 from engines.testing.properties import Judge
 from engines.testing.recorder import Trace, run_workload
 from engines.testing.runs import RunCache
+from engines.testing.threads import limit_torch_threads
 from engines.testing.workload import Workload, factory_source
 
 __all__ = ["SuiteContext", "SuiteOptions", "build_context"]
@@ -37,6 +38,7 @@ class SuiteOptions:
     reference: Factory | None = None  # --reference-engine
     reference_spec: str | None = None
     variants: Mapping[str, Factory] = field(default_factory=dict)  # --engine-variant
+    torch_threads: int | None = None  # --torch-threads: torch's intra-op threads (None: as is)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     that each speaks the protocol; read limits and declared expected failures; set up the
     pools. The built engines go to their pools."""
     options = options or SuiteOptions()
+    limit_torch_threads(options.torch_threads)  # before any engine is built
     source = f"--engine {spec}" if spec else f"engine factory {name}"
     pool, engine = _probe(factory, source)
     declared = dict(getattr(engine, "expected_failed_checks", {}) or {})
