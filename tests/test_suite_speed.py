@@ -6,8 +6,11 @@ minimum)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+import torch
 from hypothesis import settings as Settings
 
 from engines.protocol import Request, SamplingParams, StepOutput
@@ -20,6 +23,10 @@ from engines.testing.verdict import verify
 from engines.testing.workload import Workload
 from examples.toy_engine import ToyEngine
 from tests.planted.toy_bugs import HasWorkStale
+
+ROOT = str(Path(__file__).resolve().parents[1])
+SUITE = ("-p", "no:cacheprovider", "--hypothesis-profile=batching-dev", "--pyargs",
+         "engines.testing.conformance")
 
 
 class CountingToy(ToyEngine):
@@ -129,3 +136,37 @@ def test_shrinking_stops_only_after_a_whole_round_finds_nothing() -> None:
     # After the last step that still failed, every candidate of its result was tried once.
     last = max(i for i, (_, result) in enumerate(tried) if result)
     assert len(tried) - last - 1 == len(list(_candidates(tried[last][0])))
+
+
+def test_torch_threads_option_sets_them_before_engines_are_built(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(ROOT)
+    pytester.makepyfile(threaded="""
+        import torch
+        from examples.toy_engine import ToyEngine
+
+        class Threaded(ToyEngine):
+            def __init__(self):
+                assert torch.get_num_threads() == 1, torch.get_num_threads()
+                super().__init__()
+    """)
+    torch.set_num_threads(2)
+    try:
+        result = pytester.runpytest(*SUITE, "--engine", "threaded:Threaded", "-k", "token_range",
+                                    "--torch-threads", "1")
+        result.assert_outcomes(passed=1)
+        # Without the option the suite leaves torch alone: the factory sees 2 and fails.
+        torch.set_num_threads(2)
+        result = pytester.runpytest(*SUITE, "--engine", "threaded:Threaded", "-k", "token_range")
+        assert result.ret != 0
+    finally:
+        torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize("value", ["0", "two"])
+def test_a_bad_torch_threads_value_is_a_usage_error(pytester: pytest.Pytester,
+                                                    value: str) -> None:
+    result = pytester.runpytest(*SUITE, "--engine", "examples.toy_engine:ToyEngine",
+                                "--torch-threads", value)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*torch_threads: '{value}' is not a whole number of at least 1*"])

@@ -26,6 +26,7 @@ VARIANTS = "engine_variants"
 PARITY = "parity"
 TOLERANCE = "parity_tolerance"
 STEP_TIMEOUT = "step_timeout"
+TORCH_THREADS = "torch_threads"
 PARITY_MODES = ("exact", "tie-aware")
 PROFILE_PREFIX = "batching-"
 
@@ -67,6 +68,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="tie-aware: largest logprob gap that counts as a tie (default 1e-3)")
     group.addoption("--step-timeout", dest=STEP_TIMEOUT, type=float, metavar="SECONDS",
                     help="fail a protocol call that runs longer than this (default 60)")
+    group.addoption("--torch-threads", dest=TORCH_THREADS, metavar="N",
+                    help="set torch's intra-op threads in this process to N before building "
+                    "engines (default: leave them; 1 runs small CPU models far faster on a "
+                    "busy machine)")
     parser.addini(ENGINE, "engine factory module:callable for the conformance suite")
     parser.addini(REFERENCE, "reference engine factory module:callable (reference_parity)")
     parser.addini(VARIANTS, "config variants, one NAME=module:callable a line (variants)",
@@ -74,6 +79,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(PARITY, "parity comparison: exact or tie-aware", default="exact")
     parser.addini(TOLERANCE, "tie-aware parity tolerance (logprob gap)", default="1e-3")
     parser.addini(STEP_TIMEOUT, "seconds a protocol call may take", default="60")
+    parser.addini(TORCH_THREADS, "torch intra-op threads in the suite's process (--torch-threads)")
 
 
 def _opt(config: pytest.Config, name: str) -> Any:
@@ -84,6 +90,19 @@ def _opt(config: pytest.Config, name: str) -> Any:
 def _spec(config: pytest.Config, name: str = ENGINE) -> str | None:
     spec = _opt(config, name)
     return str(spec) if spec else None
+
+
+def _torch_threads(config: pytest.Config) -> int | None:
+    value = _opt(config, TORCH_THREADS)
+    if value in (None, ""):
+        return None
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise pytest.UsageError(f"torch_threads: {value!r} is not a whole number of at least 1")
+    return threads
 
 
 def _variant_specs(config: pytest.Config) -> list[str]:
@@ -113,6 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_contexts] = {}
     if _opt(config, PARITY) not in PARITY_MODES:
         raise pytest.UsageError(f"parity: {_opt(config, PARITY)!r} is not one of {PARITY_MODES}")
+    _torch_threads(config)
     spec, reference = _spec(config), _spec(config, REFERENCE)
     if spec or reference or _variant_specs(config):
         from engines.factories import EngineSpecError, load_factory
@@ -262,6 +282,7 @@ def context_for(config: pytest.Config, factory: Callable[[], Engine], name: str,
             reference=reference,
             reference_spec=_spec(config, REFERENCE),
             variants=variants,
+            torch_threads=_torch_threads(config),
         )
         ctx = contexts[key] = build_context(factory, name=name, spec=spec, options=options)
     return ctx
