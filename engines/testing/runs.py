@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from engines.testing.recorder import Trace
 from engines.testing.workload import Workload
 
-__all__ = ["MAX_RUNS", "Run", "RunCache"]
+__all__ = ["MAX_RUNS", "KeptRun", "RunCache"]
 
 # Traces kept per factory: a thorough profile's three workload streams (400 examples each)
 # and their seed workloads, at a few tens of kB a trace. Past it, new runs are not kept
@@ -24,7 +24,7 @@ MAX_RUNS = 4096
 
 
 @dataclass(frozen=True, slots=True)
-class Run:
+class KeptRun:
     trace: Trace  # a run that finished: no crash, no stall
     fresh: bool  # served on a freshly built engine
     history: tuple[Workload, ...]  # what that engine had served before, oldest first
@@ -36,7 +36,7 @@ class RunCache:
     def __init__(self, limit: int = MAX_RUNS) -> None:
         self.limit = limit
         self.hits = 0
-        self._runs: dict[Workload, Run] = {}
+        self._runs: dict[Workload, KeptRun] = {}
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -45,7 +45,7 @@ class RunCache:
         """The workloads kept, in the order they were first served."""
         return list(self._runs)
 
-    def get(self, w: Workload) -> Run | None:
+    def get(self, w: Workload) -> KeptRun | None:
         run = self._runs.get(w)
         if run is not None:
             self.hits += 1
@@ -57,4 +57,4 @@ class RunCache:
         stall is judged by the check that met it, and replayed for any other)."""
         if trace is None or trace.stalled or len(self._runs) >= self.limit:
             return
-        self._runs.setdefault(w, Run(trace, fresh, history))
+        self._runs.setdefault(w, KeptRun(trace, fresh, history))
