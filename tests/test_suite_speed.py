@@ -22,6 +22,8 @@ from engines.testing.shrink import _candidates, shrink_workload
 from engines.testing.verdict import verify
 from engines.testing.workload import Workload
 from examples.toy_engine import ToyEngine
+from tests.planted.harness import hunt
+from tests.planted.paged_bugs import PrefixKeyIgnoresPast
 from tests.planted.toy_bugs import HasWorkStale
 
 ROOT = str(Path(__file__).resolve().parents[1])
@@ -170,3 +172,12 @@ def test_a_bad_torch_threads_value_is_a_usage_error(pytester: pytest.Pytester,
                                 "--torch-threads", value)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*torch_threads: '{value}' is not a whole number of at least 1*"])
+
+
+def test_a_shrunk_seed_workload_is_replayed_on_a_fresh_engine() -> None:
+    # On a reused engine the prefix cache can hold right blocks for the shrunk workload and
+    # hide the bug; replayed on a pooled engine, the report fell back to the unshrunk seed
+    # workload of 5 requests.
+    caught = hunt(PrefixKeyIgnoresPast, settings=Settings(max_examples=1, database=None))
+    assert caught is not None and caught.prop == "reference_parity"
+    assert "Counterexample (2 request(s)" in str(caught)

@@ -24,7 +24,7 @@ from engines.testing.report import explain, explain_leak
 from engines.testing.seed_workloads import seed_workloads
 from engines.testing.shrink import shrink_workload
 from engines.testing.strategies import workloads
-from engines.testing.verdict import Leak, Outcome, fails, verify
+from engines.testing.verdict import Leak, Outcome, attempt, fails, verify
 from engines.testing.workload import Workload
 
 __all__ = ["search", "search_settings", "strategy_for"]
@@ -100,7 +100,9 @@ def _seeds(ctx: SuiteContext, check: str, coverage: Coverage) -> None:
             raise explain_leak(ctx, outcome.leak, w, check)
         if outcome.failure is not None:
             shrunk = shrink_workload(w, lambda c: fails(ctx, c, check))
-            again = verify(ctx, shrunk, check).failure
+            # Replayed on a fresh engine, as the report's script does: on a reused one, what
+            # it served before can hide the failure (a prefix cache holding right blocks).
+            again = attempt(ctx, ctx.pool.fresh(), shrunk, check)[0]
             if again is not None:
                 raise explain(ctx, again, shrunk)
             raise explain(ctx, outcome.failure, w)  # the shrunk one did not fail on replay
