@@ -34,6 +34,7 @@ VARIANTS = "engine_variants"
 PARITY = "parity"
 TOLERANCE = "parity_tolerance"
 STEP_TIMEOUT = "step_timeout"
+TORCH_THREADS = "torch_threads"
 PARITY_MODES = ("exact", "tie-aware")
 DEST_PREFIX = "batching_"
 
@@ -60,6 +61,10 @@ _FLAGS: dict[str, tuple[str, str, dict[str, Any]]] = {
     STEP_TIMEOUT: ("--batching-step-timeout", "--step-timeout", {
         "type": float, "metavar": "SECONDS",
         "help": "fail a protocol call that runs longer than this (default 60)"}),
+    TORCH_THREADS: ("--batching-torch-threads", "--torch-threads", {
+        "metavar": "N",
+        "help": "set torch's intra-op threads in this process to N before building engines "
+        "(default: leave them; 1 runs small CPU models far faster on a busy machine)"}),
 }
 _INI: dict[str, tuple[str, Any]] = {
     ENGINE: ("engine factory module:callable for the conformance suite", None),
@@ -68,6 +73,7 @@ _INI: dict[str, tuple[str, Any]] = {
     PARITY: ("parity comparison: exact or tie-aware", "exact"),
     TOLERANCE: ("tie-aware parity tolerance (logprob gap)", "1e-3"),
     STEP_TIMEOUT: ("seconds a protocol call may take", "60"),
+    TORCH_THREADS: ("torch intra-op threads in the suite's process (--torch-threads)", None),
 }
 GROUP = "batching-engines"
 
@@ -127,6 +133,7 @@ class RunOptions:
     parity: str = "exact"
     tolerance: float = 1e-3
     step_timeout: float | None = 60.0
+    torch_threads: int | None = None  # torch's intra-op threads, set before engines are built
     aliases: tuple[str, ...] = ()  # the generic option names this run gave the suite
 
     def flag(self, name: str) -> str:
@@ -152,6 +159,20 @@ def _number(config: pytest.Config, name: str, aliases: tuple[str, ...]) -> float
                                 "number") from None
 
 
+def _threads(config: pytest.Config, aliases: tuple[str, ...]) -> int | None:
+    value = _value(config, TORCH_THREADS)
+    if value in (None, ""):
+        return None
+    try:
+        threads = int(value)
+    except (TypeError, ValueError):
+        threads = 0
+    if threads < 1:
+        raise pytest.UsageError(f"torch_threads: {value!r} is not a whole number of at least 1 "
+                                f"({flag(TORCH_THREADS, aliases)} or the ini key)")
+    return threads
+
+
 def read_options(config: pytest.Config, aliases: tuple[str, ...]) -> RunOptions:
     """Every option and ini key, checked and with its factories loaded; a bad one is a usage
     error that names it and its value."""
@@ -160,12 +181,14 @@ def read_options(config: pytest.Config, aliases: tuple[str, ...]) -> RunOptions:
         raise pytest.UsageError(f"parity: {parity!r} is not one of {PARITY_MODES}")
     tolerance = _number(config, TOLERANCE, aliases)
     step_timeout = _number(config, STEP_TIMEOUT, aliases) or None
+    torch_threads = _threads(config, aliases)
     engine_spec = str(_value(config, ENGINE) or "") or None
     reference_spec = str(_value(config, REFERENCE) or "") or None
     variant_specs = tuple(str(v) for v in _value(config, VARIANTS) or ())
     options = RunOptions(engine_spec=engine_spec, reference_spec=reference_spec,
                          variant_specs=variant_specs, parity=parity, tolerance=tolerance,
-                         step_timeout=step_timeout, aliases=aliases)
+                         step_timeout=step_timeout, torch_threads=torch_threads,
+                         aliases=aliases)
     if not options.used:
         return options
     from engines.factories import EngineSpecError, load_factory, split_label
@@ -186,4 +209,4 @@ def read_options(config: pytest.Config, aliases: tuple[str, ...]) -> RunOptions:
     return RunOptions(engine_spec=engine_spec, engine=engine, reference_spec=reference_spec,
                       reference=reference, variant_specs=variant_specs, variants=variants,
                       parity=parity, tolerance=tolerance, step_timeout=step_timeout,
-                      aliases=aliases)
+                      torch_threads=torch_threads, aliases=aliases)

@@ -261,6 +261,7 @@ def context_for(config: pytest.Config, factory: Callable[[], Engine], name: str,
         parity=options.parity,  # type: ignore[arg-type]
         tolerance=options.tolerance,
         step_timeout=options.step_timeout,
+        torch_threads=options.torch_threads,
         reference=reference,
         reference_spec=options.reference_spec,
         variants=variants,

@@ -74,11 +74,26 @@ def fails(ctx: SuiteContext, w: Workload, check: str) -> bool:
     return attempt(ctx, engine, w, check)[0] is not None
 
 
+def _judged(ctx: SuiteContext, trace: Trace, check: str) -> Failure | None:
+    try:
+        PROPERTIES[check](trace, ctx.judge)
+    except AssertionError as exc:
+        return Failure(exc, len(trace.steps))
+    return None
+
+
 def verify(ctx: SuiteContext, w: Workload, check: str) -> Outcome:
-    """Judge w on a pooled engine, confirming a failure on a reused one with a fresh one."""
-    engine, fresh = ctx.pool.acquire()
-    history = tuple(ctx.pool.history(engine))
-    failure, trace = attempt(ctx, engine, w, check)
+    """Judge w on a pooled engine, confirming a failure on a reused one with a fresh one.
+    A run another check already made of w is judged instead of serving w again."""
+    run = ctx.runs.get(w)
+    if run is not None:
+        trace: Trace | None = run.trace
+        failure, fresh, history = _judged(ctx, run.trace, check), run.fresh, run.history
+    else:
+        engine, fresh = ctx.pool.acquire()
+        history = tuple(ctx.pool.history(engine))
+        failure, trace = attempt(ctx, engine, w, check)
+        ctx.runs.keep(w, trace, fresh=fresh, history=history)
     if failure is None:
         return Outcome(trace=trace)
     if fresh:
