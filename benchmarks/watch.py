@@ -31,7 +31,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TextIO
@@ -93,17 +93,21 @@ class Watch:
         self._thread.start()
 
     # -- engines.bench.progress.Progress's interface ------------------------------------------
-    def stage(self, text: str) -> None:
+    def stage(self, text: str, total: int | None = None, unit: str = "run") -> None:
         with self._lock:
             self._stage, self._ticks, self._postfix = text, 0, ""
+            if total is not None:  # the bench states each stage's total: show it
+                self.totals[text] = total
             self._progress = time.monotonic()
         self.say()
 
-    def tick(self, **postfix: Any) -> None:
+    def tick(self, units: int = 1, postfix: Mapping[str, Any] | None = None,
+             **more: Any) -> None:
         with self._lock:
-            self._ticks += 1
-            self._all += 1
-            self._postfix = " ".join(f"{k}={v}" for k, v in postfix.items())
+            self._ticks += units
+            self._all += units
+            shown = {**(postfix or {}), **more}
+            self._postfix = " ".join(f"{k}={v}" for k, v in shown.items())
             self._progress = time.monotonic()
 
     def close(self, note: str = "done") -> None:
