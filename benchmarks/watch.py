@@ -110,6 +110,19 @@ class Watch:
             self._postfix = " ".join(f"{k}={v}" for k, v in shown.items())
             self._progress = time.monotonic()
 
+    def grow(self, units: int = 1) -> None:
+        """The stage needs more than planned: its total grows (engines.bench.progress)."""
+        with self._lock:
+            total = self.totals.get(self._stage)
+            if total is not None:
+                self.totals[self._stage] = total + units
+
+    def finish(self) -> None:
+        """The stage ended before its plan: its total becomes what it ran."""
+        with self._lock:
+            if self._stage in self.totals:
+                self.totals[self._stage] = self._ticks
+
     def close(self, note: str = "done") -> None:
         self._done.set()
         self._thread.join()

@@ -202,3 +202,17 @@ def test_an_interrupted_setup_ends_and_says_where() -> None:
     finally:
         proc.kill()
     assert any("stopped in stuck: KeyboardInterrupt" in line for line in rest), rest
+
+
+def test_the_watch_takes_every_call_the_bench_makes_on_its_progress() -> None:
+    # The serving setup hands compare() a Watch in place of engines.bench.progress.Progress:
+    # a method or parameter the bench uses and the Watch lacks fails the setup in asv only.
+    import inspect
+
+    from benchmarks.watch import Watch
+    from engines.bench.progress import Progress
+
+    for name in ("stage", "tick", "grow", "finish"):
+        theirs = inspect.signature(getattr(Progress, name)).parameters
+        ours = inspect.signature(getattr(Watch, name)).parameters
+        assert list(theirs) == list(ours), (name, list(theirs), list(ours))
