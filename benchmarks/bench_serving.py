@@ -14,11 +14,12 @@ before calling a change a regression, instead of comparing two single numbers.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
+from unittest import mock
 
-from benchmarks.common import ENGINES, config
-from engines.bench import comparison, summary
-from engines.bench.config import default_engines
+from benchmarks.common import ENGINES, config, progress_interval
+from benchmarks.watch import watched
 
 try:
     from asv_runner.benchmarks.mark import SkipNotImplemented
@@ -29,9 +30,24 @@ Samples = dict[str, dict[str, list[float]]]
 
 
 def setup_cache() -> Samples:
-    """Run the whole comparison once (warm-up runs first); every track_ reads its samples."""
-    cfg = config()
-    result = comparison.compare(default_engines(cfg), cfg)
+    """Run the whole comparison once (warm-up runs first); every track_ reads its samples.
+    It takes minutes, in a process asv keeps silent: benchmarks.watch reports each stage of
+    it on asv's console, and ends it if asv goes away."""
+    with watched("bench_serving setup", interval=progress_interval(),
+                 stall=setup_cache.timeout) as watch:  # type: ignore[attr-defined]
+        watch.stage("importing the comparison")
+        # Imported here, not at the top: asv runs every track_ below in a process of its own,
+        # and those only read the cache (the comparison's imports, torch and transformers,
+        # are most of a track_'s time otherwise).
+        from engines.bench import comparison, summary
+        from engines.bench.config import default_engines
+
+        cfg = config()
+        watch.totals["closed runs"] = cfg.warmup + cfg.runs
+        # compare() reports its stages to an engines.bench.progress bar; the watch takes its
+        # place (the same stage/tick interface), as asv would keep a bar's output to itself.
+        with mock.patch.object(comparison, "progress", lambda enabled: nullcontext(watch)):
+            result = comparison.compare(default_engines(cfg), cfg, show_progress=True)
     return {name: summary.samples(r) for name, r in result.results.items()}
 
 

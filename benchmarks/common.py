@@ -5,13 +5,15 @@ On CUDA: qwen2.5-1.5b in bf16 with small probes. Every figure asv tracks carries
 samples (closed runs, replicas of the searches, admission steps), so `asv continuous` tests a
 change for significance instead of comparing two numbers. BENCH_PRESET, BENCH_DEVICE,
 BENCH_REQUESTS, BENCH_REPLICAS and BENCH_THREADS override; BENCH_SLOWDOWN plants a slowdown
-(engines.bench.slowdown).
+(engines.bench.slowdown); BENCH_PROGRESS_S sets the most seconds between a setup's progress
+lines (benchmarks.watch; default 20).
 """
 
 from __future__ import annotations
 
 import os
 
+from benchmarks.watch import INTERVAL_S
 from engines.bench.config import DEFAULT_ENGINES, Config
 
 ENGINES = list(DEFAULT_ENGINES)
@@ -20,6 +22,19 @@ ENGINES = list(DEFAULT_ENGINES)
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name)
     return int(value) if value else None
+
+
+def progress_interval() -> float:
+    value = os.environ.get("BENCH_PROGRESS_S")
+    if not value:
+        return INTERVAL_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:
+        raise ValueError(f"BENCH_PROGRESS_S: must be > 0 seconds, got {value!r}")
+    return seconds
 
 
 def config() -> Config:

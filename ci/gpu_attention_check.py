@@ -14,9 +14,9 @@ import time
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from engines.continuous import ContinuousBatchEngine
-from engines.forward import decode_attention
 from engines.protocol import Request, SamplingParams
+from engines.slot.continuous import ContinuousBatchEngine
+from engines.slot.forward import decode_attention
 
 FUSED = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
 

@@ -22,7 +22,7 @@ def _kwargs() -> dict[str, Any]:
 
 
 def continuous() -> Engine:
-    from engines.continuous import ContinuousBatchEngine
+    from engines.slot.continuous import ContinuousBatchEngine
 
     return ContinuousBatchEngine(**_kwargs())
 
@@ -34,7 +34,7 @@ def sequential() -> Engine:
 
 
 def paged() -> Engine:
-    from engines.paged import PagedEngine
+    from engines.paged.engine import PagedEngine
 
     engine: Engine = PagedEngine(**_kwargs())
     return engine

@@ -11,6 +11,9 @@ python -m pytest --pyargs engines.testing.conformance -p no:cacheprovider -q \
     --engine-variant one_slot=tests.helpers:one_slot_continuous \
     --hypothesis-profile=batching-ci
 
+echo "== the suite's Hypothesis profile each way in, editable install and built wheel"
+bash ci/test-wheel-profiles.sh
+
 echo "== the conformance suite on the paged engine, its variants, against the sequential reference"
 bash ci/test-paged.sh
 

@@ -36,7 +36,7 @@ class FinishReason(str, Enum):
     ABORT = "abort"  # abort_request was called
 
 
-# Deliberately unchecked: engines refuse bad values at add_request (engines.validation), and
+# Deliberately unchecked: engines refuse bad values at add_request (engines.core.validation), and
 # the suite must be able to build bad requests to prove that they do.
 @dataclass(frozen=True, slots=True)
 class SamplingParams:

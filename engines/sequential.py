@@ -13,10 +13,10 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from engines.base import BaseEngine
+from engines.core.request_state import RequestState
+from engines.core.sampling import sample
+from engines.core.slots import BaseEngine
 from engines.protocol import StepOutput
-from engines.request_state import RequestState
-from engines.sampling import sample
 
 
 class SequentialEngine(BaseEngine):

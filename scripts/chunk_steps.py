@@ -24,8 +24,8 @@ import torch
 from engines.bench import disturbance, draws, traces
 from engines.bench.paired import run_paired
 from engines.factories import load_labeled
-from engines.paged import PagedEngine
-from engines.paged_state import PagedRequest
+from engines.paged.engine import PagedEngine
+from engines.paged.state import PagedRequest
 from engines.protocol import Engine
 
 DEFAULT = ["continuous=engines.continuous:ContinuousBatchEngine", "paged=engines.paged:PagedEngine"]

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from engines.bench.draws import mixed, prompt_classes
-from engines.continuous import ContinuousBatchEngine
 from engines.models import preset_max_model_len
-from engines.paged import PagedEngine
+from engines.paged.engine import PagedEngine
 from engines.protocol import Engine, Request, SamplingParams
+from engines.slot.continuous import ContinuousBatchEngine
 
 Factory = Callable[[], Engine]
 

@@ -1,5 +1,5 @@
 """The paged engine at other per-step token budgets, for the bench: the ITL / capacity trade
-(the table in engines/paged.py); and with 16 seats in the KV memory the continuous engine
+(the table in engines/paged/engine.py); and with 16 seats in the KV memory the continuous engine
 reserves for 8 (`seats_16`).
 
 A decode step on the tiny CPU preset costs ~0.6 ms, almost all of it fixed, and a prompt
@@ -19,7 +19,7 @@ so, paired): the rotation order is part of what such a run measures.
 
 from __future__ import annotations
 
-from engines.paged import PagedEngine
+from engines.paged.engine import PagedEngine
 
 
 def budget_64() -> PagedEngine:

@@ -7,7 +7,7 @@ pool. The candidates, one attention layer each, fp32, one thread, including the 
            masked SDPA; the slot cache's way, so its cost is n x the longest row.
 - per-row: one SDPA per row over its own gathered tokens: the sum of lengths, plus a fixed
            price per row.
-- buckets: what engines.paged_attention does: rows sorted by length, cut into groups whose
+- buckets: what engines.paged.attention does: rows sorted by length, cut into groups whose
            padding stays under PAD_ELEMENTS, one masked SDPA per group.
 - segment: all rows' tokens packed end to end, scores by one gathered dot product, a
            segment softmax by index_reduce / index_add: the sum of lengths in a fixed
@@ -18,7 +18,7 @@ pool. The candidates, one attention layer each, fp32, one thread, including the 
 Prints microseconds per layer call for mixed lengths (the bench's prompt classes at the tiny
 preset's context, round robin) and for a uniform batch of the same total length. With
 --pad-sweep: the buckets candidate at several padding allowances (tokens), which is where
-engines.paged_attention.PAD_ELEMENTS comes from.
+engines.paged.attention.PAD_ELEMENTS comes from.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engines.paged_attention import PAD_ELEMENTS, attend, causal_table, plan_attention
+from engines.paged.attention import PAD_ELEMENTS, attend, causal_table, plan_attention
 
 Fn = Callable[[], torch.Tensor]
 BLOCK = 16

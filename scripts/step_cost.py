@@ -15,9 +15,9 @@ from statistics import median
 import numpy as np
 import torch
 
-from engines.continuous import ContinuousBatchEngine
-from engines.paged import PagedEngine
+from engines.paged.engine import PagedEngine
 from engines.protocol import Engine, Request, SamplingParams
+from engines.slot.continuous import ContinuousBatchEngine
 
 SHAPES = ((1, 16), (8, 100), (32, 114))  # (rows, prompt tokens)
 

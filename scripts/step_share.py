@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from engines.bench.draws import closed_mix
-from engines.continuous import ContinuousBatchEngine
+from engines.slot.continuous import ContinuousBatchEngine
 
 
 def main() -> None:

@@ -2,15 +2,29 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import settings
 
-from engines.continuous import ContinuousBatchEngine
-from engines.paged import PagedEngine
+from engines.paged.engine import PagedEngine
 from engines.sequential import SequentialEngine
-from engines.static import StaticBatchEngine
+from engines.slot.continuous import ContinuousBatchEngine
+from engines.slot.static import StaticBatchEngine
+from engines.testing.profiles import suite_settings
 
 # The tiny model's ops are too small to split across threads; with xdist workers on every core,
 # intra-op threads only contend (measured: a 0.7 s test took 30 s on a loaded 2-core machine).
 torch.set_num_threads(1)
+
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The repo's own Hypothesis tests outside the suite (engine_machine(...).TestCase, as a
+    # third party writes one) run under the profile the suite's rule gives this run: the
+    # ini key's batching-dev unless --hypothesis-profile (Hypothesis loads it) or
+    # HYPOTHESIS_PROFILE says otherwise. Loaded here, in tests/, which only the repo's own test
+    # runs import: never in the root conftest.py, which an editable install's suite runs import.
+    if not config.getoption("hypothesis_profile", None):
+        settings.load_profile(suite_settings(config).name)
+
 
 ENGINES = {
     "sequential": SequentialEngine,

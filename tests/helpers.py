@@ -58,7 +58,7 @@ def greedy(prompts: Iterable[tuple[int, ...]], budgets: Iterable[int]) -> list[R
 
 def bf16_continuous() -> Engine:
     """The continuous engine in bf16, 3 slots: a real engine whose logits batching perturbs."""
-    from engines.continuous import ContinuousBatchEngine
+    from engines.slot.continuous import ContinuousBatchEngine
 
     return ContinuousBatchEngine(dtype="bfloat16", max_batch_size=3)
 
@@ -66,6 +66,6 @@ def bf16_continuous() -> Engine:
 def one_slot_continuous() -> Engine:
     """The continuous engine with one slot: a config variant (--engine-variant) of the default
     engine, which must give every request the same tokens."""
-    from engines.continuous import ContinuousBatchEngine
+    from engines.slot.continuous import ContinuousBatchEngine
 
     return ContinuousBatchEngine(max_batch_size=1)

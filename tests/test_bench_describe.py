@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -110,4 +111,5 @@ def test_help_names_the_engines_that_run_by_default_and_the_quick_runtime(
     assert "static vs continuous" not in text
     assert f"default engines ({', '.join(DEFAULT_ENGINES)})" in text
     assert "--slo-ttft" in text and "--slo-itl" in text
-    assert "measured" in text and " s on 2 quiet cores" in text
+    # A measured figure, with the load it was measured under (not a promise).
+    assert "measured" in text and re.search(r"\d+ s wall on 2 cores", text), text

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from engines.continuous import ContinuousBatchEngine
 from engines.protocol import Request, SamplingParams
+from engines.slot.continuous import ContinuousBatchEngine
 from engines.testing.oracle import first_divergence
 from tests.helpers import make_prompts
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.blocks import BlockPool, block_key
+from engines.paged.blocks import BlockPool, block_key
 
 
 def keys(*blocks: tuple[int, ...]) -> list[bytes]:

@@ -32,7 +32,7 @@ def test_ini_key_and_tie_aware_mode(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nengine = examples.toy_engine:ToyEngine\nparity = tie-aware\n")
     result = pytester.runpytest(*SUITE, "-k", "parity")
     result.assert_outcomes(passed=1, skipped=1)  # reference_parity: no reference given
-    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 1e-3; margins from the engine's "
+    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 0.001; margins from the engine's "
                                  "own logprobs)*"])
 
 

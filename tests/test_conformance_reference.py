@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from engines.continuous import ContinuousBatchEngine
 from engines.sequential import SequentialEngine
-from engines.static import StaticBatchEngine
+from engines.slot.continuous import ContinuousBatchEngine
+from engines.slot.static import StaticBatchEngine
 from engines.testing.conformance import *  # noqa: F403
 
 conformance_engines = {

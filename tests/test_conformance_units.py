@@ -55,7 +55,7 @@ def test_engine_raising_in_step_is_reported_with_the_workload() -> None:
     caught = hunt(RaisesWhenCrowded)
     assert caught is not None and caught.prop == "crash"
     text = str(caught)
-    assert text.startswith("crash: the engine raised RuntimeError in step() #1 at step 1: row "
+    assert text.startswith("crash: the engine raised RuntimeError in step() at step 1: row "
                            "index out of range"), text
     assert "Counterexample (2 request(s)" in text and "engine.step()" in text
 
@@ -96,3 +96,16 @@ def test_coverage_reports_the_engines_own_counters_per_workload() -> None:
     prefills = counts["engine: prefills"]
     assert counts["requests"] - counts["aborts"] <= prefills <= counts["requests"]
     assert f"the engine counted {prefills} prefills" in coverage.describe(coverage.as_dict())
+
+
+def _short_context_toy() -> ToyEngine:
+    return ToyEngine(max_model_len=48)
+
+
+def test_a_variant_with_a_shorter_context_is_no_false_alarm_on_bad_input() -> None:
+    # The requests drawn fit every engine compared (48 tokens), but a bad request must be past
+    # the engine under test's own context (96): one past 48 is a good request for it.
+    ctx = build_context(ToyEngine, name="ToyEngine",
+                        options=SuiteOptions(variants={"short": _short_context_toy}))
+    assert ctx.limits.max_model_len == 48 and ctx.limits.refuse_past == 96
+    search(ctx, "bad_input", settings=pinned(10, shrink=False))

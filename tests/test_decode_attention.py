@@ -1,4 +1,4 @@
-"""engines.forward.decode_attention: the grouped-query fold CUDA uses is the same attention as
+"""engines.slot.forward.decode_attention: the grouped-query fold CUDA uses is the same attention as
 the enable_gqa call the CPU keeps (checked here on the CPU, where both run)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.forward import decode_attention
+from engines.slot.forward import decode_attention
 
 
 @pytest.mark.parametrize(("heads", "kv_heads"), [(12, 2), (2, 1), (4, 4)])

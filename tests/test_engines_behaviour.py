@@ -6,7 +6,6 @@ from collections.abc import Hashable
 
 import pytest
 
-from engines.continuous import ContinuousBatchEngine
 from engines.protocol import (
     FinishReason,
     InvalidRequest,
@@ -16,7 +15,8 @@ from engines.protocol import (
     SlotIntrospection,
     StepOutput,
 )
-from engines.static import StaticBatchEngine
+from engines.slot.continuous import ContinuousBatchEngine
+from engines.slot.static import StaticBatchEngine
 from tests.helpers import drain, make_prompts
 
 MIXED = ([3, 120, 17, 1, 60, 40, 9, 30], [30, 4, 40, 9, 1, 20, 12, 6])

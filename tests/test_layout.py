@@ -1,11 +1,18 @@
-"""The package's shape: no import cycle anywhere in engines/ (imports inside functions count),
-and data flowing one way: protocol <- engines <- testing / bench, which never import each
-other."""
+"""The package's shape: no import cycle anywhere in engines/ (imports inside functions count);
+engines/ laid out by kind, data flowing one way (FLOW below): protocol <- models <- core <-
+slot / paged / sequential / adapters, and testing / bench, which never import each other, see
+engines through the protocol and factories only; the old public spec paths stay thin
+re-exports of the new ones, and every spec path and engines/ file the repo names exists."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
+import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "engines"
@@ -59,6 +66,9 @@ def _cycle() -> list[str] | None:
 def test_the_graph_is_read() -> None:
     assert "engines.protocol" in GRAPH["engines.testing.recorder"]
     assert "engines.testing.search" in GRAPH["engines.testing.conformance"]  # in a function
+    assert "engines.core.decoder" in GRAPH["engines.paged.forward"]
+    assert "engines.slot.continuous" in GRAPH["engines.continuous"]
+    assert "engines.adapters.vllm.adapter" in GRAPH["engines.adapters.vllm"]  # a star import
 
 
 def test_no_import_cycle_in_engines() -> None:
@@ -93,3 +103,170 @@ def test_one_name_one_thing_across_testing_and_bench() -> None:
     assert tm and bm and tc and bc
     assert not (tm & bm) - {"__init__"}, tm & bm
     assert not tc & bc, tc & bc
+
+
+# Each part of engines/ and the parts besides itself it may import: the one-way flow.
+_ENGINE_BASE = {"engines.core", "engines.protocol", "engines.models"}
+_ADAPTER_BASE = {"engines.adapters.common", "engines.core", "engines.protocol", "engines.models"}
+FLOW: dict[str, set[str]] = {
+    "engines.protocol": set(),  # the contract
+    "engines.models": set(),  # presets, shared by engines, bench and the repo's tests
+    "engines.factories": {"engines.protocol"},  # MODULE:CALLABLE specs, for testing and bench
+    "engines.core": {"engines.protocol", "engines.models"},
+    "engines.slot": _ENGINE_BASE,
+    "engines.paged": _ENGINE_BASE,
+    "engines.sequential": _ENGINE_BASE,
+    "engines.adapters.common": {"engines.core", "engines.protocol"},
+    "engines.adapters.hf": _ADAPTER_BASE,
+    "engines.adapters.vllm": _ADAPTER_BASE,
+    "engines.testing": {"engines.protocol", "engines.factories"},
+    "engines.bench": {"engines.protocol", "engines.factories", "engines.models"},
+}
+# Imports past FLOW, each with the reason it is allowed.
+EXCEPTIONS = {
+    ("engines.bench.hf_baseline", "engines.core.validation"):
+        "the generate() baseline refuses bad input exactly as the reference engines do",
+}
+# The old public spec paths (README, docs, ci): thin re-exports of where the code now is.
+SHIMS = {
+    "engines.continuous": "engines.slot.continuous",
+    "engines.static": "engines.slot.static",
+    "engines.paged_variants": "engines.paged.variants",
+    "engines.adapters.hf_continuous": "engines.adapters.hf.continuous",
+    "engines.adapters.hf_variants": "engines.adapters.hf.variants",
+    "engines.adapters.vllm_variants": "engines.adapters.vllm.variants",
+}
+# Packages that import nothing: `import engines.adapters` must not pull in torch or vllm.
+BARE = {"engines", "engines.adapters"}
+
+
+def _part(name: str) -> str | None:
+    """The FLOW part a module belongs to: the longest prefix that names one."""
+    parts = [p for p in FLOW if name == p or name.startswith(p + ".")]
+    return max(parts, key=len) if parts else None
+
+
+def test_every_module_has_a_place() -> None:
+    homeless = [n for n in MODULES if _part(n) is None and n not in SHIMS and
+                n not in BARE]
+    assert not homeless, f"add these to FLOW (or SHIMS) in tests/test_layout.py: {homeless}"
+
+
+def test_data_flows_one_way() -> None:
+    wrong = []
+    for name, deps in GRAPH.items():
+        part = _part(name)
+        if part is None:
+            continue
+        for dep in deps:
+            theirs = _part(dep)
+            if theirs != part and theirs not in FLOW[part] and (name, dep) not in EXCEPTIONS:
+                wrong.append(f"{name} -> {dep}")
+    assert not wrong, wrong
+
+
+def test_the_flow_is_checked_where_it_matters() -> None:
+    # Engines of one kind never reach into another's, and the adapters never into ours.
+    assert "engines.paged" not in FLOW["engines.slot"]
+    assert "engines.slot" not in FLOW["engines.paged"]
+    assert not {"engines.slot", "engines.paged"} & FLOW["engines.adapters.hf"]
+    for consumer in ("engines.testing", "engines.bench"):
+        assert not {"engines.core", "engines.slot", "engines.paged"} & FLOW[consumer]
+
+
+def _body(name: str) -> list[ast.stmt]:
+    body = ast.parse(MODULES[name].read_text()).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    return body
+
+
+@pytest.mark.parametrize("shim", sorted(SHIMS))
+def test_an_old_public_path_is_one_reexport(shim: str) -> None:
+    assert shim in MODULES, f"{shim} is a public spec path: keep it as a re-export"
+    body = _body(shim)
+    assert len(body) == 1 and isinstance(body[0], ast.ImportFrom), ast.dump(body[0])
+    assert body[0].module == SHIMS[shim]
+    # Everything in engines/ imports the new paths; the old ones are for users.
+    users = [n for n, deps in GRAPH.items() if shim in deps and n not in SHIMS]
+    assert not users, users
+
+
+def test_bare_packages_import_nothing() -> None:
+    for name in BARE:
+        assert not [n for n in _body(name) if isinstance(n, ast.Import | ast.ImportFrom)], name
+
+
+def _defined(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+    """The names module `name` defines at top level, star re-exports followed."""
+    found: set[str] = set()
+    for node in ast.parse(MODULES[name].read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if alias.name != "*":
+                    found.add(alias.asname or alias.name)
+                elif node.module in MODULES and node.module not in seen:
+                    found |= _exported(node.module, seen | {name})
+    return found
+
+
+def _exported(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+    """What `from name import *` binds: its __all__."""
+    for node in ast.parse(MODULES[name].read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value)) & _defined(name, seen)
+    raise AssertionError(f"{name} is star-imported but has no __all__")
+
+
+# Where the repo names spec paths and engines/ files for users and CI (CHANGELOG.md is history).
+_NAMED_IN = ["README.md", "pyproject.toml", "docs/*.md", "ci/*", "scripts/*.py",
+             "benchmarks/*.py", "examples/*", "tests/**/*.py", "engines/**/*.py"]
+_SPEC = re.compile(r"(?<![\w.])(engines(?:\.\w+)+):([A-Za-z_]\w*)")
+_FILE = re.compile(r"(?<![\w./])engines/[\w/]*\w(?:\.py)?")
+_PLACEHOLDERS = {"FACTORY"}
+
+
+def _named() -> list[tuple[str, str]]:
+    """(file, text) of every file where the repo names spec paths."""
+    return [(str(p.relative_to(ROOT)), p.read_text()) for pattern in _NAMED_IN
+            for p in sorted(ROOT.glob(pattern)) if p.is_file()]
+
+
+def test_every_spec_path_the_repo_names_resolves() -> None:
+    specs = {(m.group(1), m.group(2), where) for where, text in _named()
+             for m in _SPEC.finditer(text) if m.group(2) not in _PLACEHOLDERS}
+    assert ("engines.paged", "PagedEngine", "README.md") in specs  # the scan finds them
+    broken = [f"{where}: {module}:{attr}" for module, attr, where in sorted(specs)
+              if module not in MODULES or attr not in _defined(module)]
+    assert not broken, broken
+
+
+def test_every_engines_file_the_repo_names_exists() -> None:
+    named = {(m.group(0), where) for where, text in _named() for m in _FILE.finditer(text)}
+    assert ("engines/protocol.py", "README.md") in named
+    missing = [f"{where}: {path}" for path, where in sorted(named) if not (ROOT / path).exists()]
+    assert not missing, missing
+
+
+# Packages that replaced a flat module, re-exporting the engine the public spec path names.
+REEXPORTING_PACKAGES = {"engines.paged": "engines.paged.engine",
+                        "engines.adapters.vllm": "engines.adapters.vllm.adapter"}
+_HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+@pytest.mark.parametrize("old", [
+    pytest.param(old, marks=[pytest.mark.skipif(not _HAS_VLLM, reason="vllm not installed")]
+                 if "vllm" in old else [])
+    for old in sorted({**SHIMS, **REEXPORTING_PACKAGES})])
+def test_an_old_public_path_gives_the_same_objects(old: str) -> None:
+    new = {**SHIMS, **REEXPORTING_PACKAGES}[old]
+    names = {n for n in _defined(old) if not n.startswith("__")}
+    assert names, old
+    old_module, new_module = importlib.import_module(old), importlib.import_module(new)
+    assert all(getattr(old_module, n) is getattr(new_module, n) for n in names), names

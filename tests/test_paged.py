@@ -8,8 +8,8 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import pytest
 
-from engines.paged import DEFAULT_TOKEN_BUDGET as BUDGET
-from engines.paged import PagedEngine
+from engines.paged.engine import DEFAULT_TOKEN_BUDGET as BUDGET
+from engines.paged.engine import PagedEngine
 from engines.protocol import (
     Abortable,
     Engine,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from engines.paged import PagedEngine
+from engines.paged.engine import PagedEngine
 from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams, StepOutput
 from tests.helpers import drain, greedy, make_prompts
 from tests.kv_checks import drain_checked

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engines.paged import PagedEngine
+from engines.paged.engine import PagedEngine
 from engines.protocol import Request, SamplingParams, StepOutput
 from tests.helpers import drain, greedy, make_prompts
 from tests.kv_checks import drain_checked

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from engines.models import preset_max_model_len
-from engines.paged import PagedEngine
-from engines.paged_variants import VARIANTS
+from engines.paged.engine import PagedEngine
+from engines.paged.variants import VARIANTS
 from engines.protocol import Request, SamplingParams, StepOutput
 from tests.helpers import make_prompts
 from tests.kv_checks import drain_checked

@@ -21,13 +21,14 @@ from engines.testing.verdict import verify
 from engines.testing.workload import Workload
 from tests.planted.catalog import ALL_CONTROLS
 from tests.planted.continuous_bugs import CONTINUOUS_PLANTED
+from tests.planted.crash_bugs import CRASH_PLANTED
 from tests.planted.edge_bugs import EDGE_PLANTED
 from tests.planted.harness import check_of, context_of, hunt, pinned
 from tests.planted.model_bugs import MODEL_PLANTED
 from tests.planted.paged_bugs import PAGED_PLANTED
 from tests.planted.toy_bugs import PLANTED, CompactionHole, LeaksBlockPerRequest
 
-TOY = [*PLANTED, *EDGE_PLANTED]  # cheap engines: the whole search runs on each
+TOY = [*PLANTED, *EDGE_PLANTED, *CRASH_PLANTED]  # cheap engines: the whole search runs on each
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +59,7 @@ def test_search_alone_finds_planted_bug(bug: Any) -> None:
     assert caught is not None and caught.prop == bug.caught_by, str(caught)
 
 
-@pytest.mark.parametrize("bug", PLANTED, ids=lambda b: b.__name__)
+@pytest.mark.parametrize("bug", [*PLANTED, *CRASH_PLANTED], ids=lambda b: b.__name__)
 def test_planted_bug_is_not_everywhere(bug: Any) -> None:
     """A lone short request passes: each bug needs a particular mix or arrival order."""
     lone = Workload((Request((1, 2, 3), SamplingParams(max_tokens=3), request_id="r0"),), (0,))
@@ -89,6 +90,28 @@ def test_a_correct_engine_passes_every_check(control: Any, check: str) -> None:
     else:
         hunt_result = hunt(control, settings=pinned(30), ctx=ctx, check=check)
         assert hunt_result is None, str(hunt_result)
+
+
+@pytest.mark.parametrize("bug", CRASH_PLANTED, ids=lambda b: b.__name__)
+def test_a_crash_is_reported_with_a_script_that_raises_it(bug: Any) -> None:
+    """A planted bug that raises reads as a finding: the call, the step and the exception in
+    the first line, then the requests in flight and the engine's own frames (none of the
+    suite's); and the script, run as it stands, raises the same exception in the same call."""
+    caught = hunt(bug)
+    assert caught is not None and caught.prop == "crash", str(caught)
+    text = str(caught)
+    head = text.splitlines()[0]
+    assert head.startswith("crash: the engine raised IndexError in "), head
+    call = head.split(" in ", 1)[1].split(" at step ")[0]
+    assert call.startswith(("step()", "add_request(")), head
+    assert "In flight: " in text
+    frames = text.split("the suite's frames hidden):\n", 1)[1].split("\n\n", 1)[0]
+    assert "crash_bugs.py" in frames and "engines/testing" not in frames, frames
+    proc = subprocess.run([sys.executable, "-c", _script(text)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines()[-1] == frames.splitlines()[-1], proc.stderr
+    assert f"in {call.split('(')[0]}\n" in proc.stderr  # the same protocol method raised
 
 
 def test_repro_script_shows_the_hole_in_the_slot_table() -> None:

@@ -16,7 +16,7 @@ calls = []
 
 def test_the_plugin_is_loaded_but_imported_nothing(request):
     assert request.config.pluginmanager.has_plugin("batching_engines")
-    assert request.config.getoption("engine") is None  # its options exist, unused
+    assert request.config.getoption("batching_engine") is None  # its options exist, unused
     for heavy in ("torch", "engines.testing.profiles", "engines.testing.context"):
         assert heavy not in sys.modules, heavy
 

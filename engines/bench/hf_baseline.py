@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
+from engines.core.validation import check_request
 from engines.models import load_model, parse_dtype, preset_max_model_len
 from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput
-from engines.validation import check_request
 
 
 class HFGenerateEngine:

@@ -12,6 +12,7 @@ stateful     a RuleBasedStateMachine third parties can run on their own engine
 strategies   public Hypothesis strategies: request mixes, arrival schedules, aborts, bad input
 workload     a workload (requests, arrivals, aborts, bad requests) and its runnable script
 recorder     drives a workload through the protocol only, recording a Trace
+crash        an exception from the engine as a finding: call, step, in flight, its frames
 properties   the properties, each judging a Trace
 oracle       requests served alone, and first-divergence (exact or tie-aware) parity
 pool         reuse of drained engines; shrink and leaks: greedy shrinking by hand

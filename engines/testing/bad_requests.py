@@ -49,7 +49,7 @@ def bad_request(limits: EngineLimits, kind: str, prompt: tuple[int, ...], rid: s
         return Request(prompt, SamplingParams(max_tokens=1, stop_token_ids=(-1,)),
                        request_id=rid)
     assert kind == "prompt + max_tokens beyond max_model_len", kind
-    one_past = limits.max_model_len - len(prompt) + 1
+    one_past = limits.refuse_past - len(prompt) + 1
     return Request(prompt, SamplingParams(max_tokens=one_past), request_id=rid)
 
 

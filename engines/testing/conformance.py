@@ -9,7 +9,9 @@ or pull it into your own tests next to a conftest.py that overrides `engine_fact
     from engines.testing.conformance import *  # noqa: F403
 
 Test ids read `<engine>-<check>` (e.g. `ToyEngine-parity`), so `-k parity` picks one check.
-Checks an engine declares in `expected_failed_checks` run as strict xfails.
+Checks an engine declares in `expected_failed_checks` run as strict xfails. The checks run
+under the Hypothesis profile that engines.testing.profiles' rule picks, whichever way the
+suite was pulled in.
 """
 
 from __future__ import annotations
@@ -25,13 +27,36 @@ def test_conformance(conformance_context: SuiteContext, conformance_check: str,
                      request: pytest.FixtureRequest) -> None:
     """One check (docs/architecture.md), on seed workloads and then a Hypothesis search."""
     __tracebackhide__ = True
-    if conformance_check == "stateful":
+    from engines.testing.crash import EngineCrashed
+    from engines.testing.properties import Violation
+    from engines.testing.report import crash_finding
+
+    try:
+        _run_check(conformance_context, conformance_check, request)
+        return
+    except EngineCrashed as crash:  # outside a judged run: the oracle's, as workloads are drawn
+        finding = crash_finding(crash)
+    except Violation as failure:
+        if failure.prop != EngineCrashed.prop:
+            raise
+        finding = crash_finding(failure)
+    # An engine's exception reads as the finding alone (its sentence, the engine's frames, the
+    # script that raises it): raised here, outside the except block, with the suite's frames
+    # hidden and no chained traceback.
+    raise finding
+
+
+def _run_check(ctx: SuiteContext, check: str, request: pytest.FixtureRequest) -> None:
+    __tracebackhide__ = True
+    from engines.testing.plugin import COVERAGE, profile_in_force
+
+    settings = profile_in_force(request.config).settings
+    if check == "stateful":
         from engines.testing.stateful import run_engine_machine
 
-        run_engine_machine(conformance_context)
+        run_engine_machine(ctx, settings=settings)
         return
-    from engines.testing.plugin import COVERAGE
     from engines.testing.search import search
 
-    coverage = search(conformance_context, conformance_check)
+    coverage = search(ctx, check, settings=settings)
     request.node.user_properties.append((COVERAGE, coverage.as_dict()))

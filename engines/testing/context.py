@@ -1,12 +1,13 @@
 """What the suite knows about one engine factory, built once and passed to every piece.
 
 The plugin builds one SuiteContext per factory for the whole session: the search, the failure
-report and the state machine all take it, so an engine is probed once, its pools and alone
-answers are shared, and no piece keeps results of its own between calls.
+report and the state machine all take it, so an engine is probed once, its pools, alone
+answers and workload runs are shared, and no piece keeps results of its own between calls.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -18,6 +19,8 @@ from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
 from engines.testing.properties import Judge
 from engines.testing.recorder import Trace, run_workload
+from engines.testing.runs import RunCache
+from engines.testing.threads import limit_torch_threads
 from engines.testing.workload import Workload, factory_source
 
 __all__ = ["SuiteContext", "SuiteOptions", "build_context"]
@@ -35,6 +38,7 @@ class SuiteOptions:
     reference: Factory | None = None  # --reference-engine
     reference_spec: str | None = None
     variants: Mapping[str, Factory] = field(default_factory=dict)  # --engine-variant
+    torch_threads: int | None = None  # --torch-threads: torch's intra-op threads (None: as is)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,9 @@ class SuiteContext:
     checks: Mapping[str, Applicability]  # every check's fate on this engine
     options: SuiteOptions
     repro_source: str  # source lines binding `make_engine` in a runnable script
+    runs: RunCache = field(default_factory=RunCache)  # traces the checks share, by workload
+    # The seed every check draws its workloads under in a run that gives none (search).
+    stream_seed: int = field(default_factory=lambda: random.SystemRandom().getrandbits(64))
 
     @property
     def step_timeout(self) -> float | None:
@@ -78,6 +85,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     that each speaks the protocol; read limits and declared expected failures; set up the
     pools. The built engines go to their pools."""
     options = options or SuiteOptions()
+    limit_torch_threads(options.torch_threads)  # before any engine is built
     source = f"--engine {spec}" if spec else f"engine factory {name}"
     pool, engine = _probe(factory, source)
     declared = dict(getattr(engine, "expected_failed_checks", {}) or {})

@@ -1,21 +1,45 @@
 """What a check exercised, so that "passed" says how much: requests and their kinds, how many
 were in flight at once, the edges reached (the whole context, stop tokens at the last
-budgeted token, outputs across KV blocks), aborts, bad input, and what was not judged."""
+budgeted token, outputs across KV blocks), aborts, bad input, and what was not judged and why.
+A counter is kept only for what the engine has: no KV-block count for an engine without
+KVIntrospection (the strategies still cross 16-token "blocks", but they are a guess there).
+No counter is about slots: occupancy is read from the trace ("in flight at once")."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engines.protocol import FinishReason
 from engines.testing.limits import EngineLimits
+from engines.testing.oracle import TOP_K
 from engines.testing.properties import Judge
-from engines.testing.properties.seeds import FALSE_ALARM, identical_bound, seed_groups
+from engines.testing.properties.seeds import (
+    FALSE_ALARM,
+    identical_bound,
+    seed_groups,
+    seeds_needed,
+)
 from engines.testing.recorder import Trace
 
 __all__ = ["Coverage"]
 
 ENGINE = "engine: "  # the engine's own counters: reported even at zero, which says a lot
+# Seed groups the `seeds` check could not judge, by reason; with the figures that say what
+# would make them judgeable. Kept apart from the counts and written out as sentences.
+SEEDS = "seeds: "
+JUDGED = "seed groups judged"
+SOURCES = ("engine", "reference engine")  # whose top_logprobs bound the chance: %s below
+NO_LOGPROBS = f"{SEEDS}no top_logprobs from the %s"
+TOO_FEW = f"{SEEDS}too few seeds for the %s's first-token distribution"
+CERTAIN = f"{SEEDS}a first token all but certain under the %s"
+MOST_SEEDS = f"{SEEDS}distinct seeds in a group not judged"
+NEEDED = f"{SEEDS}distinct seeds a group needs"
+TOP_PERCENT = f"{SEEDS}top first-token candidate, percent"
+BOUND = f"{FALSE_ALARM:g}".replace("e-0", "e-")  # as the check's docstring writes it: 1e-6
+MOST_SEEDS_ASKED = 10_000  # past this many seeds a group is called unjudgeable outright
 
 
 @dataclass(slots=True)
@@ -35,7 +59,7 @@ class Coverage:
                 c["seeded" if p.seed is not None else "unseeded"] += 1
             if len(r.prompt_token_ids) + p.max_tokens == limits.max_model_len:
                 c["at the whole context"] += 1
-            if len(r.prompt_token_ids) + len(toks) > 2 * limits.block:
+            if limits.kv and len(r.prompt_token_ids) + len(toks) > 2 * limits.block:
                 c["across 2+ KV blocks"] += 1
             reason = trace.finish_reason(r.request_id)
             if reason == FinishReason.STOP:
@@ -50,12 +74,24 @@ class Coverage:
             self._seed_groups(trace, judge)
 
     def _seed_groups(self, trace: Trace, judge: Judge) -> None:
+        """Decide each seed group as `check_seeds` does (the same source, bound and limit),
+        and keep the reason for a group it could not judge."""
         source = judge.reference or judge.oracle
+        name = SOURCES[judge.reference is not None]
         for group in seed_groups(trace):
             top = source.top_at(group[0].prompt_token_ids)
-            judged = top is not None and identical_bound(top, len(group)) < FALSE_ALARM
-            self.counts["seed groups judged" if judged else "seed groups NOT judged (no "
-                        "logprobs, or a chance of all-identical not below 1e-6)"] += 1
+            if not top:
+                self.counts[NO_LOGPROBS % name] += 1
+            elif identical_bound(top, len(group)) < FALSE_ALARM:
+                self.counts[JUDGED] += 1
+            elif (need := seeds_needed(top, MOST_SEEDS_ASKED)) is None:
+                self.counts[CERTAIN % name] += 1
+            else:
+                self.counts[TOO_FEW % name] += 1
+                top_p = math.ceil(100 * math.exp(max(top.values())))
+                for key, value in ((MOST_SEEDS, len(group)), (NEEDED, need),
+                                   (TOP_PERCENT, top_p)):
+                    self.most[key] = max(self.most[key], value)
 
     def merge(self, other: Coverage) -> None:
         self.counts.update(other.counts)
@@ -77,12 +113,74 @@ class Coverage:
 
     @staticmethod
     def describe(data: dict[str, int]) -> str:
-        ours = [f"{v} {k}" if not k.startswith("max ") else f"{k[4:]} {v}"
-                for k, v in data.items() if v and not k.startswith(ENGINE)]
+        """One line: the counts (zeros left out), then the engine's own counters."""
+        unjudged = sum(v for k, v in data.items() if _reason(k) is not None)
+        ours = []
+        for k, v in data.items():
+            if _reason(k) is not None and unjudged:  # their total, where the first one was
+                ours.append(f"{unjudged} seed group{'s' * (unjudged != 1)} not judged "
+                            "(why: below)")
+                unjudged = 0
+            if v and not k.startswith(ENGINE) and not k.removeprefix("max ").startswith(SEEDS):
+                ours.append(f"{v} {k}" if not k.startswith("max ") else f"{k[4:]} {v}")
         engines = [f"{v} {k.removeprefix(ENGINE)}" for k, v in data.items()
                    if k.startswith(ENGINE)]
         return ", ".join(ours) + (f"; the engine counted {', '.join(engines)}"
                                   if engines else "")
+
+    @staticmethod
+    def notes(data: dict[str, int]) -> list[str]:
+        """Per reason seed groups went unjudged: what it was, and what would change it."""
+        out = []
+        for key, n in data.items():
+            found = _reason(key)
+            if n and found is not None:
+                why, source = found
+                out.append(f"seeds: {n} seed group{'s' * (n != 1)} not judged: "
+                           + why(data, source))
+        return out
+
+
+Why = Callable[[dict[str, int], str], str]
+
+
+def _reason(key: str) -> tuple[Why, str] | None:
+    """The sentence for a not-judged key, and whose logprobs it was about."""
+    for template, why in ((NO_LOGPROBS, _no_logprobs), (TOO_FEW, _too_few),
+                          (CERTAIN, _certain)):
+        for source in SOURCES:
+            if key == template % source:
+                return why, source
+    return None
+
+
+def _no_logprobs(data: dict[str, int], source: str) -> str:
+    fix = ("return top_logprobs (one {token id: logprob} mapping per generated token, its "
+           "top params.logprobs candidates) when params.logprobs > 0"
+           + (", or pass --reference-engine with an engine that does" if source == "engine"
+              else ""))
+    return (f"the {source} returned no top_logprobs for the group's prompt served alone "
+            f"(greedy, max_tokens=1, logprobs={TOP_K}), so the chance that a correct engine "
+            f"samples all-identical outputs could not be bounded (the check judges a group "
+            f"only below {BOUND}). To have such groups judged, {fix}.")
+
+
+def _too_few(data: dict[str, int], source: str) -> str:
+    return (f"too few seeds for the {source}'s first-token distribution: its top_logprobs "
+            f"put up to {data.get('max ' + TOP_PERCENT, 0)}% on one candidate, so with the "
+            f"{data.get('max ' + MOST_SEEDS, 0)} or fewer distinct seeds these groups had at "
+            f"temperature 1 a correct engine samples all-identical outputs with a chance of "
+            f"{BOUND} or more. Groups of {data.get('max ' + NEEDED, 0)} or more "
+            f"distinct seeds of one of these prompts would be judged; if the top_logprobs are "
+            f"not the distribution the {source} samples from at temperature 1, they should be.")
+
+
+def _certain(data: dict[str, int], source: str) -> str:
+    return (f"the {source}'s top_logprobs make one first token all but certain, so not even "
+            f"{MOST_SEEDS_ASKED:,} distinct seeds would bring the chance of all-identical "
+            f"samples below {BOUND}. A prompt whose first token is less certain would "
+            f"be judged; if the top_logprobs are not the distribution the {source} samples "
+            f"from at temperature 1, they should be.")
 
 
 def _in_flight(trace: Trace) -> int:

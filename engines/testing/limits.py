@@ -18,7 +18,8 @@ DEFAULT_BLOCK = 16
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
     vocab_size: int
-    max_model_len: int
+    max_model_len: int  # what every engine compared accepts (the engine's, reference, variants)
+    own_max_model_len: int | None = None  # the engine under test's own: bad input is past it
     max_batch_size: int | None = None  # None: no SlotIntrospection
     concurrency: int | None = None  # requests the engine runs at once, where it says
     block_size: int | None = None  # KV block size, where the engine has KVIntrospection
@@ -38,6 +39,7 @@ class EngineLimits:
         fields: dict[str, object] = {
             "vocab_size": int(engine.vocab_size),
             "max_model_len": int(engine.max_model_len),
+            "own_max_model_len": int(engine.max_model_len),
             "max_batch_size": int(engine.max_batch_size) if slots else None,  # type: ignore[attr-defined]
             "concurrency": int(declared) if isinstance(declared, int) else None,
             "block_size": int(engine.kv_block_size) if kv else None,  # type: ignore[attr-defined]
@@ -47,6 +49,13 @@ class EngineLimits:
         }
         fields.update(overrides)
         return cls(**fields)  # type: ignore[arg-type]
+
+    @property
+    def refuse_past(self) -> int:
+        """The context a bad request must exceed: the engine under test's own, not the
+        smallest of the engines compared (a variant with a shorter context would otherwise
+        make the suite expect a refusal of a request the engine rightly accepts)."""
+        return self.own_max_model_len or self.max_model_len
 
     @property
     def slots(self) -> int:

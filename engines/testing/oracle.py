@@ -7,13 +7,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from engines.protocol import Engine, FinishReason, Request, SamplingParams
+from engines.testing.crash import EngineCrashed, call_engine
 from engines.testing.leaks import shortest_suffix
 from engines.testing.pool import EnginePool
-from engines.testing.recorder import EngineCrashed, step_deadline
-from engines.testing.workload import Workload, repro_sequence, repro_snippet
+from engines.testing.workload import Workload, render_request, repro_sequence, repro_snippet
 
 __all__ = ["Alone", "AloneOracle", "Divergence", "ParityMode", "TopAt", "first_divergence"]
 
@@ -75,6 +76,8 @@ class AloneOracle:
             self.pool.release(engine, ok=False)
             if fresh or not history or self._fails_after([], w):
                 crash.replay = repro_snippet(w, self.repro_source, w.step_bound())
+                crash.replay_intro = (f"The request alone on a fresh engine, which "
+                                      f"{crash.raises}, as a runnable script")
                 raise
             raise self._leak(crash, history, w) from None
         self.pool.served(engine, w)
@@ -102,50 +105,42 @@ class AloneOracle:
     def _leak(self, crash: EngineCrashed, history: Sequence[Workload],
               w: Workload) -> EngineCrashed:
         earlier = shortest_suffix(history, lambda h: self._fails_after(h, w))
-        leak = EngineCrashed(
-            f"{str(crash).removeprefix('crash: ')}\nOn a fresh engine this request is served "
-            f"fine; it crashes on one that has served {len(earlier)} earlier request(s) alone, "
-            "one at a time, each drained (the script below): state leaks across requests."
-        )
-        leak.replay = repro_sequence(earlier, w, self.repro_source, w.step_bound())
-        return leak
+        crash.notes.append(
+            "On a fresh engine this request is served fine; it crashes on one that has served "
+            f"{len(earlier)} earlier request(s) alone, one at a time, each drained (the script "
+            "below): state leaks across requests.")
+        crash.replay = repro_sequence(earlier, w, self.repro_source, w.step_bound())
+        crash.replay_intro = (f"The earlier requests and this one, which {crash.raises}, as a "
+                              "runnable script")
+        return crash
 
 
 def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
     """w's one request served on engine until it finishes; EngineCrashed if it raises or does
     not finish within w's step bound."""
     request = w.requests[0]
-    prompt, params, rid = request.prompt_token_ids, request.params, request.request_id
+    params, rid = request.params, request.request_id
     tokens: list[int] = []
     tops: list[Mapping[int, float]] | None = [] if params.logprobs else None
     bound = w.step_bound()
-    try:
-        with step_deadline(deadline):
-            engine.add_request(request)
-        for _ in range(bound):
-            with step_deadline(deadline):
-                outs = engine.step()
-            for out in outs:
-                if out.request_id != rid:
-                    continue
-                tokens.extend(out.token_ids)
-                if tops is not None:
-                    if out.top_logprobs is None:
-                        tops = None
-                    else:
-                        tops.extend(out.top_logprobs)
-                if out.finished:
-                    return Alone(tuple(tokens), out.finish_reason,
-                                 tuple(tops) if tops is not None else None)
-    except Exception as exc:
-        raise EngineCrashed(
-            f"serving Request({tuple(prompt)!r}, {params!r}) alone, the engine raised "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    raise EngineCrashed(
-        f"served alone, Request({tuple(prompt)!r}, {params!r}) did not finish within "
-        f"{bound} steps"
-    )
+    where, only = "serving a request alone", lambda: f"only {render_request(request)}"
+    call_engine(f"add_request({rid!r})", 0, partial(engine.add_request, request), deadline,
+                only, where)
+    for k in range(bound):
+        for out in call_engine("step()", k, engine.step, deadline, only, where):
+            if out.request_id != rid:
+                continue
+            tokens.extend(out.token_ids)
+            if tops is not None:
+                if out.top_logprobs is None:
+                    tops = None
+                else:
+                    tops.extend(out.top_logprobs)
+            if out.finished:
+                return Alone(tuple(tokens), out.finish_reason,
+                             tuple(tops) if tops is not None else None)
+    raise EngineCrashed(f"served alone, {render_request(request)} did not finish within "
+                        f"{bound} steps", call="step()", step=bound)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,37 +6,46 @@ nothing a run that does not use the suite could notice: this module imports only
 load time (not Hypothesis, not torch, not the suite), registers its Hypothesis profiles only
 when a `batching-*` profile is asked for, and prints its header only when conformance tests
 were collected. Everything else happens inside hooks that only the suite's own tests reach.
+
+The suite's checks run under the profile that engines.testing.profiles' rule picks, passed to
+them as a Settings object: nothing here loads a profile for the run's other tests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from engines.testing.options import ENGINE, RunOptions, add_aliases, add_options, read_options
+
 if TYPE_CHECKING:
     from engines.protocol import Engine
     from engines.testing.context import SuiteContext
+    from engines.testing.profiles import ProfileInForce
 
-ENGINE = "engine"
-REFERENCE = "reference_engine"
-VARIANTS = "engine_variants"
-PARITY = "parity"
-TOLERANCE = "parity_tolerance"
-STEP_TIMEOUT = "step_timeout"
-PARITY_MODES = ("exact", "tie-aware")
 PROFILE_PREFIX = "batching-"
+PROFILE_INI = "conformance_profile"  # engines.testing.profiles.INI, without importing it
 
-_NO_ENGINE = (
-    "the conformance suite has no engine to test. Pass --engine module:callable (a "
-    "zero-argument callable returning a fresh engine), set `engine = module:callable` in the "
-    "[pytest] ini section, or override the `engine_factory` fixture in your conftest.py."
-)
+# Stash keys: the suite's options, read once; the generic option names it got; its contexts.
+OPTIONS = pytest.StashKey[RunOptions]()
+ALIASES = pytest.StashKey[tuple[str, ...]]()
+_contexts = pytest.StashKey[list["SuiteContext"]]()
+_profile = pytest.StashKey["ProfileInForce"]()
+# user_properties keys, set where things happen and read by the terminal summary.
+CHECK = "batching-engines check"  # <engine>-<check>
+FATE = "batching-engines fate"  # (status, reason): a skip or declared xfail, set as it is made
+COVERAGE = "batching-engines coverage"  # what a check exercised
+PROFILE = "batching-engines profile"  # the profile a check ran under
 
-_contexts = pytest.StashKey[dict[tuple[int, ...], "SuiteContext"]]()
-COVERAGE = "batching-engines coverage"  # user_properties key: what a check exercised
+
+def _no_engine(options: RunOptions) -> str:
+    return (f"the conformance suite has no engine to test. Pass {options.flag(ENGINE)} "
+            "module:callable (a zero-argument callable returning a fresh engine), set `engine = "
+            "module:callable` in the [pytest] ini section, or override the `engine_factory` "
+            "fixture in your conftest.py.")
 
 
 @dataclass(frozen=True)
@@ -49,57 +58,24 @@ class EngineCase:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("batching-engines", "batching-engines conformance suite")
-    group.addoption(f"--{ENGINE}", dest=ENGINE, metavar="MODULE:CALLABLE",
-                    help="engine factory to run engines.testing.conformance on")
-    group.addoption("--reference-engine", dest=REFERENCE, metavar="MODULE:CALLABLE",
-                    help="reference engine factory over the same weights: every greedy "
-                    "request must get the tokens it gets there alone (check "
-                    "reference_parity; e.g. engines.sequential:SequentialEngine)")
-    group.addoption("--engine-variant", dest=VARIANTS, action="append", default=[],
-                    metavar="NAME=MODULE:CALLABLE",
-                    help="a config variant of the engine (repeatable): the same workload must "
-                    "give every request the same tokens on it (check variants)")
-    group.addoption(f"--{PARITY}", dest=PARITY, choices=PARITY_MODES,
-                    help="parity comparison: exact (default) or tie-aware (accept divergences "
-                    "at near-ties, judged from top_logprobs)")
-    group.addoption("--parity-tolerance", dest=TOLERANCE, type=float, metavar="LOGPROB",
-                    help="tie-aware: largest logprob gap that counts as a tie (default 1e-3)")
-    group.addoption("--step-timeout", dest=STEP_TIMEOUT, type=float, metavar="SECONDS",
-                    help="fail a protocol call that runs longer than this (default 60)")
-    parser.addini(ENGINE, "engine factory module:callable for the conformance suite")
-    parser.addini(REFERENCE, "reference engine factory module:callable (reference_parity)")
-    parser.addini(VARIANTS, "config variants, one NAME=module:callable a line (variants)",
-                  type="linelist", default=[])
-    parser.addini(PARITY, "parity comparison: exact or tie-aware", default="exact")
-    parser.addini(TOLERANCE, "tie-aware parity tolerance (logprob gap)", default="1e-3")
-    parser.addini(STEP_TIMEOUT, "seconds a protocol call may take", default="60")
+    add_options(parser)
+    parser.addini(PROFILE_INI, "Hypothesis profile of the conformance suite's checks when "
+                  "neither --hypothesis-profile nor HYPOTHESIS_PROFILE names one (default: "
+                  "batching-ci where CI is set, else batching-dev)", default="")
 
 
-def _opt(config: pytest.Config, name: str) -> Any:
-    value = config.getoption(name, None)
-    return value if value not in (None, "") else config.getini(name)
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config,
+                                  parser: pytest.Parser) -> Generator[None]:
+    # The generic aliases (--engine, ...) go in last, after the -p plugins, the other pytest11
+    # plugins and the initial conftests have registered theirs: whoever defined one keeps it.
+    yield
+    early_config.stash[ALIASES] = add_aliases(parser)
 
 
-def _spec(config: pytest.Config, name: str = ENGINE) -> str | None:
-    spec = _opt(config, name)
-    return str(spec) if spec else None
-
-
-def _variant_specs(config: pytest.Config) -> list[str]:
-    return list(config.getoption(VARIANTS, None) or config.getini(VARIANTS) or [])
-
-
-def _load_variants(config: pytest.Config) -> dict[str, Callable[[], Engine]]:
-    from engines.factories import EngineSpecError, load_factory, split_label
-
-    out = {}
-    for spec in _variant_specs(config):
-        name, target = split_label(spec)
-        if not name:
-            raise EngineSpecError(f"--engine-variant {spec!r}: expected NAME=MODULE:CALLABLE")
-        out[name] = load_factory(target, option=f"--engine-variant {name}")
-    return out
+def run_options(config: pytest.Config) -> RunOptions:
+    """The suite's options for this session (read in pytest_configure)."""
+    return config.stash[OPTIONS]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -110,25 +86,27 @@ def pytest_configure(config: pytest.Config) -> None:
         from engines.testing.profiles import register_profiles
 
         register_profiles()
-    config.stash[_contexts] = {}
-    if _opt(config, PARITY) not in PARITY_MODES:
-        raise pytest.UsageError(f"parity: {_opt(config, PARITY)!r} is not one of {PARITY_MODES}")
-    spec, reference = _spec(config), _spec(config, REFERENCE)
-    if spec or reference or _variant_specs(config):
-        from engines.factories import EngineSpecError, load_factory
-
-        try:
-            if spec:
-                load_factory(spec)
-            if reference:
-                load_factory(reference, option="--reference-engine")
-            _load_variants(config)
-        except EngineSpecError as exc:
-            raise pytest.UsageError(str(exc)) from None
+    config.stash[_contexts] = []
+    # A plugin loaded after the initial conftests (pytest_plugins) got no aliases.
+    config.stash[OPTIONS] = read_options(config, config.stash.get(ALIASES, ()))
 
 
 def _is_conformance(item: pytest.Item) -> bool:
     return "conformance_check" in getattr(item, "fixturenames", ())
+
+
+def profile_in_force(config: pytest.Config) -> ProfileInForce:
+    """The Hypothesis profile (and settings) the suite's checks run under in this session,
+    resolved once, after collection (a conftest.py may register the profile it names)."""
+    found = config.stash.get(_profile, None)
+    if found is None:
+        from engines.testing.profiles import suite_settings
+
+        try:
+            found = config.stash[_profile] = suite_settings(config)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return found
 
 
 def pytest_report_collectionfinish(config: pytest.Config,
@@ -138,21 +116,25 @@ def pytest_report_collectionfinish(config: pytest.Config,
         return []
     from hypothesis import settings
 
-    spec = _spec(config) or "engine_factory fixture"
-    mode = _opt(config, PARITY)
-    reference = _spec(config, REFERENCE)
+    options = run_options(config)
+    spec = options.engine_spec or "engine_factory fixture"
+    mode = options.parity
     if mode == "tie-aware":
-        mode += f" (tolerance {_opt(config, TOLERANCE)}; margins from " + (
-            "the reference engine)" if reference else "the engine's own logprobs)")
-    profile = settings.get_current_profile_name()
-    lines = [f"batching-engines: engine {spec}, parity {mode}, hypothesis profile {profile!r}"]
-    if reference:
-        lines.append(f"batching-engines: reference engine {reference}")
-    if _variant_specs(config):
-        lines.append(f"batching-engines: variants {', '.join(_variant_specs(config))}")
-    for ctx in config.stash[_contexts].values():
-        lines.extend(f"  {ctx.name}-{check}: {fate.status}: {fate.reason}"
-                     for check, fate in ctx.checks.items() if fate.status != "run")
+        mode += f" (tolerance {options.tolerance:g}; margins from " + (
+            "the reference engine)" if options.reference_spec else "the engine's own logprobs)")
+    profile = profile_in_force(config)
+    lines = [f"batching-engines: engine {spec}, parity {mode}, {profile.describe()}"]
+    current = settings.get_current_profile_name()
+    # Hypothesis derives "<name>-with-verbose-verbosity" (and the like) from its options.
+    if current.partition("-with-")[0] not in (profile.name, "default", "ci"):
+        # A conftest.py loaded it: it applies to the run's other tests, not to the suite.
+        lines.append(f"batching-engines: the run's other tests have hypothesis profile "
+                     f"{current!r}; pass --hypothesis-profile={current} to run the suite under "
+                     "it too")
+    if options.reference_spec:
+        lines.append(f"batching-engines: reference engine {options.reference_spec}")
+    if options.variant_specs:
+        lines.append(f"batching-engines: variants {', '.join(options.variant_specs)}")
     return lines
 
 
@@ -165,7 +147,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for kind in ("passed", "skipped", "xfailed", "failed", "xpassed"):
         for report in terminalreporter.stats.get(kind, ()):
             props = dict(getattr(report, "user_properties", ()))
-            check_id = props.get("batching-engines check")
+            check_id = props.get(CHECK)
             if check_id is None or getattr(report, "when", "call") == "teardown":
                 continue
             engine, _, check = str(check_id).rpartition("-")
@@ -176,34 +158,46 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                 if terminalreporter.verbosity > 0:
                     other.append(f"  {check}: {Coverage.describe(props[COVERAGE])}")
             elif kind == "skipped":
-                reason = str(report.longrepr[-1]).removeprefix("Skipped: ")
+                # Recorded by conformance_context as it skipped (a skip from elsewhere has none).
+                reason = props.get(FATE, ("skip", "skipped outside the suite"))[1]
                 other.append(f"  {check} not run: {reason}")
             elif kind == "xfailed":
                 other.append(f"  {check} declared broken by the engine: {report.wasxfail}")
     if not engines:
         return
     terminalreporter.write_sep("-", "batching-engines: what the checks exercised")
+    # From the reports, so that it is said under xdist too (the controller prints no header).
+    for described in sorted(_profiles_reported(terminalreporter)):
+        terminalreporter.write_line(f"checks run under {described}")
     for engine, (total, passed, other) in engines.items():
         if passed:
+            data = total.as_dict()
             terminalreporter.write_line(f"{engine}: {len(passed)} check(s) passed over "
-                                        f"{Coverage.describe(total.as_dict())}")
+                                        f"{Coverage.describe(data)}")
+            for note in Coverage.notes(data):  # what was not judged, and what would change it
+                terminalreporter.write_line(f"  {note}")
         for line in other:
             terminalreporter.write_line(line if passed else f"{engine}:{line}")
+
+
+def _profiles_reported(terminalreporter: Any) -> set[str]:
+    return {str(props[PROFILE]) for reports in terminalreporter.stats.values()
+            for report in reports
+            if PROFILE in (props := dict(getattr(report, "user_properties", ())))}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "conformance_check" not in metafunc.fixturenames:
         return
-    from engines.factories import engine_name, load_factory
+    from engines.factories import engine_name
     from engines.testing.checks import CHECKS
 
     listed = getattr(metafunc.module, "conformance_engines", None)
-    spec = _spec(metafunc.config)
+    options = run_options(metafunc.config)
     if listed:  # a module testing several engines: {name: factory}
         cases = [EngineCase(name, f) for name, f in listed.items()]
-    elif spec:
-        factory = load_factory(spec)
-        cases = [EngineCase(engine_name(factory), factory)]
+    elif options.engine is not None:
+        cases = [EngineCase(engine_name(options.engine), options.engine)]
     else:
         cases = [EngineCase(getattr(metafunc.module, "conformance_engine_name", "engine"))]
     metafunc.parametrize(
@@ -214,56 +208,65 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # No engine, or not an engine: a usage error up front beats one error per check.
-    spec = _spec(config)
-    if spec and not config.option.collectonly and any(_is_conformance(i) for i in items):
-        from engines.factories import EngineSpecError, engine_name, load_factory
-
-        factory = load_factory(spec)
-        try:
-            context_for(config, factory, engine_name(factory), spec, _reference(config),
-                        _load_variants(config))
-        except EngineSpecError as exc:
-            raise pytest.UsageError(str(exc)) from None
+    # No engine or no such profile: a usage error up front beats one error per check.
+    if not any(_is_conformance(i) for i in items):
+        return
+    profile_in_force(config)
+    options = run_options(config)
+    if options.engine is not None:
+        return
     for item in items:
         callspec = getattr(item, "callspec", None)
         case = callspec.params.get("conformance_engine") if callspec else None
-        if not isinstance(case, EngineCase) or case.factory is not None or spec:
+        if not isinstance(case, EngineCase) or case.factory is not None:
             continue
         defs = item._fixtureinfo.name2fixturedefs.get("engine_factory", ())  # type: ignore[attr-defined]
         if defs and getattr(defs[-1].func, "__module__", None) == __name__:
-            raise pytest.UsageError(_NO_ENGINE)
+            raise pytest.UsageError(_no_engine(options))
 
 
-def _reference(config: pytest.Config) -> Callable[[], Engine] | None:
-    spec = _spec(config, REFERENCE)
-    if not spec:
-        return None
-    from engines.factories import load_factory
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    # The engine named on the command line is built when the run starts, not while collecting
+    # (a --collect-only run builds none): not an engine, or a reference or variant over another
+    # vocabulary, is then one usage error before any check runs.
+    options = run_options(session.config)
+    if (options.engine is None or session.config.option.collectonly
+            or not any(_is_conformance(i) for i in session.items)):
+        return
+    from engines.factories import EngineSpecError, engine_name
 
-    return load_factory(spec, option="--reference-engine")
+    try:
+        context_for(session.config, options.engine, engine_name(options.engine),
+                    options.engine_spec, options.reference, dict(options.variants))
+    except EngineSpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def context_for(config: pytest.Config, factory: Callable[[], Engine], name: str,
                 spec: str | None, reference: Callable[[], Engine] | None,
                 variants: dict[str, Callable[[], Engine]]) -> SuiteContext:
-    """One SuiteContext per factory (and reference and variants) for the whole session:
-    engines and alone answers are built once and shared by every check."""
+    """One SuiteContext per factory (and reference and variants) for the whole session, built
+    at its first use: engines and alone answers are built once and shared by every check."""
     from engines.testing.context import SuiteOptions, build_context
 
     contexts = config.stash[_contexts]
-    key = (id(factory), id(reference), *(id(v) for v in variants.values()))
-    ctx = contexts.get(key)
-    if ctx is None or ctx.factory is not factory:
-        options = SuiteOptions(
-            parity=_opt(config, PARITY),
-            tolerance=float(_opt(config, TOLERANCE)),
-            step_timeout=float(_opt(config, STEP_TIMEOUT)) or None,
-            reference=reference,
-            reference_spec=_spec(config, REFERENCE),
-            variants=variants,
-        )
-        ctx = contexts[key] = build_context(factory, name=name, spec=spec, options=options)
+    for ctx in contexts:  # by identity: a fixture may return a new factory object per test
+        opts = ctx.options
+        if (ctx.factory is factory and opts.reference is reference
+                and list(opts.variants.items()) == list(variants.items())):
+            return ctx
+    options = run_options(config)
+    ctx = build_context(factory, name=name, spec=spec, options=SuiteOptions(
+        parity=options.parity,  # type: ignore[arg-type]
+        tolerance=options.tolerance,
+        step_timeout=options.step_timeout,
+        torch_threads=options.torch_threads,
+        reference=reference,
+        reference_spec=options.reference_spec,
+        variants=variants,
+    ))
+    contexts.append(ctx)
     return ctx
 
 
@@ -281,26 +284,24 @@ def engine_factory(
     run the suite on your engine; by default it comes from --engine or the `engine` ini key."""
     if conformance_engine.factory is not None:
         return conformance_engine.factory
-    spec = _spec(pytestconfig)
-    if not spec:
-        raise pytest.UsageError(_NO_ENGINE)
-    from engines.factories import load_factory
-
-    return load_factory(spec)
+    options = run_options(pytestconfig)
+    if options.engine is None:
+        raise pytest.UsageError(_no_engine(options))
+    return options.engine
 
 
 @pytest.fixture
 def reference_factory(pytestconfig: pytest.Config) -> Callable[[], Engine] | None:
     """The reference engine's factory (--reference-engine or the `reference_engine` ini key),
     or None. Override it in your conftest.py to give the suite a reference."""
-    return _reference(pytestconfig)
+    return run_options(pytestconfig).reference
 
 
 @pytest.fixture
 def engine_variants(pytestconfig: pytest.Config) -> dict[str, Callable[[], Engine]]:
     """Config variants of the engine by name (--engine-variant or the `engine_variants` ini
     key). Override it in your conftest.py to compare variants."""
-    return _load_variants(pytestconfig)
+    return dict(run_options(pytestconfig).variants)
 
 
 @pytest.fixture
@@ -314,18 +315,23 @@ def conformance_context(
     request: pytest.FixtureRequest,
 ) -> SuiteContext:
     """This factory's SuiteContext, with the check's fate applied: a skip with its reason, or
-    the engine's declared expected failure as a strict xfail."""
+    the engine's declared expected failure as a strict xfail (either recorded in the test's
+    user_properties as it is made, for the summary)."""
     from engines.factories import EngineSpecError
 
-    spec = _spec(pytestconfig) if conformance_engine.factory is None else None
-    request.node.user_properties.append(
-        ("batching-engines check", f"{conformance_engine.name}-{conformance_check}"))
+    options = run_options(pytestconfig)
+    spec = options.engine_spec if conformance_engine.factory is None else None
+    props = request.node.user_properties
+    props.append((CHECK, f"{conformance_engine.name}-{conformance_check}"))
+    props.append((PROFILE, profile_in_force(pytestconfig).describe()))
     try:
         ctx = context_for(pytestconfig, engine_factory, conformance_engine.name, spec,
                           reference_factory, engine_variants)
     except EngineSpecError as exc:
         pytest.fail(str(exc), pytrace=False)
     fate = ctx.checks[conformance_check]
+    if fate.status in ("skip", "xfail"):
+        props.append((FATE, (fate.status, fate.reason)))
     if fate.status == "skip":
         pytest.skip(fate.reason)
     if fate.status == "xfail":

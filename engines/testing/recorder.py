@@ -7,12 +7,9 @@ for later: an exception from the engine, or a step that does not return.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
-import signal
-import threading
-import traceback
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,58 +22,15 @@ from engines.protocol import (
     SlotIntrospection,
     StepOutput,
 )
+from engines.testing.crash import EngineCrashed, call_engine, step_deadline
 from engines.testing.workload import Abort, BadRequest, Workload
 
 __all__ = [
     "EngineCrashed", "Recorder", "StepRecord", "Trace", "is_drained", "run_workload",
-    "step_deadline",
+    "step_deadline",  # from engines.testing.crash, where crashes are described
 ]
 
 _serial = itertools.count()
-
-
-class EngineCrashed(AssertionError):
-    """The engine raised (or hung) inside a protocol call; the message names call and step.
-
-    Any check catches a crash, so reports label it `crash`, whichever check was running."""
-
-    prop = "crash"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"crash: {message}")
-        # A runnable script of what crashed, where that is not the workload being judged
-        # (a request the oracle served alone, with the history it needed).
-        self.replay: str | None = None
-
-
-class StepTimeout(Exception):
-    pass
-
-
-@contextmanager
-def step_deadline(seconds: float | None) -> Iterator[None]:
-    """Interrupt a call that runs longer than `seconds`: a looping engine must fail, not hang.
-
-    Uses SIGALRM, so it only arms in the main thread of a Unix process (as under pytest and
-    pytest-xdist workers); elsewhere the step bound is the only guard.
-    """
-    if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    if not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def _raise(signum: int, frame: object) -> None:
-        raise StepTimeout(f"did not return within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,15 +83,7 @@ class Trace:
         return finals[0] if finals else None
 
 
-def _call(what: str, step: int, fn: Callable[[], object], deadline: float | None) -> object:
-    try:
-        with step_deadline(deadline):
-            return fn()
-    except (StepTimeout, Exception) as exc:
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-4))
-        raise EngineCrashed(
-            f"the engine raised {type(exc).__name__} in {what} at step {step}: {exc}\n{tb}"
-        ) from exc
+IN_FLIGHT = 8  # requests a crash report describes one by one
 
 
 class Recorder:
@@ -174,7 +120,31 @@ class Recorder:
                                                             engine.exercised)).items()}
 
     def call(self, what: str, fn: Callable[[], object]) -> Any:
-        return _call(what, self.k, fn, self.deadline)
+        """One protocol call; fn is the engine's own bound method (or a partial of one), so
+        that every frame below the call is the engine's and a crash report shows only those."""
+        return call_engine(what, self.k, fn, self.deadline, self.in_flight)
+
+    def in_flight(self) -> str:
+        """The requests added and unfinished, for a crash report: what each had got so far."""
+        live = [r for r in self.requests if r.request_id not in self.finished]
+        if not live:
+            return "no request"
+        parts = []
+        for r in live[:IN_FLIGHT]:
+            rid = r.request_id
+            state = f"{len(self.trace.tokens(rid))} of max_tokens {r.params.max_tokens} out"
+            if r.params.temperature > 0:
+                state += f", temperature {r.params.temperature}" + (
+                    f" seed {r.params.seed}" if r.params.seed is not None else "")
+            if rid in self.trace.aborted_at:
+                state += ", aborted"
+            elif self.slots and rid not in self.holders:
+                state += ", waiting"
+            n = len(r.prompt_token_ids)
+            parts.append(f"{rid!r} (prompt of {n} token{'s' * (n != 1)}, {state})")
+        if len(live) > IN_FLIGHT:
+            parts.append(f"and {len(live) - IN_FLIGHT} more")
+        return ", ".join(parts)
 
     @property
     def unfinished(self) -> set[Hashable]:
@@ -191,9 +161,12 @@ class Recorder:
         self.rt[r.request_id] = runtime
         self.to_display[runtime] = r.request_id
         req = dataclasses.replace(r, request_id=runtime)
-        self.call(f"add_request({r.request_id!r})", lambda: self.engine.add_request(req))
-        self.requests.append(r)
-        self.arrivals.append(self.k)
+        try:
+            self.call(f"add_request({r.request_id!r})",
+                      functools.partial(self.engine.add_request, req))
+        finally:  # even if it crashed: the workload so far replays the crash
+            self.requests.append(r)
+            self.arrivals.append(self.k)
 
     def add_bad(self, b: BadRequest) -> None:
         b = dataclasses.replace(b, step=self.k)
@@ -221,10 +194,11 @@ class Recorder:
     def abort(self, rid: Hashable) -> None:
         if not isinstance(self.engine, Abortable):
             return
-        runtime = self.rt[rid]
-        engine = self.engine
-        self.call(f"abort_request({rid!r})", lambda: engine.abort_request(runtime))
-        self.aborts.append(Abort(self.k, rid))
+        try:
+            self.call(f"abort_request({rid!r})",
+                      functools.partial(self.engine.abort_request, self.rt[rid]))
+        finally:
+            self.aborts.append(Abort(self.k, rid))
         if rid in self.unfinished:
             self.trace.aborted_at.setdefault(rid, self.k)
 
@@ -239,7 +213,7 @@ class Recorder:
         record = StepRecord(k, [], frozenset(live - self.holders), frozenset(live & self.holders))
         if self.slots:
             record.table_before = self._table()
-        for out in self.call(f"step() #{k}", self.engine.step):
+        for out in self.call("step()", self.engine.step):
             disp = self.to_display.get(out.request_id)
             if disp is None:
                 trace.stray.append((k, out))

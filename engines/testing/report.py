@@ -5,28 +5,49 @@ it needs (found and shrunk by engines.testing.leaks), replayed on one engine."""
 from __future__ import annotations
 
 from engines.testing.context import SuiteContext
+from engines.testing.crash import EngineCrashed
 from engines.testing.leaks import minimal_leak
 from engines.testing.properties import Violation
 from engines.testing.verdict import Failure, Leak, failure_after
 from engines.testing.workload import Workload, repro_sequence, repro_snippet
 
-__all__ = ["explain", "explain_leak"]
+__all__ = ["crash_finding", "explain", "explain_leak"]
+
+
+def _size(w: Workload, steps: int) -> str:
+    return (f"{len(w.requests)} request(s), {len(w.bad)} bad, {len(w.aborts)} abort(s), "
+            f"{steps} step(s)")
 
 
 def explain(ctx: SuiteContext, failure: Failure, w: Workload) -> Violation:
     """The failure's message plus the counterexample as a runnable script."""
-    check = getattr(failure.error, "prop", "engine")
-    replay = getattr(failure.error, "replay", None)
-    if replay is not None:  # the crash was not in w's run: replay what did crash
-        return Violation(check, f"{failure.error}\n\nThe crash as a runnable script:"
-                                f"\n\n{replay}\n")
+    error = failure.error
+    check = getattr(error, "prop", "engine")
     snippet = repro_snippet(w, ctx.repro_source, failure.steps + 1)
+    if isinstance(error, EngineCrashed):
+        if error.replay is not None:  # not in w's run (the oracle's): replay what crashed
+            return crash_finding(error)
+        intro = (f"Counterexample ({_size(w, failure.steps)}), which {error.raises}, as a "
+                 "runnable script")
+        return Violation(check, error.report(snippet, intro))
     return Violation(
         check,
-        f"{failure.error}\n\nCounterexample ({len(w.requests)} request(s), {len(w.bad)} bad, "
-        f"{len(w.aborts)} abort(s), {failure.steps} step(s)) as a runnable script:"
+        f"{error}\n\nCounterexample ({_size(w, failure.steps)}) as a runnable script:"
         f"\n\n{snippet}\n",
     )
+
+
+def crash_finding(crash: EngineCrashed | Violation) -> Violation:
+    """A crash as the pytest run shows it: the finding alone (sentence, engine's frames,
+    script). For one that surfaced outside a judged run (the oracle's, as workloads were
+    drawn) that makes it a finding like any other; for one Hypothesis found, it drops
+    Hypothesis' notes (its listing of the example repeats the script at length) except the
+    @reproduce_failure line that a profile with print_blob asks for."""
+    finding = Violation(EngineCrashed.prop, str(crash))
+    for note in getattr(crash, "__notes__", ()):
+        if "@reproduce_failure" in note:
+            finding.add_note(note)
+    return finding
 
 
 def explain_leak(ctx: SuiteContext, leak: Leak, w: Workload, check: str) -> Violation:

@@ -9,9 +9,11 @@ first one found is kept in this call's own list and reported when the search end
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, given, note
+from hypothesis import core as hypothesis_core
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
@@ -22,7 +24,7 @@ from engines.testing.report import explain, explain_leak
 from engines.testing.seed_workloads import seed_workloads
 from engines.testing.shrink import shrink_workload
 from engines.testing.strategies import workloads
-from engines.testing.verdict import Leak, Outcome, fails, verify
+from engines.testing.verdict import Leak, Outcome, attempt, fails, verify
 from engines.testing.workload import Workload
 
 __all__ = ["search", "search_settings", "strategy_for"]
@@ -50,6 +52,37 @@ def strategy_for(ctx: SuiteContext, check: str) -> st.SearchStrategy[Workload]:
                      max_bad=bad[1], seed_group=check == "seeds")
 
 
+def _stream_seed(ctx: SuiteContext, settings: Settings) -> int | None:
+    """The seed every check of this engine draws its workloads under, or None where the run
+    already gives them one (--hypothesis-seed). Checks drawing from one strategy then meet
+    the same workloads in the same order, and each workload is served once (ctx.runs): a
+    check's own search is as random as before, and later checks pay only for judging.
+    Derandomized runs get a seed derived from the engine's name, so they stay reproducible;
+    others one drawn per session (ctx.stream_seed)."""
+    if getattr(hypothesis_core, "global_force_seed", None) is not None:
+        return None
+    if settings.derandomize:
+        return int.from_bytes(hashlib.sha256(ctx.name.encode()).digest()[:8], "big")
+    return ctx.stream_seed
+
+
+def _share_stream(test: Any, ctx: SuiteContext) -> None:
+    seed = _stream_seed(ctx, test._hypothesis_internal_use_settings)
+    if seed is not None:
+        # What @seed sets, without the database=None that @seed adds: saved failures are
+        # still replayed first.
+        test._hypothesis_internal_use_seed = seed
+
+
+def _replay_hint(ctx: SuiteContext, settings: Settings | None) -> str | None:
+    """How to rerun this search, where Hypothesis would not say (its seed is ours)."""
+    effective = search_settings(settings)
+    if _stream_seed(ctx, effective) is None or effective.derandomize:
+        return None
+    return (f"workloads drawn under seed {ctx.stream_seed}, shared by every check of this "
+            f"engine: --hypothesis-seed={ctx.stream_seed} draws them again")
+
+
 def _tally(ctx: SuiteContext, check: str, outcome: Outcome, coverage: Coverage) -> None:
     if outcome.trace is not None:
         coverage.record(outcome.trace, ctx.limits, ctx.judge if check == "seeds" else None)
@@ -67,7 +100,9 @@ def _seeds(ctx: SuiteContext, check: str, coverage: Coverage) -> None:
             raise explain_leak(ctx, outcome.leak, w, check)
         if outcome.failure is not None:
             shrunk = shrink_workload(w, lambda c: fails(ctx, c, check))
-            again = verify(ctx, shrunk, check).failure
+            # Replayed on a fresh engine, as the report's script does: on a reused one, what
+            # it served before can hide the failure (a prefix cache holding right blocks).
+            again = attempt(ctx, ctx.pool.fresh(), shrunk, check)[0]
             if again is not None:
                 raise explain(ctx, again, shrunk)
             raise explain(ctx, outcome.failure, w)  # the shrunk one did not fail on replay
@@ -82,10 +117,13 @@ def search(ctx: SuiteContext, check: str, *, settings: Settings | None = None,
     if seeds:
         _seeds(ctx, check, coverage)
     leaks: list[tuple[Leak, Workload]] = []
+    replay = _replay_hint(ctx, settings)
 
     @search_settings(settings)
     @given(strategy_for(ctx, check))
     def check_workload(workload: Workload) -> None:
+        if replay is not None:
+            note(replay)
         outcome = verify(ctx, workload, check)
         if outcome.failure is not None:
             # One raise site, outside any except block: Hypothesis then sees every failure of
@@ -96,7 +134,9 @@ def search(ctx: SuiteContext, check: str, *, settings: Settings | None = None,
         _tally(ctx, check, outcome, coverage)
 
     inner: Any = check_workload.hypothesis.inner_test  # type: ignore[attr-defined]
+    # The database key stays per check: a failure saved by one check is replayed by it.
     inner._hypothesis_internal_add_digest = f"{ctx.name}-{check}".encode()
+    _share_stream(check_workload, ctx)
     check_workload()
     if leaks:
         leak, workload = leaks[0]

@@ -51,8 +51,11 @@ def _candidates(w: Workload) -> Iterator[Workload]:
         yield dataclasses.replace(w, bad=w.bad[:j] + w.bad[j + 1:])
     for i, r in enumerate(w.requests):
         p = r.params
-        for fewer in sorted({p.max_tokens // 2, p.max_tokens - 1} - {0}):
-            if fewer < p.max_tokens:
+        # Smallest first, and a quarter off between the half and one less: a budget that
+        # must stay long shrinks in a few tries, not one token at a time.
+        b = p.max_tokens
+        for fewer in sorted({1, b // 2, b - b // 4, b - 1} - {0}):
+            if fewer < b:
                 yield _with_request(w, i, dataclasses.replace(
                     r, params=dataclasses.replace(p, max_tokens=fewer)))
         if len(r.prompt_token_ids) > 1:
@@ -70,16 +73,23 @@ def _renumber(w: Workload) -> Workload:
 def shrink_workload(
     w: Workload, fails: Callable[[Workload], bool], *, budget: int = 150
 ) -> Workload:
-    """The smallest workload reachable from w by single greedy steps that still fails."""
-    tries = 0
-    improved = True
-    while improved and tries < budget:
-        improved = False
-        for cand in _candidates(w):
-            tries += 1
-            if fails(cand):
-                w, improved = cand, True
-                break
+    """The smallest workload reachable from w by single greedy steps that still fails.
+
+    After a step that still fails, the next round of candidates starts where that step was
+    found and wraps around: the candidates before it were just tried (on a workload one step
+    larger) and are tried again last, not first. It stops when a whole round, every candidate
+    once, finds nothing (or the budget is spent)."""
+    tries, start = 0, 0
+    while tries < budget:
+        cands = list(_candidates(w))
+        start = min(start, len(cands))
+        for i in [*range(start, len(cands)), *range(start)]:
             if tries >= budget:
                 break
+            tries += 1
+            if fails(cands[i]):
+                w, start = cands[i], i
+                break
+        else:
+            break  # a whole round without a smaller failing workload
     return _renumber(w)

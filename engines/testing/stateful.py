@@ -14,6 +14,7 @@ oracle and which checks apply all come from there.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from hypothesis import note
 from hypothesis import settings as Settings
@@ -29,9 +30,10 @@ from hypothesis.stateful import (
 from engines.protocol import Engine, Request
 from engines.testing.bad_requests import BAD_KINDS, bad_request
 from engines.testing.context import SuiteContext, build_context
-from engines.testing.properties import PROPERTIES
+from engines.testing.crash import EngineCrashed
+from engines.testing.properties import PROPERTIES, Violation
 from engines.testing.recorder import Recorder
-from engines.testing.report import explain
+from engines.testing.report import crash_finding, explain
 from engines.testing.search import search_settings
 from engines.testing.strategies import prompts, request_mixes
 from engines.testing.verdict import Failure
@@ -41,6 +43,7 @@ __all__ = ["EngineMachine", "engine_machine", "run_engine_machine"]
 
 # Cheap enough to judge the partial trace after every step.
 _STEP_INVARIANTS = ("budget_finish", "compaction", "slot_lengths", "zero_waste")
+T = TypeVar("T")
 
 
 class EngineMachine(RuleBasedStateMachine):
@@ -82,14 +85,32 @@ class EngineMachine(RuleBasedStateMachine):
             # One raise site, no exception context: Hypothesis sees one bug and shrinks it.
             raise failure
 
+    def _engine(self, action: Callable[[], T]) -> T:
+        """action(), where an exception from the engine (in the machine's run, or in the
+        oracle's while a request is drawn) becomes a finding with its runnable script."""
+        __tracebackhide__ = True
+        finding: Violation
+        try:
+            return action()
+        except EngineCrashed as crash:
+            if crash.replay is not None:  # the oracle's: its script is the request alone
+                finding = crash_finding(crash)
+            else:  # the machine's: the rules so far, as a workload, replay it
+                steps = self.rec.k + 1 if crash.step is None else crash.step + 1
+                finding = explain(self.ctx, Failure(crash, steps), self.rec.workload())
+        self.failed = True
+        # One raise site, no exception context: Hypothesis sees one bug and shrinks it.
+        raise finding
+
     @rule(data=st.data())
     def add_request(self, data: st.DataObject) -> None:
-        (req,) = data.draw(request_mixes(self.limits, alone=self.ctx.oracle.tokens,
-                                         min_size=1, max_size=1), label="request")
+        (req,) = self._engine(lambda: data.draw(request_mixes(
+            self.limits, alone=self.ctx.oracle.tokens, min_size=1, max_size=1),
+            label="request"))
         req = Request(req.prompt_token_ids, req.params, request_id=f"r{self.n_requests}")
         self.n_requests += 1
         note(f"before step {self.rec.k}: add {req}")
-        self.rec.add(req)
+        self._engine(lambda: self.rec.add(req))
 
     @rule(data=st.data())
     def add_bad_request(self, data: st.DataObject) -> None:
@@ -107,7 +128,7 @@ class EngineMachine(RuleBasedStateMachine):
         else:
             bad = BadRequest(self.rec.k, kind, bad_request(self.limits, kind, prompt, rid))
         note(f"before step {self.rec.k}: add bad request ({kind})")
-        self.rec.add_bad(bad)
+        self._engine(lambda: self.rec.add_bad(bad))
         self._judge(["bad_input"], partial=True)
 
     @precondition(lambda self: self.limits.abortable and bool(self.rec.requests))
@@ -116,11 +137,11 @@ class EngineMachine(RuleBasedStateMachine):
         ids = [r.request_id for r in self.rec.requests]
         rid = data.draw(st.sampled_from(ids), label="abort")
         note(f"before step {self.rec.k}: abort {rid}")
-        self.rec.abort(rid)
+        self._engine(lambda: self.rec.abort(rid))
 
     @rule()
     def step(self) -> None:
-        record = self.rec.step()
+        record = self._engine(self.rec.step)
         note(f"step {record.index}: {record.outputs}")
         self._judge(_STEP_INVARIANTS, partial=True)
 
@@ -136,7 +157,7 @@ class EngineMachine(RuleBasedStateMachine):
             return
         try:
             w = self.rec.workload()
-            self.rec.drain(self.rec.k + w.step_bound())
+            self._engine(lambda: self.rec.drain(self.rec.k + w.step_bound()))
             self._judge(list(PROPERTIES), partial=False)
             self.ok = True
         finally:
@@ -155,4 +176,13 @@ def engine_machine(ctx_or_factory: SuiteContext | Callable[[], Engine]) -> type[
 def run_engine_machine(ctx: SuiteContext, *, settings: Settings | None = None) -> None:
     """Run the machine as a test under the current Hypothesis profile (or `settings`)."""
     __tracebackhide__ = True
-    run_state_machine_as_test(engine_machine(ctx), settings=search_settings(settings))
+    try:
+        run_state_machine_as_test(engine_machine(ctx), settings=search_settings(settings))
+        return
+    except Violation as failure:
+        if failure.prop != EngineCrashed.prop:
+            raise
+        # A crash's finding carries the script that replays it: Hypothesis' listing of the
+        # rules would repeat it at length, and its frames are not the engine's.
+        finding = crash_finding(failure)
+    raise finding

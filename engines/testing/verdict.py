@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from engines.protocol import Engine
 from engines.testing.context import SuiteContext
+from engines.testing.crash import EngineCrashed
 from engines.testing.properties import PROPERTIES
 from engines.testing.recorder import Trace, is_drained, run_workload
 from engines.testing.workload import Workload
@@ -49,7 +50,10 @@ def _run(ctx: SuiteContext, engine: Engine, w: Workload, check: str) -> tuple[Fa
         trace = run_workload(engine, w, deadline=ctx.step_timeout)
         PROPERTIES[check](trace, ctx.judge)
     except AssertionError as exc:
-        steps = len(trace.steps) if trace is not None else w.last_event_step + 1
+        if trace is None and isinstance(exc, EngineCrashed) and exc.step is not None:
+            steps = exc.step + 1  # the run crashed in this step
+        else:
+            steps = len(trace.steps) if trace is not None else w.last_event_step + 1
         return Failure(exc, steps), trace
     return None, trace
 
@@ -70,11 +74,26 @@ def fails(ctx: SuiteContext, w: Workload, check: str) -> bool:
     return attempt(ctx, engine, w, check)[0] is not None
 
 
+def _judged(ctx: SuiteContext, trace: Trace, check: str) -> Failure | None:
+    try:
+        PROPERTIES[check](trace, ctx.judge)
+    except AssertionError as exc:
+        return Failure(exc, len(trace.steps))
+    return None
+
+
 def verify(ctx: SuiteContext, w: Workload, check: str) -> Outcome:
-    """Judge w on a pooled engine, confirming a failure on a reused one with a fresh one."""
-    engine, fresh = ctx.pool.acquire()
-    history = tuple(ctx.pool.history(engine))
-    failure, trace = attempt(ctx, engine, w, check)
+    """Judge w on a pooled engine, confirming a failure on a reused one with a fresh one.
+    A run another check already made of w is judged instead of serving w again."""
+    run = ctx.runs.get(w)
+    if run is not None:
+        trace: Trace | None = run.trace
+        failure, fresh, history = _judged(ctx, run.trace, check), run.fresh, run.history
+    else:
+        engine, fresh = ctx.pool.acquire()
+        history = tuple(ctx.pool.history(engine))
+        failure, trace = attempt(ctx, engine, w, check)
+        ctx.runs.keep(w, trace, fresh=fresh, history=history)
     if failure is None:
         return Outcome(trace=trace)
     if fresh:

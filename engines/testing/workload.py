@@ -146,34 +146,52 @@ def repro_sequence(earlier: Sequence[Workload], workload: Workload, factory_src:
     return "\n".join(lines + _replay(workload, steps, show=True))
 
 
-def _replay(workload: Workload, steps: int, *, show: bool) -> list[str]:
-    lines = ["arrivals = {"]
+def _by_step(entries: list[tuple[int, str]], name: str) -> list[str]:
+    lines = [f"{name} = {{"]
     by_step: dict[int, list[str]] = {}
-    for r, s in zip(workload.requests, workload.arrivals, strict=True):
-        by_step.setdefault(s, []).append(f"{render_request(r)},")
+    for s, src in entries:
+        by_step.setdefault(s, []).append(src)
+    for s in sorted(by_step):
+        lines.append(f"    {s}: [")
+        lines.extend(f"        {x}" for x in by_step[s])
+        lines.append("    ],")
+    return [*lines, "}"]
+
+
+def _replay(workload: Workload, steps: int, *, show: bool) -> list[str]:
+    lines = _by_step([(s, f"{render_request(r)},")
+                      for r, s in zip(workload.requests, workload.arrivals, strict=True)],
+                     "arrivals")
+    bad = []
     for b in workload.bad:
         src = render_request(b.request)
         if b.duplicate_of is not None:
             old_id = f"request_id={b.request.request_id!r}"
             src = src.replace(old_id, f"request_id={b.duplicate_of!r}")
-        by_step.setdefault(b.step, []).append(f"{src},  # bad: {b.kind}")
-    for s in sorted(by_step):
-        lines.append(f"    {s}: [")
-        lines.extend(f"        {x}" for x in by_step[s])
-        lines.append("    ],")
-    lines.append("}")
+        bad.append((b.step, f"{src},  # bad: {b.kind}"))
+    if bad:
+        lines += _by_step(bad, "bad")
     aborts: dict[int, list[Hashable]] = {}
     for a in workload.aborts:
         aborts.setdefault(a.step, []).append(a.request_id)
     lines.append(f"aborts = {aborts!r}")
-    refused = "            print(step, 'refused', request.request_id, refused)"
+    # The good requests outside any try: an engine that raises on one raises here too. The
+    # bad ones after them, as the suite sends them; their refusals are expected.
     lines += [
         f"for step in range({steps}):",
         "    for request in arrivals.get(step, []):",
-        "        try:",
-        "            engine.add_request(request)",
-        "        except ValueError as refused:",
-        refused if show else "            pass",
+        "        engine.add_request(request)",
+    ]
+    if bad:
+        refused = "            print(step, 'refused', request.request_id, refused)"
+        lines += [
+            "    for request in bad.get(step, []):",
+            "        try:",
+            "            engine.add_request(request)",
+            "        except ValueError as refused:",
+            refused if show else "            pass",
+        ]
+    lines += [
         "    for request_id in aborts.get(step, []):",
         "        engine.abort_request(request_id)",
         "    print(step, engine.step(), engine.has_work())" if show else "    engine.step()",

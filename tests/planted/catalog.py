@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from tests.planted.continuous_bugs import CONTINUOUS_PLANTED
+from tests.planted.crash_bugs import CRASH_PLANTED
 from tests.planted.edge_bugs import CONTROLS, EDGE_PLANTED
 from tests.planted.model_bugs import MODEL_PLANTED
 from tests.planted.paged_bugs import PAGED_PLANTED
 from tests.planted.toy_bugs import PLANTED
 
-ALL_PLANTED: list[Any] = [*PLANTED, *EDGE_PLANTED, *CONTINUOUS_PLANTED, *MODEL_PLANTED,
-                          *PAGED_PLANTED]
+ALL_PLANTED: list[Any] = [*PLANTED, *EDGE_PLANTED, *CRASH_PLANTED, *CONTINUOUS_PLANTED,
+                          *MODEL_PLANTED, *PAGED_PLANTED]
 # Correct engines the suite must pass (no false alarm).
 ALL_CONTROLS: list[Any] = [*CONTROLS]

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from engines.cache import SlotCache
-from engines.continuous import ContinuousBatchEngine
-from engines.request_state import RequestState
+from engines.core.request_state import RequestState
+from engines.slot.cache import SlotCache
+from engines.slot.continuous import ContinuousBatchEngine
 
 
 class ForgetsToRepoint(ContinuousBatchEngine):

@@ -8,7 +8,9 @@ from hypothesis import Phase
 from hypothesis import settings as Settings
 
 from engines.testing.context import SuiteContext, SuiteOptions, build_context
+from engines.testing.crash import EngineCrashed
 from engines.testing.properties import Violation
+from engines.testing.report import crash_finding
 from engines.testing.search import search
 
 __all__ = ["check_of", "context_of", "hunt", "pinned"]
@@ -37,10 +39,14 @@ def pinned(max_examples: int = 150, *, shrink: bool = True) -> Settings:
 
 def hunt(bug: Any, *, seeds: bool = True, settings: Settings | None = None,
          ctx: SuiteContext | None = None, check: str | None = None) -> Violation | None:
-    """Run the bug's check (or `check`); the Violation it raised, or None if it passed."""
+    """Run the bug's check (or `check`); the Violation it raised, or None if it passed. A
+    crash outside a judged run (the oracle's, as workloads are drawn) reads as the pytest
+    run shows it (engines.testing.conformance)."""
     try:
         search(ctx or context_of(bug), check or check_of(bug), settings=settings or pinned(),
                seeds=seeds)
     except Violation as caught:
         return caught
+    except EngineCrashed as crash:
+        return crash_finding(crash)
     return None

@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from engines.continuous import ContinuousBatchEngine
+from engines.core.sampling import make_generator
 from engines.protocol import StepOutput
-from engines.sampling import make_generator
 from engines.sequential import SequentialEngine
+from engines.slot.continuous import ContinuousBatchEngine
 
 
 class DecodePositionOffByOne(ContinuousBatchEngine):

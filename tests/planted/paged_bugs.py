@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engines.blocks import BlockKey, block_key
-from engines.paged import PagedEngine
-from engines.paged_forward import Row
-from engines.paged_state import PagedRequest
+from engines.paged.blocks import BlockKey, block_key
+from engines.paged.engine import PagedEngine
+from engines.paged.forward import Row
+from engines.paged.state import PagedRequest
 from engines.protocol import StepOutput
 from engines.sequential import SequentialEngine
 

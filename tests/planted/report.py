@@ -22,6 +22,7 @@ from tests.planted.catalog import ALL_PLANTED
 from tests.planted.harness import check_of, hunt
 
 _SIZE = re.compile(r"Counterexample \((\d+) request\(s\), (\d+) bad, (\d+) abort\(s\), (\d+) step")
+_ALONE = "The request alone on a fresh engine, which"
 _LEAK = re.compile(r"Counterexample \((\d+) earlier workload\(s\) of (\d+) request\(s\), "
                    r"then (\d+) request")
 
@@ -32,6 +33,8 @@ def _size(text: str) -> str:
         return f"{m[1]} req + {m[2]} bad + {m[3]} abort, {m[4]} steps"
     if leak:
         return f"{leak[3]} req after {leak[1]} workload(s) of {leak[2]}"
+    if _ALONE in text:  # a crash of the alone oracle's: the request on its own
+        return "1 req alone"
     return "?"
 
 

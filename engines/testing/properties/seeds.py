@@ -23,7 +23,7 @@ from engines.protocol import Request
 from engines.testing.properties.base import Judge, describe, fail
 from engines.testing.recorder import Trace
 
-__all__ = ["FALSE_ALARM", "check_seeds", "identical_bound", "seed_groups"]
+__all__ = ["FALSE_ALARM", "check_seeds", "identical_bound", "seed_groups", "seeds_needed"]
 
 FALSE_ALARM = 1e-6
 
@@ -35,6 +35,21 @@ def identical_bound(top: Mapping[int, float], k: int) -> float:
         return 1.0
     rest = max(0.0, 1.0 - sum(probs))
     return float(sum(p**k for p in probs) + probs[-1] ** (k - 1) * rest)
+
+
+def seeds_needed(top: Mapping[int, float], most: int = 10_000) -> int | None:
+    """The fewest distinct seeds whose group `check_seeds` would judge under these top
+    candidates (bound below FALSE_ALARM), or None if not even `most` would do: what the
+    summary tells a user whose groups were too small."""
+    if not top or max(top.values()) >= 0.0:  # one certain token (or not logprobs at all)
+        return None
+    if identical_bound(top, most) >= FALSE_ALARM:
+        return None
+    low, high = 1, most  # the bound falls as k grows: bisect for the first k below it
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if identical_bound(top, mid) < FALSE_ALARM else (mid, high)
+    return high
 
 
 def seed_groups(trace: Trace) -> list[list[Request]]:

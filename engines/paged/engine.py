@@ -1,7 +1,7 @@
 """Paged engine: one block KV pool for all requests, chunked prefill under a per-step token
 budget, prefix caching and preemption by recompute (the vLLM V1 / Sarathi-Serve design).
 
-One step: retire aborted requests; schedule (engines.paged_schedule): decode rows first,
+One step: retire aborted requests; schedule (engines.paged.schedule): decode rows first,
 then prompt chunks, fewest tokens left first, admitting waiting requests first come first
 served while the token budget, the batch size and free blocks allow; one forward pass over
 every scheduled span; sample for each request whose span reached its last token; retire
@@ -23,14 +23,14 @@ from typing import Any
 
 import torch
 
-from engines.base import EngineCore
-from engines.blocks import BlockPool
+from engines.core.engine import EngineCore
+from engines.core.sampling import sample
 from engines.models import DEFAULT_PRESET
-from engines.paged_forward import PagedForward, Row
-from engines.paged_schedule import PagedSchedule
-from engines.paged_state import PagedRequest
+from engines.paged.blocks import BlockPool
+from engines.paged.forward import PagedForward, Row
+from engines.paged.schedule import PagedSchedule
+from engines.paged.state import PagedRequest
 from engines.protocol import InvalidRequest, Request, StepOutput
-from engines.sampling import sample
 
 DEFAULT_BLOCK_SIZE = 16
 # Tokens one step may compute while any request is decoding, decode rows and prompt chunks

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from engines.adapters._book import Live
+from engines.adapters.common.book import Live
 
 __all__ = ["RowSampler"]
 

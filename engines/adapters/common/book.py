@@ -7,8 +7,8 @@ import itertools
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+from engines.core.validation import check_request
 from engines.protocol import FinishReason, Request, StepOutput
-from engines.validation import check_request
 
 
 @dataclass(slots=True)

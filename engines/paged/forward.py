@@ -3,7 +3,7 @@
 Every row is a span of one request's tokens at positions start..start+n-1 with its block
 table. The projections and MLP run once over all tokens packed end to end (as SlotForward's
 mixed pass); each token's K and V are written to its block slot; attention reads each row's
-own blocks only (engines.paged_attention).
+own blocks only (engines.paged.attention).
 
 Tokens stay packed as [T, hidden] and heads as [T, heads, D] from embedding to logits (no
 batch dimension, no transposes around attention), each layer's pool views are made once, and
@@ -24,8 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engines.forward import DecoderParts, _Layer, _rotate_half
-from engines.paged_attention import (
+from engines.core.decoder import DecoderParts, _Layer, _rotate_half
+from engines.paged.attention import (
     PAD_ELEMENTS,
     attend,
     causal_table,

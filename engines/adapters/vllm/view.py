@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engines.adapters._exercised import Tally
+from engines.adapters.common.exercised import Tally
 
 __all__ = ["SchedulerView", "Unavailable"]
 

@@ -1,9 +1,9 @@
-"""What the reference engines share: model set-up, validation, the queue, aborts, introspection.
+"""What every reference engine shares: model set-up, validation, the queue, aborts.
 
 Subclasses write `step()` only: the scheduling policy is the whole difference between them.
-`EngineCore` holds what every engine shares; `BaseEngine` adds the SlotIntrospection
-bookkeeping of the slot engines (an engine without such slots, the paged one, must not
-offer those members: the protocol check is structural).
+`EngineCore` holds what every engine shares; `engines.core.slots.BaseEngine` adds the
+SlotIntrospection bookkeeping of the engines with slots (an engine without such slots, the
+paged one, must not offer those members: the protocol check is structural).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from engines.core.request_state import RequestState
+from engines.core.sampling import make_generator
+from engines.core.validation import check_request
 from engines.models import DEFAULT_PRESET, load_model, parse_dtype, preset_max_model_len
 from engines.protocol import Request, StepOutput
-from engines.request_state import RequestState
-from engines.sampling import make_generator
-from engines.validation import check_request
 
 ModelSpec = str | Path | nn.Module
 S = TypeVar("S", bound=RequestState)  # an engine's per-request state
@@ -129,20 +129,3 @@ class EngineCore(Generic[S]):
             self._finish(seq)
         return in_slots
 
-
-class BaseEngine(EngineCore[RequestState]):
-    """EngineCore plus SlotIntrospection: `running[i]` occupies slot i."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.wasted_slot_steps: int = 0
-
-    def _new_state(self, request: Request, generator: torch.Generator | None) -> RequestState:
-        return RequestState(request, generator)
-
-    def slot_table(self) -> list[Hashable | None]:
-        table: list[Hashable | None] = [seq.request.request_id for seq in self.running]
-        return table + [None] * (self.max_batch_size - len(table))
-
-    def slot_lengths(self) -> list[int]:
-        raise NotImplementedError

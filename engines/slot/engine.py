@@ -6,12 +6,12 @@ from typing import Any
 
 import torch
 
-from engines.base import BaseEngine
-from engines.cache import SlotCache
-from engines.forward import SlotForward
+from engines.core.request_state import RequestState
+from engines.core.sampling import sample
+from engines.core.slots import BaseEngine
 from engines.protocol import StepOutput
-from engines.request_state import RequestState
-from engines.sampling import sample
+from engines.slot.cache import SlotCache
+from engines.slot.forward import SlotForward
 
 
 class SlotEngine(BaseEngine):

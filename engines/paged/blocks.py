@@ -1,6 +1,6 @@
 """The block KV pool's bookkeeping: which block ids are free, held (and how often), or cached.
 
-No tensors here: engines.paged_forward owns the KV memory, indexed by these block ids.
+No tensors here: engines.paged.forward owns the KV memory, indexed by these block ids.
 
 A block is in exactly one of three states:
 - held: ref_count > 0, in one or more requests' block tables;

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from engines.blocks import BlockKey, BlockPool, block_key
-from engines.paged_state import PagedRequest
+from engines.paged.blocks import BlockKey, BlockPool, block_key
+from engines.paged.state import PagedRequest
 
 
 class PagedSchedule:

@@ -1,0 +1,218 @@
+"""transformers' continuous batching behind the engine protocol.
+
+Checked on transformers 5.16.0 through 5.24.0 (5.16 and 5.17 call the block size `block_size`
+and lay the cache out differently: engines.adapters.hf.view). The library has no public
+single-step call: its manager runs a background thread. This adapter starts no thread and
+drives the manager's batch processor itself, one scheduler iteration per `step()`, with the
+three calls that thread makes per iteration (`prepare_next_batch`, `_generation_step`,
+`update_batch`); requests and cancellations go through the manager's public
+`add_request` / `cancel_request`, and tokens come back through its output queue.
+
+Translations (where the library's semantics differ from the protocol):
+- stop tokens: passed as the request's `eos_token_id`; the library keeps the EOS token in its
+  output, as the protocol does. It reports only "finished": STOP or LENGTH is read from the
+  last token.
+- abort: a cancelled request vanishes without an output, so the adapter emits the ABORT.
+- sampling: the library samples from one global RNG at one global temperature; it has no
+  per-request seed and no top logprobs. The adapter hooks its sampler
+  (engines.adapters.hf.sampler).
+
+Beside the protocol: `max_concurrency`, `KVIntrospection` and `exercised()` (what the library's
+scheduler did), read from its private state (engines.adapters.hf.view).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import queue
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+from transformers.generation import ContinuousBatchingConfig, ContinuousBatchingManager
+from transformers.generation.continuous_batching.requests import RequestStatus
+
+from engines.adapters.common.book import RequestBook, stop_or_length
+from engines.adapters.common.exercised import Tally
+from engines.adapters.hf.sampler import RowSampler
+from engines.adapters.hf.view import KVMixin, KVView, count_preemptions, count_prefix_hits
+from engines.models import (
+    DEFAULT_PRESET,
+    DEFAULT_SEED,
+    PRESETS,
+    build_preset,
+    load_checkpoint,
+    preset_max_model_len,
+)
+from engines.protocol import Request, StepOutput
+
+__all__ = ["HFContinuousEngine", "hf_continuous", "make_engine"]
+
+# Tokens per KV block: `page_size` since 5.18, `block_size` in 5.16 and 5.17.
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+_PAGE_FIELD = "page_size" if "page_size" in _CONFIG_FIELDS else "block_size"
+
+
+class HFContinuousEngine(KVMixin):
+    """One `ContinuousBatchingManager`, stepped from the caller's thread."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        *,
+        max_model_len: int,
+        max_batch_size: int = 8,
+        max_batch_tokens: int = 256,
+        page_size: int = 16,
+        num_blocks: int | None = None,
+        allow_block_sharing: bool = False,
+        safety_margin: float | None = None,
+        label: str = "hf_continuous",
+    ) -> None:
+        self.vocab_size: int = model.config.vocab_size
+        self.max_model_len = max_model_len
+        self.max_batch_size = max_batch_size
+        self.max_concurrency = max_batch_size  # requests in one batch at most
+        self._model = model
+        self._book = RequestBook()
+        self._tally = Tally(label)
+        # Sized explicitly: the library's defaults probe memory and cost ~10 s per call on a CPU.
+        # By default enough blocks for a full batch at full context, so no request is evicted;
+        # fewer blocks exercise the library's eviction (a request restarts from its tokens).
+        if num_blocks is None:
+            num_blocks = max_batch_size * -(-max_model_len // page_size)
+        page: dict[str, Any] = {_PAGE_FIELD: page_size}
+        cb_config = ContinuousBatchingConfig(
+            num_blocks=num_blocks,
+            **page,
+            max_batch_tokens=max_batch_tokens,  # prompts longer than this prefill in chunks
+            max_requests_per_batch=max_batch_size,
+            # Prefix sharing: complete blocks are hashed and reused by later prompts.
+            allow_block_sharing=allow_block_sharing,
+            use_async_batching=False,  # async returns each token one iteration late
+            use_cuda_graph=False,
+            # Free share of the pool under which no new prefill starts (None: the scheduler's
+            # own, 0.15 for FIFO); 0 admits until the pool is full, so decodes must evict.
+            safety_margin=safety_margin,
+            seed=DEFAULT_SEED,  # reseeds torch's global RNG when the processor is built
+        )
+        # Our own config: the library rewrites eos_token_id in the one it is given.
+        generation_config = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0)
+        # (mypy sees nn.Module.__getattr__ here, not transformers' ContinuousMixin method)
+        self._manager: ContinuousBatchingManager = model.init_continuous_batching(  # type: ignore[operator]
+            generation_config=generation_config, continuous_batching_config=cb_config
+        )
+        with torch.random.fork_rng(devices=[]):  # keep the caller's global RNG as it was
+            self._processor = self._manager._create_batch_processor()
+        self._manager.batch_processor = self._processor
+        self._kv = KVView(self._processor.cache)
+        count_prefix_hits(self._processor.cache, self._tally)
+        self._chunked: set[str] = set()
+        self._sampler = RowSampler(self._processor.model_runner)
+
+    def add_request(self, request: Request) -> None:
+        params = request.params
+        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
+        live = self._book.get(key)
+        assert live is not None
+        self._sampler.add(live)
+        self._manager.add_request(
+            input_ids=[int(t) for t in request.prompt_token_ids],
+            request_id=key,
+            max_new_tokens=int(params.max_tokens),
+            streaming=True,  # one output per new token, so each step's delta is complete
+            eos_token_id=[int(t) for t in params.stop_token_ids] or -1,
+        )
+
+    def abort_request(self, request_id: Hashable) -> None:
+        key = self._book.abort(request_id)
+        if key is not None:
+            self._manager.cancel_request(key)
+            self._forget(key)
+
+    def has_work(self) -> bool:
+        return self._book.has_work()
+
+    def step(self) -> list[StepOutput]:
+        # Owed ABORTs first: a cancel is applied at the start of the iteration below, so the
+        # aborted request gets no token from it.
+        outputs = self._book.take_aborts()
+        scheduler = self._processor.scheduler
+        active = set(scheduler.active_requests)
+        with torch.no_grad():
+            if self._processor.prepare_next_batch():
+                count_preemptions(scheduler, active, self._tally)
+                batch = self._processor.inputs_and_outputs.requests_in_batch
+                for future in batch:  # a prefill that stops short of the prompt's end
+                    key = future.state.request_id
+                    if not future.has_new_token and key not in self._chunked:
+                        self._chunked.add(key)
+                        self._tally.add("chunked_prompts")
+                self._sampler.rows = [
+                    self._book.get(future.state.request_id)
+                    for future in batch
+                    if future.has_new_token
+                ]
+                self._processor._generation_step(self._model)
+                self._processor.update_batch()
+        results = self._manager.output_router.output_queue
+        while True:
+            try:
+                result = results.get_nowait()
+            except queue.Empty:
+                break
+            live = self._book.get(result.request_id)
+            if live is None:  # aborted before this output was read
+                continue
+            if result.status == RequestStatus.FAILED:
+                raise RuntimeError(
+                    f"transformers failed request {live.request.request_id!r}: {result.error}"
+                )
+            finish = None
+            if result.is_finished():
+                finish = stop_or_length(live.request, result.generated_tokens)
+            top = self._sampler.take_top(live.key)
+            out = self._book.delta(live, result.generated_tokens, finish, top)
+            if finish is not None:
+                self._forget(live.key)
+            if out is not None:
+                outputs.append(out)
+        return outputs
+
+    def _forget(self, key: str) -> None:
+        self._sampler.forget(key)
+        self._chunked.discard(key)
+
+    # -- what was exercised --------------------------------------------------------------------
+    def exercised(self) -> dict[str, int]:
+        """Preemptions, chunked prompts and prefix-cache hit tokens so far
+        (engines.adapters.common.exercised)."""
+        return self._tally.as_dict()
+
+
+@functools.lru_cache(maxsize=4)
+def _private_model(spec: str, seed: int) -> PreTrainedModel:
+    # Not engines.models.load_model's shared instance: the library switches the model's
+    # attention implementation in place, which the other engines must not see.
+    return build_preset(spec, seed=seed) if spec in PRESETS else load_checkpoint(spec)
+
+
+def hf_continuous(
+    model: str | Path = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    max_model_len: int | None = None,
+    **options: float | bool | str | None,
+) -> HFContinuousEngine:
+    """A fresh engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
+    hf_model = _private_model(str(model), seed)
+    max_model_len = (max_model_len or preset_max_model_len(model)
+                     or hf_model.config.max_position_embeddings)
+    return HFContinuousEngine(hf_model, max_model_len=max_model_len, **options)  # type: ignore[arg-type]
+
+
+# The conventional name for --engine; test ids take the function's own: hf_continuous-<property>.
+make_engine = hf_continuous

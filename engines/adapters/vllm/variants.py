@@ -1,0 +1,79 @@
+"""vLLM CPU configurations users turn on, each a zero-argument factory for `--engine` or
+`--engine-variant NAME=engines.adapters.vllm_variants:FACTORY`.
+
+All run the "tiny" preset with 32-token KV blocks, the smallest the CPU attention backend
+accepts. They are sized for the conformance suite's workloads (a few short prompts and at
+most one long one, small budgets): the small-pool variants declare a 64-token context and
+hold exactly one request at full length (2 blocks), so a request that grows into its second
+block while another holds the other one is preempted.
+Each engine counts what it exercised (`exercised()`), which the suite's summary reports.
+"""
+
+from __future__ import annotations
+
+from engines.adapters.vllm.adapter import VLLMEngine, vllm_cpu
+
+__all__ = [
+    "vllm_chunked_prefill",
+    "vllm_one_seq",
+    "vllm_preemption",
+    "vllm_prefix_caching",
+    "vllm_serving_chunked_prefill",
+    "vllm_serving_prefix_caching",
+    "vllm_stress",
+]
+
+_BLOCK = 32
+_SMALL_CONTEXT = 64  # tokens: 2 blocks, one request at full length
+
+
+def vllm_prefix_caching() -> VLLMEngine:
+    """Automatic prefix caching on (vLLM's own default), 8 sequences, blocks for all of them
+    at 512 tokens: a prompt that repeats a full 32-token block of an earlier or running one
+    reuses that block's KV."""
+    return vllm_cpu(label="vllm_prefix_caching", enable_prefix_caching=True,
+                    block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK)
+
+
+def vllm_chunked_prefill() -> VLLMEngine:
+    """Chunked prefill under a 16-token step budget (vLLM's floor is max_num_seqs, 8): any
+    prompt longer than what the running requests' decode tokens leave of it is prefilled over
+    several steps."""
+    return vllm_cpu(label="vllm_chunked_prefill", max_num_batched_tokens=16,
+                    block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK)
+
+
+def vllm_preemption() -> VLLMEngine:
+    """A 64-token context and a pool of 2 blocks (64 tokens): a request growing past 32 tokens
+    beside another one runs the pool dry, so vLLM preempts the newest running request and
+    recomputes it later."""
+    return vllm_cpu(label="vllm_preemption", max_model_len=_SMALL_CONTEXT, block_size=_BLOCK,
+                    num_blocks=_SMALL_CONTEXT // _BLOCK)
+
+
+def vllm_one_seq() -> VLLMEngine:
+    """max_num_seqs 1: requests run strictly one at a time, the rest queue."""
+    return vllm_cpu(label="vllm_one_seq", max_batch_size=1, block_size=_BLOCK,
+                    num_blocks=512 // _BLOCK)
+
+
+def vllm_stress() -> VLLMEngine:
+    """All at once: prefix caching, a 16-token budget (chunked prefill), the 2-block pool of
+    vllm_preemption and 4 sequences."""
+    return vllm_cpu(label="vllm_stress", max_batch_size=4, enable_prefix_caching=True,
+                    max_num_batched_tokens=16, max_model_len=_SMALL_CONTEXT,
+                    block_size=_BLOCK, num_blocks=_SMALL_CONTEXT // _BLOCK)
+
+
+# For the bench (peer figures), not the suite: vllm_cpu's defaults (8 sequences, a pool that
+# holds all of them at full length, so nothing is preempted) with one feature on.
+def vllm_serving_prefix_caching() -> VLLMEngine:
+    """vllm_cpu's defaults with automatic prefix caching on, 32-token blocks."""
+    return vllm_cpu(label="vllm_prefix_caching", enable_prefix_caching=True,
+                    block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK)
+
+
+def vllm_serving_chunked_prefill() -> VLLMEngine:
+    """vllm_cpu's defaults with chunked prefill under a 64-token step budget."""
+    return vllm_cpu(label="vllm_chunked_prefill", max_num_batched_tokens=64,
+                    block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK)

@@ -1,0 +1,64 @@
+"""Config variants of the paged engine for the suite's variant oracle: each changes how the
+engine schedules, never what it computes, so every request must get the same tokens as on
+the default engine.
+
+    pytest --pyargs engines.testing.conformance --engine engines.paged:PagedEngine \\
+        --engine-variant no_prefix_caching=engines.paged_variants:no_prefix_caching \\
+        --engine-variant budget_8=engines.paged_variants:budget_8 \\
+        --engine-variant small_pool=engines.paged_variants:small_pool \\
+        --engine-variant one_at_a_time=engines.paged_variants:one_at_a_time
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engines.models import DEFAULT_PRESET, preset_max_model_len
+from engines.paged.engine import DEFAULT_BLOCK_SIZE, PagedEngine
+
+__all__ = ["VARIANTS", "budget_8", "equal_memory", "no_prefix_caching", "one_at_a_time",
+           "small_pool"]
+
+
+def no_prefix_caching() -> PagedEngine:
+    """Every prompt computed in full: no block is ever shared."""
+    return PagedEngine(enable_prefix_caching=False)
+
+
+def budget_8() -> PagedEngine:
+    """8 tokens a step, decoding or not: decode rows fill it, prompts advance 8 tokens or
+    fewer at a time, so every prompt longer than a few tokens is chunked, at boundaries the
+    default never uses."""
+    return PagedEngine(max_num_batched_tokens=8, max_prefill_only_tokens=8)
+
+
+def small_pool() -> PagedEngine:
+    """A pool of exactly one whole-context request (32 blocks of 16 on the tiny preset), so
+    the largest request still runs alone, shared by 16 seats: bursts and any long prompt
+    run out of blocks and preempt."""
+    context = preset_max_model_len(DEFAULT_PRESET) or 512
+    return PagedEngine(max_batch_size=16, num_blocks=-(-context // DEFAULT_BLOCK_SIZE))
+
+
+def one_at_a_time() -> PagedEngine:
+    """One request at a time: nothing is ever batched with anything."""
+    return PagedEngine(max_batch_size=1)
+
+
+def equal_memory(*, max_batch_size: int = 8, **kwargs: Any) -> PagedEngine:
+    """The bench's paged row: the KV memory of a slot engine with `max_batch_size` slots
+    (each reserves a whole context), shared by twice as many seats. A paged request holds
+    only the blocks its tokens need, so the same memory runs more requests at once: what
+    paging buys, in the llmserve book's words "without buying a single byte of extra RAM"
+    (docs/references.md). On the bench's draw a request averages about a quarter of the
+    context, so twice the seats rarely preempts."""
+    return PagedEngine(max_batch_size=2 * max_batch_size, kv_slots=max_batch_size, **kwargs)
+
+
+VARIANTS = {
+    "no_prefix_caching": no_prefix_caching,
+    "budget_8": budget_8,
+    "small_pool": small_pool,
+    "one_at_a_time": one_at_a_time,
+    "equal_memory": equal_memory,
+}
