@@ -137,6 +137,12 @@ def _bisect(low: float, high: float, iterations: int) -> Plan:
             high = rate
 
 
+def _tries(retries: int) -> str:
+    if retries == 0:
+        return "one try per rate"
+    return f"a failing verdict stands only if all {retries + 1} tries failed"
+
+
 def planned_rounds(iterations: int, retries: int = RETRIES) -> int:
     """Rounds a search runs when one widening step brackets it and every round is retried
     (with several engines bisecting, nearly every round has one whose rate is too high)."""
@@ -199,7 +205,7 @@ def search_many(engines: Mapping[str, Engine], items: list[WorkItem], *,
     SLO, each probe also records its attainment (for plots and tables)."""
     bound = f", p90 queue wait <= {queue_bound_s} s" if queue_bound_s is not None else ""
     rule = (RULE.format(growth=max_growth, bound=bound)
-            + f"; a failing verdict stands only if all {retries + 1} tries failed")
+            + f"; {_tries(retries)}")
     results = {name: Capacity(name, 0.0, float("inf"), rule) for name in engines}
     plans = {name: _capacity_plan(start_rates[name], iterations, max_expand)
              for name in engines}
@@ -220,8 +226,8 @@ def goodput_many(engines: Mapping[str, Engine], items: list[WorkItem], *,
                  time_source: TimeSource | None = None) -> dict[str, Capacity]:
     """Bisect every engine's goodput capacity under `slo`, below its throughput capacity;
     each probe is judged by its own round's targets when `slo` is a PairedSLO."""
-    rule = (f"meets the SLO: stable and {slo.describe()}; a failing verdict stands only if "
-            f"all {retries + 1} tries failed; searched down to capacity / {2 ** max_expand}")
+    rule = (f"meets the SLO: stable and {slo.describe()}; {_tries(retries)}; searched down to "
+            f"capacity / {2 ** max_expand}")
     # Every rate above the capacity bracket's high end is unstable: that is goodput's ceiling.
     # The capacity search's highest SLO-meeting probe is goodput's first passing verdict (it
     # stays in the capacity search's probes: listed once, its run counted once).

@@ -94,7 +94,7 @@ class Config:
         if quick:
             # Brackets 4.4% wide (the table's ties are 5%); goodput searched down to
             # capacity / 16: static batching's is about capacity / 9 under the default SLO.
-            base.update(capacity_requests=160, iterations=4, goodput_iterations=4,
+            base.update(capacity_requests=150, iterations=4, goodput_iterations=4,
                         goodput_halvings=4)
             if device.startswith("cuda"):  # a 1.5B step is ~10 ms: keep the run in minutes
                 base.update(capacity_requests=48, iterations=3, goodput_iterations=2,
