@@ -13,7 +13,7 @@ import pytest
 
 from engines.bench import capacity, disturbance, draws, traces
 from engines.bench.config import Config
-from engines.bench.fake import FakeEngine, VirtualClock
+from engines.bench.doubles.fake import FakeEngine, VirtualClock
 from engines.bench.metrics import requests_frame, summarize, tokens_frame
 from engines.bench.paired import EngineClock, run_closed_paired, run_paired
 from engines.bench.probes import MAX_GROWTH
@@ -252,8 +252,8 @@ def test_cli_quick_writes_consistent_tables_and_plots(
 
     args = ["--quick", "--requests", "24", "--warmup", "0", "--runs", "2", "--iterations", "2",
             "--out", str(tmp_path), "--no-progress", "--slo-ttft", "0.01", "--slo-itl", "0.002",
-            "--engine", "static=engines.bench.fake:static",
-            "--engine", "continuous=engines.bench.fake:continuous"]
+            "--engine", "static=engines.bench.doubles.fake:static",
+            "--engine", "continuous=engines.bench.doubles.fake:continuous"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     summary = pd.read_csv(tmp_path / "summary.csv").set_index("engine")
@@ -268,9 +268,9 @@ def test_cli_quick_writes_consistent_tables_and_plots(
         mine = probes[(probes["engine"] == name) & (probes["search"] == "capacity")]
         # Capacity is the bracket's low end: the highest stable rate probed, below every
         # rate that stayed unstable.
-        assert row["capacity_rps"] == row["capacity_low_rps"] < row["capacity_high_rps"]
-        assert row["capacity_low_rps"] == pytest.approx(mine.loc[mine["stable"], "offered_rps"]
-                                                        .max(), rel=1e-5)
+        assert row["capacity_rps"] < row["capacity_high_rps"]
+        assert row["capacity_rps"] == pytest.approx(mine.loc[mine["stable"], "offered_rps"]
+                                                    .max(), rel=1e-5)
         # Goodput needs stability too: its bracket lies inside capacity's.
         assert row["goodput_rps"] <= row["capacity_rps"]
         assert row["goodput_high_rps"] <= row["capacity_high_rps"]
@@ -316,7 +316,44 @@ def test_cli_names_the_bad_value(flag: str, value: str, field: str,
     from engines.bench import cli
 
     with pytest.raises(SystemExit) as exit_info:
-        cli.main([flag, value, "--no-progress", "--engine", "engines.bench.fake:static"])
+        cli.main([flag, value, "--no-progress", "--engine", "engines.bench.doubles.fake:static"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert f"{field}: must be" in err and f"got {float(value):g}" in err.replace(".0", "")
+
+
+def test_every_run_is_summarized_once_for_every_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The summary row, the CSV frames and asv's samples all read one summary per closed and
+    # reference run, made where the run finished.
+    from engines.bench import comparison, metrics, summary
+    from engines.bench.config import Config
+    from engines.bench.doubles.fake import continuous, static
+
+    summarized: list[int] = []
+    original = metrics.summarize
+
+    def counted(run: Any, **kwargs: Any) -> dict[str, Any]:
+        summarized.append(id(run))
+        return original(run, **kwargs)
+
+    import sys
+
+    from engines.bench import cli, output  # noqa: F401  (every module that might summarize)
+
+    # Every bench module's `summarize` but the probes' (each probe's run is its own).
+    for name, module in list(sys.modules.items()):
+        if name.startswith("engines.bench.") and name != "engines.bench.probes" \
+                and getattr(module, "summarize", None) is original:
+            monkeypatch.setattr(module, "summarize", counted)
+    config = Config(capacity_requests=16, warmup=0, runs=2, iterations=1, goodput_iterations=1,
+                    slo_ttft_s=0.01, slo_itl_s=0.002, admissions_per_class=2)
+    result = comparison.compare({"static": static, "continuous": continuous}, config)
+    made = len(summarized)
+    table = summary.summary(result)
+    summary.frames(result)
+    for engine in result.results.values():
+        summary.samples(engine)
+    assert len(summarized) == made == len(set(summarized))  # none summarized again
+    assert made == sum(len(e.closed) + len(e.reference_summaries)
+                       for e in result.results.values())
+    assert table["output_tokens_per_s"].gt(0).all()

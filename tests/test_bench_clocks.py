@@ -9,7 +9,7 @@ import pytest
 
 from engines.bench import cli, clocks, draws, traces
 from engines.bench.config import Config
-from engines.bench.fake import FakeEngine
+from engines.bench.doubles.fake import FakeEngine
 from engines.bench.paired import EngineClock, run_paired
 
 
@@ -49,9 +49,9 @@ def _args(*argv: str) -> tuple[str, str]:
 def test_auto_takes_the_cpu_clock_only_for_the_default_engines_on_one_thread() -> None:
     assert _args() == ("cpu", "wall")
     assert _args("--threads", "2") == ("wall", "wall")
-    assert _args("--engine", "engines.bench.fake:static") == ("wall", "wall")
+    assert _args("--engine", "engines.bench.doubles.fake:static") == ("wall", "wall")
     assert _args("--clock", "wall")[0] == "wall"
-    assert _args("--engine", "engines.bench.fake:static", "--clock", "cpu")[0] == "cpu"
+    assert _args("--engine", "engines.bench.doubles.fake:static", "--clock", "cpu")[0] == "cpu"
     with pytest.raises(ValueError, match="--clock cpu: needs --threads 1"):
         _args("--clock", "cpu", "--threads", "2")
     with pytest.raises(ValueError, match="clock: 'cpu' times work on this thread only"):

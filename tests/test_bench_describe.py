@@ -11,7 +11,7 @@ import pytest
 from engines.bench import cli
 from engines.bench.config import DEFAULT_ENGINES
 from engines.bench.describe import describe
-from engines.bench.fake import FakeEngine
+from engines.bench.doubles.fake import FakeEngine
 from engines.protocol import Request, StepOutput
 
 

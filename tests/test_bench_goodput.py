@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from engines.bench import capacity, disturbance, draws, probes, traces
-from engines.bench.fake import FakeEngine, FakeTimer, VirtualClock
+from engines.bench.doubles.fake import FakeEngine, FakeTimer, VirtualClock
+from engines.bench.doubles.slowdown import SlowedEngine, planted
 from engines.bench.paired import run_paired
 from engines.bench.slo import SLO, HardwareTimes, PairedSLO, derive
-from engines.bench.slowdown import SlowedEngine, planted
 from engines.protocol import Request, StepOutput
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,7 @@ from engines.bench.capacity import Capacity
 from engines.bench.config import Config, EngineFactory
 from engines.bench.describe import EngineDescription, describe
 from engines.bench.devices import Sync, synchronizer
+from engines.bench.metrics import summarize
 from engines.bench.paired import run_closed_paired, run_paired
 from engines.bench.progress import Progress, progress
 from engines.bench.replay import Run
@@ -53,6 +55,15 @@ class EngineResult:
     disturbance: Run | None = None
     spikes: pd.DataFrame = field(default_factory=pd.DataFrame)
     timeline: Run | None = None
+    # Each run summarized once (engines.bench.metrics.summarize), for every table that reads
+    # it: the closed runs as they finish, the reference runs under the headline SLO.
+    closed_summaries: list[dict[str, Any]] = field(default_factory=list)
+    reference_summaries: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens/s of the closed runs: their median."""
+        return float(np.median([s["output_tokens_per_s"] for s in self.closed_summaries]))
 
     @property
     def capacity(self) -> Capacity:
@@ -194,6 +205,18 @@ def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
         result.timeline = timelines.get(name)
 
 
+def closed_stage(engines: dict[str, Engine], trace: traces.ArrivalTrace, config: Config, *,
+                 bar: Progress, sync: Sync | None = None) -> dict[str, EngineResult]:
+    """The closed protocol, paired: `config.warmup` unrecorded runs of `trace`, then
+    `config.runs` recorded ones; the first stage of a comparison and all of `closed`."""
+    bar.stage("closed runs", config.warmup + config.runs)
+    closed = run_closed_paired(engines, trace, warmup=config.warmup, runs=config.runs,
+                               on_run=bar.tick, sync=sync,
+                               time_source=clocks.source(config.clock))
+    return {name: EngineResult(name, runs, closed_summaries=[summarize(r) for r in runs])
+            for name, runs in closed.items()}
+
+
 def compare(factories: dict[str, EngineFactory], config: Config, *,
             show_progress: bool = False) -> Comparison:
     """Build every engine and benchmark them all on the same draws and traces, paired."""
@@ -211,15 +234,14 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
     sync = synchronizer(config.device)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
     slo = targets(config, max_model_len, timer)
-    bar.stage("closed runs", config.warmup + config.runs)
     closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")
-    closed = run_closed_paired(engines, closed_trace, warmup=config.warmup, runs=config.runs,
-                               on_run=bar.tick, sync=sync,
-                               time_source=clocks.source(config.clock))
-    results = {name: EngineResult(name, closed[name]) for name in engines}
+    results = closed_stage(engines, closed_trace, config, bar=bar, sync=sync)
     for replica in range(config.replicas):
         _replica(engines, results, config, slo, mixed, replica, sync, bar)
     _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar)
     top, hardware = headline(slo)
+    for result in results.values():
+        result.reference_summaries = [summarize(r, slo=top) for r in result.references
+                                      if r is not None]
     return Comparison(config, top, hardware, results, slo,
                       {name: describe(name, engine) for name, engine in engines.items()})

@@ -11,7 +11,7 @@ from typing import Any
 
 from engines.bench.clocks import source
 from engines.bench.devices import default_device
-from engines.bench.slowdown import SlowedEngine, planted
+from engines.bench.doubles.slowdown import SlowedEngine, planted
 from engines.factories import load_factory
 from engines.protocol import Engine
 
@@ -117,8 +117,8 @@ class Config:
 
 
 def default_engines(config: Config) -> dict[str, EngineFactory]:
-    """DEFAULT_ENGINES on the config's model; BENCH_SLOWDOWN (engines.bench.slowdown) wraps
-    them in a planted slowdown."""
+    """DEFAULT_ENGINES on the config's model; BENCH_SLOWDOWN (engines.bench.doubles.slowdown)
+    wraps them in a planted slowdown."""
     kwargs = {"model": config.preset, "device": config.device, "dtype": config.dtype,
               "max_batch_size": config.max_batch_size}
     factories: dict[str, EngineFactory] = {}
