@@ -13,6 +13,9 @@ from enum import Enum
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "ALL_PARAMS",
+    "BASE_PARAMS",
+    "LOGPROBS_OF",
     "Abortable",
     "Engine",
     "Exercised",
@@ -23,6 +26,7 @@ __all__ = [
     "SamplingParams",
     "SlotIntrospection",
     "StepOutput",
+    "supported_sampling",
 ]
 
 
@@ -40,15 +44,58 @@ class FinishReason(str, Enum):
 # the suite must be able to build bad requests to prove that they do.
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
+    """Per-request sampling, with vLLM's semantics where it has one. A token is chosen from
+    the model's logits for the request's row, processed in this order:
+
+    1. min_tokens: while fewer than `min_tokens` tokens are generated, the stop ids cannot be
+       sampled (their logits are -inf), so no stop id ends the request before it.
+    2. repetition_penalty (1.0: off, > 0): every token id in the prompt or the output so far
+       has its logit divided by the penalty where positive, multiplied where negative.
+    3. frequency_penalty, presence_penalty (0.0: off, in [-2, 2]): over the output so far
+       only, the logit of a token generated c times drops by frequency_penalty x c, plus
+       presence_penalty once if c > 0.
+    4. temperature 0: the argmax (top_k, top_p and min_p then cannot change the choice).
+       Otherwise logits / temperature, then top_k (0 or -1: off; keep the k most likely),
+       top_p (1.0: off, in (0, 1]; keep the most likely tokens whose probabilities sum to at
+       least top_p), min_p (0.0: off, in [0, 1]; keep tokens at least min_p x the most likely
+       one's probability), each on what the previous one kept, and a draw from the rest by
+       the request's own RNG (`seed`). top_k: -1 is accepted as vLLM's older "off".
+    Top logprobs (`logprobs` > 0) are of the model's raw distribution, before any of these
+    steps, as vLLM returns them by default; an engine that returns processed ones says so
+    (LOGPROBS_OF).
+    """
+
     max_tokens: int = 16  # >= 1
     stop_token_ids: tuple[int, ...] = ()
     temperature: float = 0.0  # 0.0 = greedy
     seed: int | None = None  # per-request RNG when temperature > 0
     logprobs: int = 0  # top candidates to return per token (0: none)
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    min_tokens: int = 0  # <= max_tokens
 
     def __post_init__(self) -> None:
         if isinstance(self.stop_token_ids, list):
             object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+
+
+# The fields an engine honours unless it declares otherwise (`supported_sampling`, a set of
+# SamplingParams field names, on the engine): what the protocol had before the rest.
+BASE_PARAMS = frozenset({"max_tokens", "stop_token_ids", "temperature", "seed", "logprobs"})
+ALL_PARAMS = frozenset(SamplingParams.__dataclass_fields__)
+# What an engine's top logprobs are of (`logprobs_of` on the engine; "raw" unless declared).
+LOGPROBS_OF = ("raw", "processed")
+
+
+def supported_sampling(engine: object) -> frozenset[str]:
+    """The SamplingParams fields `engine` declares it honours (BASE_PARAMS if it says none).
+    A field an engine does not declare is never sent to it at anything but its default."""
+    declared = getattr(engine, "supported_sampling", None)
+    return BASE_PARAMS if declared is None else frozenset(declared) | {"max_tokens"}
 
 
 _auto_ids = itertools.count()
@@ -76,6 +123,9 @@ class StepOutput:
     finish_reason: FinishReason | None = None
     # One mapping per token when params.logprobs > 0: top candidate id -> logprob.
     top_logprobs: tuple[Mapping[int, float], ...] | None = None
+    # One per token when params.logprobs > 0: the sampled token's logprob (of the same
+    # distribution as top_logprobs), whether or not it is among the top candidates.
+    logprobs: tuple[float, ...] | None = None
 
     @property
     def finished(self) -> bool:

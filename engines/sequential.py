@@ -63,8 +63,8 @@ class SequentialEngine(BaseEngine):
         return outputs
 
     def _emit(self, logits: torch.Tensor, seq: RequestState, outputs: list[StepOutput]) -> None:
-        tokens, tops = sample(logits, [seq])
-        outputs.append(seq.append(tokens[0], tops[0]))
+        tokens, tops, logprobs = sample(logits, [seq])
+        outputs.append(seq.append(tokens[0], tops[0], logprobs[0]))
         if seq.finished:
             self._finish(seq)
 

@@ -20,7 +20,7 @@ from engines.core.request_state import RequestState
 from engines.core.sampling import make_generator
 from engines.core.validation import check_request
 from engines.models import DEFAULT_PRESET, load_model, parse_dtype, preset_max_model_len
-from engines.protocol import Request, StepOutput
+from engines.protocol import ALL_PARAMS, Request, StepOutput
 
 ModelSpec = str | Path | nn.Module
 S = TypeVar("S", bound=RequestState)  # an engine's per-request state
@@ -30,6 +30,9 @@ class EngineCore(Generic[S]):
     """Implements Engine and Abortable bookkeeping: model, validation, queue; not the schedule."""
 
     name = "base"
+    # Every SamplingParams field, per row (engines.core.sampling); top logprobs are raw.
+    supported_sampling: frozenset[str] = ALL_PARAMS
+    logprobs_of = "raw"
     # Properties this engine knowingly breaks, with the reason: the suite makes them strict xfails.
     expected_failed_checks: Mapping[str, str] = {}
 
@@ -81,6 +84,7 @@ class EngineCore(Generic[S]):
             vocab_size=self.vocab_size,
             max_model_len=self.max_model_len,
             in_flight=self._live,
+            supported=self.supported_sampling,
         )
 
     def _new_state(self, request: Request, generator: torch.Generator | None) -> S:

@@ -23,11 +23,13 @@ class RequestState:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def append(self, token: int, top: Mapping[int, float] | None) -> StepOutput:
-        """Record a sampled token, decide whether it finishes the request, describe the step."""
+    def append(self, token: int, top: Mapping[int, float] | None,
+               logprob: float | None = None) -> StepOutput:
+        """Record a sampled token, decide whether it finishes the request, describe the step.
+        A stop id ends the request only once min_tokens are out (sampling masks it before)."""
         self.output.append(token)
         params = self.request.params
-        if token in params.stop_token_ids:
+        if token in params.stop_token_ids and len(self.output) > params.min_tokens:
             self.finish_reason = FinishReason.STOP
         elif len(self.output) >= params.max_tokens:
             self.finish_reason = FinishReason.LENGTH
@@ -36,6 +38,7 @@ class RequestState:
             (token,),
             self.finish_reason,
             None if top is None else (top,),
+            None if logprob is None else (logprob,),
         )
 
     def abort(self) -> StepOutput:

@@ -165,9 +165,9 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
             self._cache_full_blocks(seq)
             if seq.num_computed == seq.num_tokens:
                 ready.append(seq)
-        tokens, tops = sample(logits, ready)
-        for seq, token, top in zip(ready, tokens, tops, strict=True):
-            outputs.append(seq.append(token, top))
+        tokens, tops, logprobs = sample(logits, ready)
+        for seq, token, top, logprob in zip(ready, tokens, tops, logprobs, strict=True):
+            outputs.append(seq.append(token, top, logprob))
             if seq.finished:
                 self._finish(seq)
                 self._retire(seq)

@@ -53,9 +53,9 @@ class SlotEngine(BaseEngine):
     def _emit(
         self, logits: torch.Tensor, seqs: list[RequestState], outputs: list[StepOutput]
     ) -> None:
-        tokens, tops = sample(logits, seqs)
-        for seq, token, top in zip(seqs, tokens, tops, strict=True):
-            outputs.append(seq.append(token, top))
+        tokens, tops, logprobs = sample(logits, seqs)
+        for seq, token, top, logprob in zip(seqs, tokens, tops, logprobs, strict=True):
+            outputs.append(seq.append(token, top, logprob))
             if seq.finished:
                 self._finish(seq)
 

@@ -88,7 +88,7 @@ def _params_src(p: SamplingParams) -> str:
     defaults = SamplingParams()
     parts = [
         f"{name}={getattr(p, name)!r}"
-        for name in ("max_tokens", "stop_token_ids", "temperature", "seed", "logprobs")
+        for name in SamplingParams.__dataclass_fields__  # every field, in declared order
         if getattr(p, name) != getattr(defaults, name)
     ]
     return f"SamplingParams({', '.join(parts)})"
