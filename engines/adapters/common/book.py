@@ -4,11 +4,11 @@ lists turned into per-step deltas, and the ABORT outputs neither library emits i
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engines.core.validation import check_request
-from engines.protocol import FinishReason, Request, StepOutput
+from engines.protocol import BASE_PARAMS, FinishReason, Request, StepOutput
 
 
 @dataclass(slots=True)
@@ -46,10 +46,13 @@ class RequestBook:
         """The library keys of those requests."""
         return list(self._by_key)
 
-    def add(self, request: Request, *, vocab_size: int, max_model_len: int) -> str:
-        """Refuse bad input (before the library sees it), then track the request."""
+    def add(self, request: Request, *, vocab_size: int, max_model_len: int,
+            supported: Collection[str] = BASE_PARAMS) -> str:
+        """Refuse bad input (before the library sees it), and any SamplingParams field outside
+        `supported` (the adapter's supported_sampling), then track the request."""
         check_request(
-            request, vocab_size=vocab_size, max_model_len=max_model_len, in_flight=self.in_flight()
+            request, vocab_size=vocab_size, max_model_len=max_model_len, in_flight=self.in_flight(),
+            supported=supported,
         )
         live = Live(request, f"r{next(self._keys)}")
         self._by_id[request.request_id] = live
@@ -92,10 +95,14 @@ class RequestBook:
             del self._by_key[live.key]
         elif not new:
             return None
-        logprobs = None
+        tops, sampled = None, None
         if live.request.params.logprobs > 0:
-            logprobs = tuple(top_logprobs) if top_logprobs is not None else ()
-        return StepOutput(live.request.request_id, new, finish, logprobs)
+            tops = tuple(top_logprobs) if top_logprobs is not None else ()
+            # The sampled token's own logprob, where the library put it among the top ones
+            # (vLLM always does).
+            if len(tops) == len(new) and all(t in m for t, m in zip(new, tops, strict=True)):
+                sampled = tuple(m[t] for t, m in zip(new, tops, strict=True))
+        return StepOutput(live.request.request_id, new, finish, tops, sampled)
 
 
 def stop_or_length(request: Request, tokens: Sequence[int]) -> FinishReason:

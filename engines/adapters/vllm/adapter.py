@@ -39,7 +39,7 @@ from engines.adapters.common.book import RequestBook
 from engines.adapters.common.exercised import Tally
 from engines.adapters.vllm.view import SchedulerView
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, preset_max_model_len
-from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput
+from engines.protocol import ALL_PARAMS, FinishReason, InvalidRequest, Request, StepOutput
 
 __all__ = ["VLLMConfig", "VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
 
@@ -49,6 +49,10 @@ _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": Fi
 class VLLMEngine:
     """One in-process `LLMEngine`, with the protocol's optional KV introspection and counts of
     what the scheduler exercised (`exercised()`)."""
+
+    # vLLM has every SamplingParams field; its logprobs are raw by default (logprobs_mode).
+    supported_sampling = ALL_PARAMS
+    logprobs_of = "raw"
 
     def __init__(self, config: VLLMConfig, *, label: str = "vllm_cpu") -> None:
         self.config = config
@@ -81,7 +85,8 @@ class VLLMEngine:
                 f"{vllm.__version__}: a seeded request whose prompt is chunked crashes the engine "
                 f"(max_num_batched_tokens={self.config.max_num_batched_tokens})"
             )
-        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
+        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len,
+                             supported=self.supported_sampling)
         params = vllm.SamplingParams(
             max_tokens=int(p.max_tokens),
             # vLLM keeps a stop token id in output_token_ids, as the protocol does.
@@ -91,6 +96,15 @@ class VLLMEngine:
             logprobs=int(p.logprobs) or None,
             ignore_eos=True,  # the config's EOS is no stop token of ours
             detokenize=False,
+            # The protocol's processing fields are vLLM's own, with its semantics and order;
+            # with ignore_eos, min_tokens holds back the stop ids only, as the protocol says.
+            top_k=int(p.top_k),
+            top_p=float(p.top_p),
+            min_p=float(p.min_p),
+            repetition_penalty=float(p.repetition_penalty),
+            presence_penalty=float(p.presence_penalty),
+            frequency_penalty=float(p.frequency_penalty),
+            min_tokens=int(p.min_tokens),
         )
         prompt = {"prompt_token_ids": [int(t) for t in request.prompt_token_ids]}
         # 0.32 returns the id it gave the request internally (the key plus a suffix).
