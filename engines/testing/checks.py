@@ -19,27 +19,7 @@ from typing import Any, Literal
 
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
-from engines.testing.properties import Judge
-from engines.testing.properties.kv import check_kv_accounting
-from engines.testing.properties.parity import (
-    check_parity,
-    check_prefill_decode,
-    check_reference_parity,
-    check_variants,
-)
-from engines.testing.properties.requests import (
-    check_bad_input,
-    check_budget_finish,
-    check_liveness,
-    check_token_range,
-)
-from engines.testing.properties.seeds import check_seeds
-from engines.testing.properties.slots import (
-    check_compaction,
-    check_slot_lengths,
-    check_work_conservation,
-    check_zero_waste,
-)
+from engines.testing.properties import Judge, kv, parity, requests, seeds, slots
 from engines.testing.recorder import Trace
 
 __all__ = ["CHECKS", "KV", "PROPERTIES", "REFERENCE", "REGISTRY", "SLOTS", "SLOT_CHECKS",
@@ -126,22 +106,22 @@ _EVERY_STEP: frozenset[Moment] = frozenset({"step"})
 
 # In the order a report lists them; test ids read <engine>-<check>.
 REGISTRY: tuple[Check, ...] = (
-    Check("parity", check_parity),
-    Check("reference_parity", check_reference_parity, needs=(REFERENCE,)),
-    Check("prefill_decode", check_prefill_decode),
-    Check("variants", check_variants, needs=(VARIANTS,)),
-    Check("seeds", check_seeds, draws=Draws(seed_groups=True), sampling=True,
+    Check("parity", parity.check_parity),
+    Check("reference_parity", parity.check_reference_parity, needs=(REFERENCE,)),
+    Check("prefill_decode", parity.check_prefill_decode),
+    Check("variants", parity.check_variants, needs=(VARIANTS,)),
+    Check("seeds", seeds.check_seeds, draws=Draws(seed_groups=True), sampling=True,
           tally=Coverage.record_seed_groups),
-    Check("token_range", check_token_range),
-    Check("budget_finish", check_budget_finish, machine=_EVERY_STEP),
-    Check("liveness", check_liveness, machine=frozenset({"has_work lied"})),
-    Check("bad_input", check_bad_input, draws=Draws(bad=(1, 2), bad_seed_workloads=True),
+    Check("token_range", requests.check_token_range),
+    Check("budget_finish", requests.check_budget_finish, machine=_EVERY_STEP),
+    Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),
+    Check("bad_input", requests.check_bad_input, draws=Draws(bad=(1, 2), bad_seed_workloads=True),
           machine=frozenset({"bad request"})),
-    Check("compaction", check_compaction, needs=(SLOTS,), machine=_EVERY_STEP),
-    Check("slot_lengths", check_slot_lengths, needs=(SLOTS,), machine=_EVERY_STEP),
-    Check("zero_waste", check_zero_waste, needs=(SLOTS,), machine=_EVERY_STEP),
-    Check("work_conservation", check_work_conservation, needs=(SLOTS,)),
-    Check("kv_accounting", check_kv_accounting, needs=(KV,)),
+    Check("compaction", slots.check_compaction, needs=(SLOTS,), machine=_EVERY_STEP),
+    Check("slot_lengths", slots.check_slot_lengths, needs=(SLOTS,), machine=_EVERY_STEP),
+    Check("zero_waste", slots.check_zero_waste, needs=(SLOTS,), machine=_EVERY_STEP),
+    Check("work_conservation", slots.check_work_conservation, needs=(SLOTS,)),
+    Check("kv_accounting", kv.check_kv_accounting, needs=(KV,)),
     Check("stateful", None),
 )
 
