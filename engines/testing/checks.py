@@ -46,7 +46,7 @@ class Given:
 class Need:
     """Something a check cannot run without, and the skip reason where a run lacks it."""
 
-    name: str
+    name: str  # what it is, for reading (a repr)
     met: Callable[[Given], bool]
     reason: str  # "{check}" stands for the check's name
 
@@ -86,7 +86,7 @@ class Check:
     # It judges seeded sampling: it draws seeded requests even where the engine declared it
     # broken (a strict xfail must be able to fail), and then no other check draws any.
     sampling: bool = False
-    machine: frozenset[Moment] = frozenset()
+    machine: frozenset[Moment] = frozenset()  # when the machine judges it before teardown
     # What a passing run's judgement (the property's return value) adds to the summary.
     tally: Callable[[Coverage, Any], None] | None = None
 

@@ -102,7 +102,8 @@ def verify(ctx: SuiteContext, w: Workload, check: str) -> Outcome:
     run = ctx.runs.get(w)
     if run is not None:
         trace: Trace | None = run.trace
-        (failure, judged), fresh, history = _judged(ctx, run.trace, check), run.fresh, run.history
+        fresh, history = run.fresh, run.history
+        failure, judged = _judged(ctx, run.trace, check)
     else:
         engine, fresh = ctx.pool.acquire()
         history = tuple(ctx.pool.history(engine))
