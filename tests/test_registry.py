@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.protocol import StepOutput
-from engines.testing import checks
+from engines.protocol import Request, SamplingParams, StepOutput
+from engines.testing import checks, stateful
 from engines.testing.checks import SLOTS, Check, applicability, catalogue, check_named
 from engines.testing.context import build_context
 from engines.testing.coverage import Coverage
@@ -21,7 +21,7 @@ from engines.testing.properties import Judge, Violation
 from engines.testing.properties.base import fail
 from engines.testing.recorder import Trace
 from engines.testing.search import search
-from engines.testing.stateful import run_engine_machine
+from engines.testing.stateful import engine_machine, run_engine_machine
 from examples.toy_engine import ToyEngine
 from tests.planted.harness import pinned
 
@@ -92,9 +92,17 @@ def test_the_search_runs_it_and_tallies_its_counters(registered: Check) -> None:
     assert caught.value.prop == NAME
 
 
-def test_the_state_machine_judges_it_after_every_step(registered: Check) -> None:
+def test_the_state_machine_judges_it_after_every_step(registered: Check,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stateful, "note", lambda text: None)  # one rule, outside Hypothesis
+    ctx = build_context(EmptyEcho, name="EmptyEcho")
+    machine = engine_machine(ctx)()
+    machine.rec.add(Request((1, 2, 3), SamplingParams(max_tokens=2), request_id="r0"))
     with pytest.raises(Violation) as caught:
-        run_engine_machine(build_context(EmptyEcho, name="EmptyEcho"), settings=pinned(30))
+        machine.step()  # judged right after the step that sent the echo, not at teardown
+    assert caught.value.prop == NAME, str(caught.value)
+    with pytest.raises(Violation) as caught:
+        run_engine_machine(ctx, settings=pinned(30))
     assert caught.value.prop == NAME, str(caught.value)
 
 
