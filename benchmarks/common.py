@@ -5,7 +5,7 @@ On CUDA: qwen2.5-1.5b in bf16 with small probes. Every figure asv tracks carries
 samples (closed runs, replicas of the searches, admission steps), so `asv continuous` tests a
 change for significance instead of comparing two numbers. BENCH_PRESET, BENCH_DEVICE,
 BENCH_REQUESTS, BENCH_REPLICAS and BENCH_THREADS override; BENCH_SLOWDOWN plants a slowdown
-(engines.bench.slowdown); BENCH_PROGRESS_S sets the most seconds between a setup's progress
+(engines.bench.doubles.slowdown); BENCH_PROGRESS_S sets the most seconds between a setup's progress
 lines (benchmarks.watch; default 20).
 """
 

@@ -4,21 +4,23 @@
 # so that a drift of the machine does not land on one condition, then prints every run's
 # summary table and checks winners and ratios (scripts/bench_stability_check.py).
 #
-#   bash scripts/bench_stability.sh [-n RUNS_PER_CONDITION] [-k HOGS] [-o DIR] [-- BENCH ARGS]
+#   bash scripts/bench_stability.sh [-n RUNS_PER_CONDITION] [-k HOGS] [-c CPUS] [-o DIR] [-- BENCH ARGS]
 #
 # PYTHON: the interpreter (default .venv/bin/python when it exists, else python).
 # Defaults: 2 runs per condition, 2 hogs (`while :; do :; done`, one per core of a 2-core
-# machine), DIR bench-stability/. The hogs are killed when the hog runs end, and on any exit,
+# machine), DIR bench-stability/. -c CPUS pins the bench and the hogs to those CPUs (taskset
+# list, e.g. 1): a core of its own for the quiet runs where other work shares the machine. The hogs are killed when the hog runs end, and on any exit,
 # Ctrl-C included. Exit status: the checker's (0: every row's winner and ratios held).
 set -euo pipefail
 
-runs=2 hogs=2 out=bench-stability
-while getopts "n:k:o:" opt; do
+runs=2 hogs=2 out=bench-stability pin=()
+while getopts "n:k:c:o:" opt; do
     case $opt in
         n) runs=$OPTARG ;;
         k) hogs=$OPTARG ;;
         o) out=$OPTARG ;;
-        *) echo "usage: $0 [-n RUNS] [-k HOGS] [-o DIR] [-- BENCH ARGS]" >&2; exit 2 ;;
+        c) pin=(taskset -c "$OPTARG") ;;
+        *) echo "usage: $0 [-n RUNS] [-k HOGS] [-c CPUS] [-o DIR] [-- BENCH ARGS]" >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -37,7 +39,7 @@ trap 'stop_hogs; exit 143' TERM
 
 start_hogs() {
     for _ in $(seq "$hogs"); do
-        sh -c 'while :; do :; done' &
+        "${pin[@]}" sh -c 'while :; do :; done' &
         hog_pids+=("$!")
     done
 }
@@ -50,7 +52,7 @@ for i in $(seq "$runs"); do
         [[ $condition == hog ]] && start_hogs
         echo "== $dir: $(uptime)" | tee "$dir.log"
         start=$(date +%s)
-        "$PY" -m engines.bench --quick --no-progress --no-plots --out "$dir" "$@" \
+        "${pin[@]}" "$PY" -m engines.bench --quick --no-progress --no-plots --out "$dir" "$@" \
             >>"$dir.log" 2>&1 || { echo "bench failed: see $dir.log" >&2; exit 1; }
         echo "== $dir: $(( $(date +%s) - start )) s; $(uptime)" | tee -a "$dir.log"
         stop_hogs

@@ -18,25 +18,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.bench.table import ROWS, format_table
+from engines.bench.table import ROWS, Better, contest, format_table
 
 TOLERANCE = 1.2
 
 
-def _ratios(summary: pd.DataFrame, column: str, better: str) -> tuple[str, dict[str, float]]:
-    """(winner, {other engine: winner's ratio over it}); ratios only where both are > 0."""
-    values = pd.to_numeric(summary.set_index("engine")[column], errors="coerce").dropna()
-    if len(values) < 2:
+def _ratios(summary: pd.DataFrame, column: str, better: Better) -> tuple[str, dict[str, float]]:
+    """(winner, {other engine: the best value's ratio over it}) as the bench's table has them
+    (engines.bench.table.contest: engines within its TIE share a win); nan ratios dropped."""
+    values = pd.to_numeric(summary.set_index("engine")[column], errors="coerce")
+    if values.notna().sum() < 2:
         return "", {}
-    if values.nunique() == 1:
+    won, beaten = contest(values, better)
+    if not beaten:
         return "tie", {}
-    top = float(values.max() if better == "higher" else values.min())
-    winner = ", ".join(str(e) for e, v in values.items() if v == top)
-    ratios = {}
-    for engine, value in values.items():
-        if value != top and top > 0 and value > 0:
-            ratios[str(engine)] = top / value if better == "higher" else value / top
-    return winner, ratios
+    return ", ".join(sorted(won)), {e: f for e, f in beaten.items() if not np.isnan(f)}
 
 
 def check(dirs: list[Path]) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from engines.bench import cli
 from engines.bench.config import DEFAULT_ENGINES
 from engines.bench.describe import describe
-from engines.bench.fake import FakeEngine
+from engines.bench.doubles.fake import FakeEngine
 from engines.protocol import Request, StepOutput
 
 
@@ -72,7 +72,8 @@ def test_a_third_party_run_says_what_it_ran_and_where_the_slo_came_from(
     assert cli.main(args) == 0
     captured = capsys.readouterr()
     err, out = captured.err, captured.out
-    assert "3 engines" in err
+    assert "3 engines" in err and "timed in wall time (--clock wall)" in err
+    assert "times: wall time (--clock wall)" in out  # they may compute off this thread
     assert "four: vocab 900, context 320, 4 requests at once" in err
     assert "declared: vocab 700, context 300, 3 requests at once (max_concurrency)" in err
     assert "opaque: vocab 800, context 256, concurrency unknown" in err

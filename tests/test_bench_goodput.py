@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from engines.bench import capacity, disturbance, draws, probes, traces
-from engines.bench.fake import FakeEngine, FakeTimer, VirtualClock
+from engines.bench.doubles.fake import FakeEngine, FakeTimer, VirtualClock
+from engines.bench.doubles.slowdown import SlowedEngine, planted
 from engines.bench.paired import run_paired
 from engines.bench.slo import SLO, HardwareTimes, PairedSLO, derive
-from engines.bench.slowdown import SlowedEngine, planted
 from engines.protocol import Request, StepOutput
 
 
@@ -84,6 +84,36 @@ def test_goodput_is_bisected_below_capacity_and_its_bracket_is_exact() -> None:
     passing = [p for p in good.probes if p.rate == good.low]
     assert passing and all(p.attainment >= 0.9 for p in passing)
     assert "TTFT <= 300 ms" in good.rule
+
+
+def test_the_capacity_searchs_slo_verdicts_narrow_the_goodput_search() -> None:
+    # The same FIFO server, its capacity searched under the SLO: the goodput search starts
+    # from the capacity probes' verdicts, needs fewer probes, and lands on as exact a bracket.
+    slo = SLO(ttft_s=0.3, itl_s=1.0, attainment=0.9)
+    _, plain = _fifo_search(slo)
+    clocks = {"fifo": VirtualClock()}
+    engines = {"fifo": FakeEngine(max_batch_size=1, base_s=0.1, clock=clocks["fifo"])}
+    cap = capacity.search_many(engines, _items(200, 1), start_rates={"fifo": 7.0},
+                               iterations=4, clocks=clocks, slo=slo)["fifo"]
+    seeded = capacity.goodput_many(engines, _items(200, 1), capacities={"fifo": cap},
+                                   slo=slo, iterations=5, clocks=clocks)["fifo"]
+    assert len(seeded.probes) < len(plain.probes)
+    assert seeded.high / seeded.low <= 1.03, seeded.bracket()
+    for p in (*cap.probes, *seeded.probes):  # every verdict agrees with the bracket
+        assert p.meets(slo) == (p.rate <= seeded.low), (p.rate, seeded.bracket())
+    assert seeded.high <= plain.high * 1.03 and seeded.low >= plain.low / 1.03
+
+
+def test_a_narrow_bracket_is_bisected_only_to_the_width_asked_for() -> None:
+    # 5 steps leave a factor-2 bracket 2.2% wide; one already 1.3x wide needs 4.
+    plan = capacity._bisect(100.0, 130.0, 5)
+    rates = [next(plan)]
+    for _ in range(10):
+        try:
+            rates.append(plan.send(True))
+        except StopIteration:
+            break
+    assert len(rates) == 4, rates
 
 
 def test_a_generous_slo_gives_the_capacity_and_an_impossible_one_zero() -> None:

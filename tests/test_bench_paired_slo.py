@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engines.bench import capacity, draws, traces
-from engines.bench.fake import FakeEngine, FakeTimer, Machine, VirtualClock
+from engines.bench.doubles.fake import FakeEngine, FakeTimer, Machine, VirtualClock
 from engines.bench.paired import run_paired
 from engines.bench.probes import Probe
 from engines.bench.slo import SLO, PairedSLO, derive

@@ -6,7 +6,7 @@ import pytest
 
 from engines.bench import capacity, comparison
 from engines.bench.config import Config
-from engines.bench.fake import FakeEngine, FakeTimer
+from engines.bench.doubles.fake import FakeEngine, FakeTimer
 from engines.bench.progress import Progress
 from engines.protocol import Engine
 

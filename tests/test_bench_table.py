@@ -41,3 +41,17 @@ def test_ties_and_lone_engines_name_no_winner() -> None:
     assert table.loc["capacity req/s", "winner"] == "tie"
     assert table.loc["ITL spike x (admission)", "winner"] == ""
     assert "capacity req/s" in format_table(summary)
+
+
+def test_engines_within_five_percent_of_the_best_share_the_win() -> None:
+    # A 1.03x lead is inside what two runs of one engine differ by; 1.10x is not.
+    summary = pd.DataFrame({"engine": ["static", "continuous", "paged"],
+                            "itl_p50_s": [0.00290, 0.00297, 0.00372],
+                            "capacity_rps": [65.0, 97.0, 107.0]})
+    table = winners(summary).set_index("figure")
+    itl = table.loc["ITL p50 s @ reference"]
+    assert itl["winner"] == "static, continuous" and itl["ratio"] == "1.28x paged"
+    capacity = table.loc["capacity req/s"]
+    assert capacity["winner"] == "paged" and capacity["ratio"] == "1.65x static, 1.10x continuous"
+    all_close = pd.DataFrame({"engine": ["a", "b"], "capacity_rps": [100.0, 97.0]})
+    assert winners(all_close).set_index("figure").loc["capacity req/s", "winner"] == "tie"

@@ -123,10 +123,7 @@ FLOW: dict[str, set[str]] = {
     "engines.bench": {"engines.protocol", "engines.factories", "engines.models"},
 }
 # Imports past FLOW, each with the reason it is allowed.
-EXCEPTIONS = {
-    ("engines.bench.hf_baseline", "engines.core.validation"):
-        "the generate() baseline refuses bad input exactly as the reference engines do",
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 # The old public spec paths (README, docs, ci): thin re-exports of where the code now is.
 SHIMS = {
     "engines.continuous": "engines.slot.continuous",

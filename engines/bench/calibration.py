@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,8 +31,10 @@ class ForwardTimer:
     """Times the preset's model (cached by engines.models: the engines reuse it)."""
 
     def __init__(self, preset: str, *, device: str, dtype: str, batch: int, prompt_len: int,
-                 seed: int = 0) -> None:
+                 seed: int = 0, clock: Callable[[], float] = time.perf_counter) -> None:
+        """clock: what a call's time is read from, the engines' own (engines.bench.clocks)."""
         self.batch, self.prompt_len = batch, prompt_len
+        self._clock = clock
         self.basis = f"{preset} {dtype} on {device}, transformers forward"
         self._model: Any = load_model(preset, seed=seed, device=device, dtype=dtype)
         self._sync = synchronizer(device)
@@ -57,11 +60,11 @@ class ForwardTimer:
     def _timed(self, ids: torch.Tensor, kv: DynamicCache) -> tuple[float, torch.Tensor]:
         if self._sync is not None:
             self._sync()
-        start = time.perf_counter()
+        start = self._clock()
         token = self._forward(ids, kv)
         if self._sync is not None:
             self._sync()
-        return time.perf_counter() - start, token
+        return self._clock() - start, token
 
     def decode(self) -> float:
         """One decode step of `batch` rows, each feeding its previous token."""

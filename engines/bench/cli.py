@@ -15,7 +15,7 @@ import argparse
 import functools
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,17 +24,19 @@ import pandas as pd
 from engines.bench import comparison, draws, output, summary, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
 from engines.bench.describe import banner, describe
-from engines.bench.metrics import summarize, write_csv
-from engines.bench.paired import run_closed_paired
+from engines.bench.devices import default_device
+from engines.bench.metrics import write_csv
 from engines.bench.progress import progress
 from engines.bench.table import fmt
-from engines.factories import EngineSpecError, load_labeled
+from engines.factories import EngineSpecError, load_factory, load_labeled
 from engines.models import PRESETS
+from engines.protocol import Engine
 
 # Measured, not promised: the --quick run on the CPU preset, by scripts/bench_stability.py.
-QUICK_HELP = ("small draws (200-request probes, at most 10 capacity and 9 goodput rounds, "
-              "one retry of a failing engine each): measured 597 s wall on 2 cores shared with "
-              "a CI run (load about 4); no quiet-machine figure yet")
+HF_GENERATE = "engines.adapters.hf.generate:HFGenerateEngine"  # `closed`'s baseline
+QUICK_HELP = ("small draws (150-request probes, brackets 4.4%% wide, one try per rate on the "
+              "CPU-time clock): measured 170-172 s wall on 2 cores, the bench's core to itself "
+              "and the other one busy (load 2.6-4.7); 338-419 s beside a busy loop on its core")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, help="latency columns: every engine at this rate "
                                              "(default: each at 0.8 x its own capacity)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--clock", choices=["auto", "wall", "cpu"], default="auto",
+                   help="what the engines' clocks count: wall time, or the CPU time of the "
+                        "thread stepping them, which time slices given to other processes do "
+                        "not advance (engines/bench/clocks.py); auto: cpu for the default "
+                        "engines on CPU with --threads 1, else wall. cpu is right only for "
+                        "engines doing all their work on that thread")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the CPU presets gain nothing from more, "
                         "and oversubscribed spin-waits on a shared machine wreck the timings)")
@@ -84,13 +92,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _clock(args: argparse.Namespace, device: str) -> str:
+    if args.clock != "auto":
+        if args.clock == "cpu" and args.threads != 1:
+            raise ValueError(f"--clock cpu: needs --threads 1 (torch's other threads are not "
+                             f"on this thread's clock), got --threads {args.threads}")
+        return str(args.clock)
+    in_thread = device.startswith("cpu") and args.threads == 1 and not args.engine
+    return "cpu" if in_thread else "wall"
+
+
 def _config(args: argparse.Namespace) -> Config:
     itl = args.slo_itl
     if args.slo_tpot is not None:
         print("batching-bench: --slo-tpot is deprecated; use --slo-itl", file=sys.stderr)
         itl = args.slo_tpot if itl is None else itl
+    device = args.device or default_device()
     return Config.for_hardware(
-        quick=args.quick, device=args.device, preset=args.preset, dtype=args.dtype,
+        quick=args.quick, device=device, clock=_clock(args, device), preset=args.preset,
+        dtype=args.dtype,
         max_batch_size=args.max_batch_size, seed=args.seed, capacity_requests=args.requests,
         reference_rps=args.rate, warmup=args.warmup, runs=args.runs, iterations=args.iterations,
         replicas=args.replicas, slo_ttft_s=args.slo_ttft, slo_itl_s=itl,
@@ -114,7 +134,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(banner({name: describe(name, e) for name, e in engines.items()},
                      preset=config.preset, device=config.device, dtype=config.dtype,
                      max_batch_size=config.max_batch_size, seed=config.seed,
-                     default=not args.engine,
+                     default=not args.engine, clock=config.clock,
                      slo_given=config.slo_ttft_s is not None and config.slo_itl_s is not None),
               file=sys.stderr)
         result = comparison.run(engines, config, bar=bar)
@@ -130,24 +150,23 @@ def cmd_closed(args: argparse.Namespace) -> int:
     config = _config(args)
     factories = _factories(args, config)
     if not args.no_hf:
-        from engines.bench.hf_baseline import HFGenerateEngine
-
+        # A baseline over a library, so an adapter: loaded by its spec, as any engine is.
+        generate: Callable[..., Engine] = load_factory(HF_GENERATE)
         factories["hf-generate"] = functools.partial(
-            HFGenerateEngine, config.preset, device=config.device, dtype=config.dtype)
+            generate, config.preset, device=config.device, dtype=config.dtype)
     engines = comparison.build(factories)
     _, vocab_size = comparison.scale(engines)
     items = draws.closed_mix(vocab_size=vocab_size, seed=config.seed)
     trace = traces.closed(items, tag="cmp")
     print(f"closed: {draws.describe(items)}; preset {config.preset}, "
           f"{config.warmup} warm-up + {config.runs} recorded runs", file=sys.stderr)
-    rows = []
     with progress(not args.no_progress) as bar:
-        bar.stage("closed runs, paired", config.warmup + config.runs)
-        paired = run_closed_paired(engines, trace, warmup=config.warmup, runs=config.runs,
-                                   on_run=bar.tick)
-    for name, runs in paired.items():
-        rates = [summarize(r)["output_tokens_per_s"] for r in runs]
-        rows.append({"engine": name, "output_tokens_per_s": float(np.median(rates)),
+        results = comparison.closed_stage(engines, trace, config, bar=bar)
+    rows = []
+    for name, result in results.items():
+        rates = [s["output_tokens_per_s"] for s in result.closed_summaries]
+        runs = result.closed
+        rows.append({"engine": name, "output_tokens_per_s": result.tokens_per_s,
                      "min": min(rates), "max": max(rates),
                      "wall_s": float(np.median([r.wall_s for r in runs])),
                      "driver_overhead_pct": 100 * sum(r.driver_s for r in runs)

@@ -5,9 +5,12 @@
    every probe round, each round judged by its own targets (engines.bench.slo.PairedSLO).
 2. Closed mixed runs (2 warm-up, 5 recorded): output tokens/s and where the search starts.
 3. Per replica (one by default; asv asks for more, as samples): the capacity search, the
-   goodput search below it, and a reference open-loop run for the latency columns, each
-   engine at `reference_load` (0.5) x its own capacity, so an engine's latency figures never
-   move because another engine's capacity did.
+   goodput search below it, and a reference open-loop run of twice a probe's requests for
+   the latency columns, each engine at `reference_load` (0.5) x its own closed-batch request
+   rate, so an engine's latency figures never move because another engine's did. The closed
+   rate, not the capacity bracket: a median of paired closed runs moves a few percent between
+   runs, where the search's verdicts near capacity move it by up to 20%, and latency at a
+   fixed share of a rate inherits every percent of it.
 4. The admission disturbance (every prompt class admitted into running batches) and a small
    slot-timeline run.
 Every stage drives the engines paired, step by step (engines.bench.paired): the ratios between
@@ -20,15 +23,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from engines.bench import capacity, disturbance, draws, traces
+from engines.bench import capacity, clocks, disturbance, draws, traces
 from engines.bench.capacity import Capacity
 from engines.bench.config import Config, EngineFactory
 from engines.bench.describe import EngineDescription, describe
 from engines.bench.devices import Sync, synchronizer
+from engines.bench.metrics import summarize
 from engines.bench.paired import run_closed_paired, run_paired
 from engines.bench.progress import Progress, progress
 from engines.bench.replay import Run
@@ -50,6 +55,15 @@ class EngineResult:
     disturbance: Run | None = None
     spikes: pd.DataFrame = field(default_factory=pd.DataFrame)
     timeline: Run | None = None
+    # Each run summarized once (engines.bench.metrics.summarize), for every table that reads
+    # it: the closed runs as they finish, the reference runs under the headline SLO.
+    closed_summaries: list[dict[str, Any]] = field(default_factory=list)
+    reference_summaries: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens/s of the closed runs: their median."""
+        return float(np.median([s["output_tokens_per_s"] for s in self.closed_summaries]))
 
     @property
     def capacity(self) -> Capacity:
@@ -108,9 +122,10 @@ def targets(config: Config, max_model_len: int, timer: Timer | None = None) -> T
         timer = ForwardTimer(config.preset, device=config.device, dtype=config.dtype,
                              batch=config.max_batch_size,
                              prompt_len=draws.prompt_classes(max_model_len)[-1],
-                             seed=config.seed)
-    return PairedSLO(Yardstick(timer), config.preset, attainment=config.slo_attainment,
-                     ttft_s=config.slo_ttft_s, itl_s=config.slo_itl_s)
+                             seed=config.seed, clock=clocks.source(config.clock))
+    return PairedSLO(Yardstick(timer, now=clocks.source(config.clock)), config.preset,
+                     attainment=config.slo_attainment, ttft_s=config.slo_ttft_s,
+                     itl_s=config.slo_itl_s)
 
 
 def headline(slo: Targets) -> tuple[SLO, HardwareTimes | None]:
@@ -135,20 +150,24 @@ def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], confi
     caps = capacity.search_many(
         engines, items, start_rates={n: _closed_rps(r.closed) for n, r in results.items()},
         seed=seed, iterations=config.iterations, slo=slo, retries=config.retries, sync=sync,
-        tag=f"r{replica}c", bar=bar)
+        tag=f"r{replica}c", bar=bar, time_source=clocks.source(config.clock))
     bar.stage(f"goodput rounds ({of})",
               capacity.planned_rounds(config.goodput_iterations, config.retries), unit="round")
     goods = capacity.goodput_many(engines, items, capacities=caps, slo=slo, seed=seed,
                                   iterations=config.goodput_iterations,
-                                  retries=config.retries, sync=sync, tag=f"r{replica}g",
-                                  bar=bar)
-    rates = {name: config.reference_rps or config.reference_load * caps[name].low
-             for name in engines}
+                                  max_expand=config.goodput_halvings, retries=config.retries,
+                                  sync=sync, tag=f"r{replica}g", bar=bar,
+                                  time_source=clocks.source(config.clock))
+    rates = {name: config.reference_rps or config.reference_load * _closed_rps(r.closed)
+             for name, r in results.items()}
     live = {name: rate for name, rate in rates.items() if rate > 0}
+    # Twice a probe's requests: a p95 of 400 requests rests on 20 of them, not 10.
+    reference_items = mixed(2 * config.capacity_requests, seed=seed + 4)
     bar.stage(f"reference run ({of})", 1)
     refs = run_paired({n: engines[n] for n in live},
-                      {n: traces.poisson(items, rate, seed=seed, tag=f"ref{replica}")
-                       for n, rate in live.items()}, sync=sync)
+                      {n: traces.poisson(reference_items, rate, seed=seed, tag=f"ref{replica}")
+                       for n, rate in live.items()}, sync=sync,
+                      time_source=clocks.source(config.clock))
     bar.tick()
     for name, result in results.items():
         result.capacities.append(caps[name])
@@ -170,7 +189,7 @@ def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
                              vocab_size=vocab_size, slots=config.max_batch_size,
                              seed=config.seed + 2)
     dist = run_paired(engines, dict.fromkeys(engines, traces.closed(items, tag="dist")),
-                      sync=sync)
+                      sync=sync, time_source=clocks.source(config.clock))
     bar.tick()
     timeline_trace = traces.closed(mixed(2 * config.max_batch_size, seed=config.seed + 3),
                                    tag="timeline")
@@ -178,12 +197,24 @@ def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
     slotted = {name: engine for name, engine in engines.items()
                if callable(getattr(engine, "slot_table", None)) and _drawable(engine)}
     timelines = run_paired(slotted, dict.fromkeys(slotted, timeline_trace), sync=sync,
-                           record_slots=True)
+                           record_slots=True, time_source=clocks.source(config.clock))
     bar.tick()
     for name, result in results.items():
         result.disturbance = dist[name]
         result.spikes = disturbance.spikes(dist[name], seed=config.seed)[1]
         result.timeline = timelines.get(name)
+
+
+def closed_stage(engines: dict[str, Engine], trace: traces.ArrivalTrace, config: Config, *,
+                 bar: Progress, sync: Sync | None = None) -> dict[str, EngineResult]:
+    """The closed protocol, paired: `config.warmup` unrecorded runs of `trace`, then
+    `config.runs` recorded ones; the first stage of a comparison and all of `closed`."""
+    bar.stage("closed runs", config.warmup + config.runs)
+    closed = run_closed_paired(engines, trace, warmup=config.warmup, runs=config.runs,
+                               on_run=bar.tick, sync=sync,
+                               time_source=clocks.source(config.clock))
+    return {name: EngineResult(name, runs, closed_summaries=[summarize(r) for r in runs])
+            for name, runs in closed.items()}
 
 
 def compare(factories: dict[str, EngineFactory], config: Config, *,
@@ -203,14 +234,14 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
     sync = synchronizer(config.device)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
     slo = targets(config, max_model_len, timer)
-    bar.stage("closed runs", config.warmup + config.runs)
     closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")
-    closed = run_closed_paired(engines, closed_trace, warmup=config.warmup, runs=config.runs,
-                               on_run=bar.tick, sync=sync)
-    results = {name: EngineResult(name, closed[name]) for name in engines}
+    results = closed_stage(engines, closed_trace, config, bar=bar, sync=sync)
     for replica in range(config.replicas):
         _replica(engines, results, config, slo, mixed, replica, sync, bar)
     _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar)
     top, hardware = headline(slo)
+    for result in results.values():
+        result.reference_summaries = [summarize(r, slo=top) for r in result.references
+                                      if r is not None]
     return Comparison(config, top, hardware, results, slo,
                       {name: describe(name, engine) for name, engine in engines.items()})

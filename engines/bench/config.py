@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from engines.bench.clocks import source
 from engines.bench.devices import default_device
-from engines.bench.slowdown import SlowedEngine, planted
+from engines.bench.doubles.slowdown import SlowedEngine, planted
 from engines.factories import load_factory
 from engines.protocol import Engine
 
@@ -38,7 +39,13 @@ class Config:
     # goodput: bisection steps after the bracket holds; 5 halvings of a factor-2 bracket
     # leave 2.2%, as capacity's, where 3 left 9%: a 10% lead would be lost in the grid
     goodput_iterations: int = 5
-    retries: int = 1  # a failing probe round is re-run, paired, this many times
+    # goodput: halvings below capacity before it is reported as under the last one tried (a
+    # [0, capacity / 2^n) bracket). Each halving's probes cost more than the last (a lower
+    # rate batches less: more steps for the same requests), so this bounds the search's cost.
+    goodput_halvings: int = 5
+    # A failing probe round is re-run, paired, this many times (the wall clock's default;
+    # for_hardware takes 0 with the CPU-time clock).
+    retries: int = 1
     closed_requests: int = 32
     warmup: int = 2
     runs: int = 5
@@ -46,16 +53,18 @@ class Config:
     slo_ttft_s: float | None = None  # default: derived from the hardware (engines.bench.slo)
     slo_itl_s: float | None = None
     slo_attainment: float = 0.9
-    # Latency columns: each engine at this x its own capacity. Half, not 0.8: queueing grows as
-    # load / (1 - load), so at 0.8 a capacity 3% off (the search's noise) or a machine 10%
-    # slower by the time the reference runs moves every latency by 15-80%; at 0.5, by 6-20%.
+    # Latency columns: each engine at this x its own closed-batch request rate (its throughput
+    # with every request queued). Half, not 0.8 x capacity: queueing grows as load / (1 - load),
+    # so at 0.8 a rate 5% off or a machine 10% slower by the time the reference runs moves
+    # every latency by 25-80%; at 0.5, by 10-20%.
     reference_load: float = 0.5
     reference_rps: float | None = None  # or every engine at this one rate
     replicas: int = 1  # independent capacity and goodput searches (asv's samples)
+    clock: str = "wall"  # what engine clocks count: "wall" or "cpu" (engines.bench.clocks)
 
     def __post_init__(self) -> None:
         for name in ("capacity_requests", "closed_requests", "runs", "replicas",
-                     "max_batch_size", "admissions_per_class"):
+                     "max_batch_size", "admissions_per_class", "goodput_halvings"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if not 0 < self.reference_load <= 1:
@@ -66,6 +75,10 @@ class Config:
                 raise ValueError(f"{name}: must be > 0 seconds or req/s, got {value}")
         if not 0 < self.slo_attainment <= 1:
             raise ValueError(f"slo_attainment: must be in (0, 1], got {self.slo_attainment}")
+        source(self.clock)  # names the bad value
+        if self.clock == "cpu" and not self.device.startswith("cpu"):
+            raise ValueError(f"clock: 'cpu' times work on this thread only; device "
+                             f"{self.device!r} needs 'wall'")
 
     @classmethod
     def for_hardware(cls, *, quick: bool = False, device: str | None = None,
@@ -79,10 +92,19 @@ class Config:
             {"preset": "tiny", "device": device, "dtype": "float32"}
         )
         if quick:
-            base.update(capacity_requests=200, iterations=5, goodput_iterations=5)
+            # Brackets 4.4% wide (the table's ties are 5%); goodput searched down to
+            # capacity / 16: static batching's is about capacity / 9 under the default SLO.
+            base.update(capacity_requests=150, iterations=4, goodput_iterations=4,
+                        goodput_halvings=4)
             if device.startswith("cuda"):  # a 1.5B step is ~10 ms: keep the run in minutes
                 base.update(capacity_requests=48, iterations=3, goodput_iterations=2,
                             admissions_per_class=6)
+        if overrides.get("clock") == "cpu":
+            # A retry is for a slow spell, which the wall clock counts and this thread's CPU
+            # time does not (engines/bench/clocks.py). Here a second try is only a second
+            # draw of the same noise, and "passes if any try passed" would bias every
+            # bracket upwards by it.
+            base["retries"] = 0
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
 
@@ -95,8 +117,8 @@ class Config:
 
 
 def default_engines(config: Config) -> dict[str, EngineFactory]:
-    """DEFAULT_ENGINES on the config's model; BENCH_SLOWDOWN (engines.bench.slowdown) wraps
-    them in a planted slowdown."""
+    """DEFAULT_ENGINES on the config's model; BENCH_SLOWDOWN (engines.bench.doubles.slowdown)
+    wraps them in a planted slowdown."""
     kwargs = {"model": config.preset, "device": config.device, "dtype": config.dtype,
               "max_batch_size": config.max_batch_size}
     factories: dict[str, EngineFactory] = {}

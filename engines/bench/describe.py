@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeGuard
 
+from engines.bench import clocks
 from engines.protocol import Engine, SlotIntrospection
 
 
@@ -45,9 +46,11 @@ def _count(value: object) -> TypeGuard[int]:
 
 
 def banner(engines: dict[str, EngineDescription], *, preset: str, device: str, dtype: str,
-           max_batch_size: int, seed: int, default: bool, slo_given: bool) -> str:
+           max_batch_size: int, seed: int, default: bool, slo_given: bool,
+           clock: str = "wall") -> str:
     """What the run compares, as the engines report it, and what --preset is used for."""
-    lines = [f"batching-bench: {len(engines)} engines, seed {seed}"]
+    lines = [f"batching-bench: {len(engines)} engines, seed {seed}, timed in "
+             f"{clocks.describe(clock)} (--clock {clock})"]
     lines += [f"  {d.line()}" for d in engines.values()]
     model = f"preset {preset} ({dtype} on {device})"
     if default:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engines.bench import disturbance, summary
+from engines.bench import clocks, disturbance, summary
 from engines.bench.comparison import Comparison
 from engines.bench.metrics import write_csv
 from engines.bench.slo import PairedSLO
@@ -41,11 +41,15 @@ def write(comparison: Comparison, table: pd.DataFrame, out: Path, *, plots: bool
         timelines.slot_timeline(slotted, out / "slot_timeline.png")
 
 
-def _ratio_line(table: pd.DataFrame, column: str, label: str) -> list[str]:
+def _ratio_lines(table: pd.DataFrame, column: str, label: str) -> list[str]:
+    """Every engine's figure over the first engine's (the comparison's baseline: static in
+    the default run, the first --engine otherwise)."""
     values = table.set_index("engine")[column]
-    if not {"static", "continuous"} <= set(values.index) or not values["static"] > 0:
+    base, others = str(values.index[0]), values.iloc[1:]
+    if not values.iloc[0] > 0:
         return []
-    return [f"{label} ratio continuous/static: {values['continuous'] / values['static']:.2f}x"]
+    return [f"{label} ratio {name}/{base}: {value / values.iloc[0]:.2f}x"
+            for name, value in others.items()]
 
 
 def slo_origin(comparison: Comparison) -> list[str]:
@@ -85,12 +89,13 @@ def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
                          f"{spike['steps']} admissions of {int(spike['prompt_len'])}-token "
                          "prompts" + (" (fewer than 5: read with care)"
                                       if spike["steps"] < disturbance.MIN_SAMPLES else ""))
-    lines += _ratio_line(table, "goodput_rps", "goodput")
-    lines += _ratio_line(table, "capacity_rps", "capacity")
+    lines += _ratio_lines(table, "goodput_rps", "goodput")
+    lines += _ratio_lines(table, "capacity_rps", "capacity")
     first = next(iter(comparison.results.values()))
     lines += [f"capacity rule: {first.capacity.rule}", f"goodput rule: {first.goodput.rule}"]
     config = comparison.config
+    lines.append(f"times: {clocks.describe(config.clock)} (--clock {config.clock})")
     lines.append("latency columns: " + (f"every engine at {config.reference_rps:g} req/s"
                  if config.reference_rps else
-                 f"each engine at {config.reference_load:g} x its own capacity"))
+                 f"each engine at {config.reference_load:g} x its own closed-batch request rate"))
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Mapping
 
+from engines.bench.clocks import TimeSource
 from engines.bench.devices import Sync
 from engines.bench.replay import Clock, Run, drive, gc_paused
 from engines.bench.traces import ArrivalTrace
@@ -23,15 +24,17 @@ from engines.protocol import Engine
 
 
 class EngineClock:
-    """A stopwatch: time passes only between resume() and pause(); sleeping jumps ahead."""
+    """A stopwatch: time passes only between resume() and pause(); sleeping jumps ahead.
+    `source` is what it counts: wall time, or CPU time (engines.bench.clocks)."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: TimeSource = time.perf_counter) -> None:
+        self._source = source
         self._base = 0.0
         self._since: float | None = None
 
     def resume(self) -> None:
         if self._since is None:
-            self._since = time.perf_counter()
+            self._since = self._source()
 
     def pause(self) -> None:
         self._base = self.now()
@@ -40,12 +43,12 @@ class EngineClock:
     def now(self) -> float:
         if self._since is None:
             return self._base
-        return self._base + time.perf_counter() - self._since
+        return self._base + self._source() - self._since
 
     def sleep_until(self, t: float) -> None:
         if t > self.now():
             running = self._since is not None
-            self._base, self._since = t, (time.perf_counter() if running else None)
+            self._base, self._since = t, (self._source() if running else None)
 
 
 def run_paired(
@@ -58,14 +61,17 @@ def run_paired(
     id_suffix: str = "",
     sync: Sync | None = None,
     between: Callable[[], None] | None = None,
+    time_source: TimeSource | None = None,
 ) -> dict[str, Run]:
     """Replay traces[name] on engines[name] for every engine at once, one step each in turn.
 
     clocks: one per engine (default: a fresh EngineClock each); an EngineClock runs only
     during its engine's turn. Tests pass VirtualClocks that their fake engines advance.
     between: called before every cycle (each unfinished engine stepped once).
+    time_source: what the default EngineClocks count (wall time unless given).
     """
-    clocks = clocks or {name: EngineClock() for name in engines}
+    clocks = clocks or {name: EngineClock(time_source or time.perf_counter)
+                        for name in engines}
     runs: dict[str, Generator[None, None, Run]] = {
         name: drive(engine, traces[name], name=name, clock=clocks[name],
                     record_slots=record_slots, id_suffix=id_suffix, sync=sync,
@@ -105,13 +111,14 @@ def run_closed_paired(
     runs: int = 5,
     on_run: Callable[[], None] | None = None,
     sync: Sync | None = None,
+    time_source: TimeSource | None = None,
 ) -> dict[str, list[Run]]:
     """The closed protocol (docs/references.md: `warmup` unrecorded runs, then `runs` recorded
     ones), every engine's run i paired with the others'."""
     recorded: dict[str, list[Run]] = {name: [] for name in engines}
     for i in range(warmup + runs):
         paired = run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"#{i}",
-                            sync=sync)
+                            sync=sync, time_source=time_source)
         if i >= warmup:
             for name, run in paired.items():
                 recorded[name].append(run)

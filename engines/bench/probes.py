@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from engines.bench import traces
+from engines.bench.clocks import TimeSource
 from engines.bench.devices import Sync
 from engines.bench.draws import WorkItem
 from engines.bench.metrics import requests_frame, slo_met, summarize
@@ -96,7 +97,7 @@ def probe_paired(engines: Mapping[str, Engine], items: list[WorkItem],
                  rates: Mapping[str, float], *, seed: int, max_growth: float = MAX_GROWTH,
                  queue_bound_s: float | None = None, slo: Targets | None = None,
                  clocks: Mapping[str, Clock] | None = None, sync: Sync | None = None,
-                 tag: str = "") -> dict[str, Probe]:
+                 tag: str = "", time_source: TimeSource | None = None) -> dict[str, Probe]:
     """One probe per engine, each at its own rate, run paired (engines.bench.paired); with
     a PairedSLO, its yardstick takes turns between the steps and the round's targets judge
     every probe of the round."""
@@ -105,7 +106,8 @@ def probe_paired(engines: Mapping[str, Engine], items: list[WorkItem],
     paired = slo if isinstance(slo, PairedSLO) else None
     runs = run_paired({name: engines[name] for name in rates}, trace, clocks=clocks, sync=sync,
                       give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()},
-                      between=paired.turn if paired is not None else None)
+                      between=paired.turn if paired is not None else None,
+                      time_source=time_source)
     judged = paired.close_round() if paired is not None else (
         slo if isinstance(slo, SLO) else None)
     return {name: verdict(run, rates[name], len(items), max_growth=max_growth,

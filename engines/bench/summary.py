@@ -1,7 +1,8 @@
 """A comparison as tables: one summary row per engine, the CSV frames, and asv's samples.
 
 The summary reads the first replica (the CLI runs one); asv's samples read every replica.
-Column names are a contract (scripts read summary.csv): new ones are appended, none renamed.
+Column names are a contract (scripts read summary.csv): new ones are appended, none renamed
+(capacity_low_rps, a copy of capacity_rps, was dropped: CHANGELOG.md).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import pandas as pd
 
 from engines.bench import disturbance
 from engines.bench.comparison import Comparison, EngineResult
-from engines.bench.metrics import requests_frame, summarize, tokens_frame
+from engines.bench.metrics import requests_frame, tokens_frame
 
 SUMMARY_COLUMNS = [
-    "engine", "capacity_rps", "capacity_low_rps", "capacity_high_rps", "output_tokens_per_s",
+    "engine", "capacity_rps", "capacity_high_rps", "output_tokens_per_s",
     "ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s", "itl_p50_s",
     "itl_p95_s", "itl_max_s", "e2e_p50_s", "goodput_rps", "itl_spike_ratio",
     "spike_prompt_len", "baseline_itl_s", "wasted_slot_steps", "driver_overhead_pct",
@@ -36,16 +37,14 @@ def _overhead_pct(runs: list[Any]) -> float:
 
 def summary_row(result: EngineResult, comparison: Comparison) -> dict[str, Any]:
     slo = comparison.slo
-    tokens_per_s = float(np.median([summarize(r)["output_tokens_per_s"] for r in result.closed]))
-    ref = summarize(result.reference, slo=slo) if result.reference is not None else {}
+    ref = result.reference_summaries[0] if result.reference_summaries else {}
     spike = disturbance.headline(result.spikes)
     baseline = result.spikes["baseline_gap_s"].iloc[0] if len(result.spikes) else np.nan
     return {
         "engine": result.name,
         "capacity_rps": result.capacity.low,
-        "capacity_low_rps": result.capacity.low,
         "capacity_high_rps": result.capacity.high,
-        "output_tokens_per_s": tokens_per_s,
+        "output_tokens_per_s": result.tokens_per_s,
         **{k: ref.get(k, np.nan) for k in LATENCY_COLUMNS},
         "goodput_rps": result.goodput.low,
         "itl_spike_ratio": spike["ratio"],
@@ -88,7 +87,7 @@ def frames(comparison: Comparison) -> dict[str, pd.DataFrame]:
             for search, found in (("capacity", cap), ("goodput", good)):
                 probes.extend({**p.summary, "search": search, "replica": replica,
                                "bracket": found.bracket()} for p in found.probes)
-        closed.extend({**summarize(run), "run": i} for i, run in enumerate(result.closed))
+        closed.extend({**row, "run": i} for i, row in enumerate(result.closed_summaries))
     return {
         "requests": pd.concat(requests, ignore_index=True),
         "tokens": pd.concat(tokens, ignore_index=True),
@@ -108,10 +107,10 @@ def samples(result: EngineResult) -> dict[str, list[float]]:
     references = [r for r in result.references if r is not None]
     return {
         "seconds_per_output_token": inverse(
-            [summarize(r)["output_tokens_per_s"] for r in result.closed]),
+            [s["output_tokens_per_s"] for s in result.closed_summaries]),
         "seconds_per_request_at_capacity": inverse([c.low for c in result.capacities]),
         "seconds_per_request_at_goodput": inverse([g.low for g in result.goodputs]),
-        "ttft_p95_s": [float(summarize(r)["ttft_p95_s"]) for r in references],
+        "ttft_p95_s": [float(s["ttft_p95_s"]) for s in result.reference_summaries],
         "itl_spike_ratio": (disturbance.headline_samples(result.disturbance)
                             if result.disturbance is not None else []),
         "driver_overhead_pct": [_overhead_pct([r]) for r in (*result.closed, *references)],

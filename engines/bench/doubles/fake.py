@@ -134,7 +134,8 @@ class FakeEngine:
 
 
 def continuous() -> FakeEngine:
-    """Wall-clock fake, 0.2 ms a step plus prefill: `--engine engines.bench.fake:continuous`."""
+    """Wall-clock fake, 0.2 ms a step plus prefill:
+    `--engine engines.bench.doubles.fake:continuous`."""
     return FakeEngine(base_s=2e-4, prefill_s_per_token=2e-6)
 
 
@@ -144,5 +145,5 @@ def static() -> FakeEngine:
 
 def admit_everyone() -> FakeEngine:
     """Admits every waiting request at once and makes every row pay: queue wait stays at one
-    step while every request slows down. `--engine engines.bench.fake:admit_everyone`."""
+    step while every request slows down. `--engine engines.bench.doubles.fake:admit_everyone`."""
     return FakeEngine(max_batch_size=10**6, base_s=2e-4, decode_s_per_row=5e-5)
