@@ -1,14 +1,22 @@
-"""Small drivers shared by the repo's engine tests (not part of the shipped suite)."""
+"""What the repo's tests share (not part of the shipped suite): small engine drivers, and
+hand-built Traces with a table oracle for the property tests. Test modules import from here,
+never from each other."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
+import pytest
 import torch
 
 from engines.models import load_model
 from engines.protocol import Engine, FinishReason, Request, SamplingParams, StepOutput
+from engines.testing.oracle import Alone
+from engines.testing.properties import Judge, Violation
+from engines.testing.recorder import StepRecord, Trace
+from engines.testing.workload import Abort, BadRequest, Workload
 
 
 def make_prompts(lengths: Iterable[int], seed: int = 0, vocab: int = 1024) -> list[tuple[int, ...]]:
@@ -52,6 +60,15 @@ def drain(
     raise AssertionError(f"engine still has work after {max_steps} steps")
 
 
+def alone(requests: Sequence[Request]) -> dict[Hashable, list[int]]:
+    """Each request served alone by the sequential reference (it serves one at a time)."""
+    from engines.sequential import SequentialEngine
+
+    copies = [Request(r.prompt_token_ids, r.params) for r in requests]
+    got = drain(SequentialEngine(), copies)
+    return {r.request_id: got[c.request_id][0] for r, c in zip(requests, copies, strict=True)}
+
+
 def greedy(prompts: Iterable[tuple[int, ...]], budgets: Iterable[int]) -> list[Request]:
     return [Request(p, SamplingParams(max_tokens=n)) for p, n in zip(prompts, budgets, strict=True)]
 
@@ -69,3 +86,97 @@ def one_slot_continuous() -> Engine:
     from engines.slot.continuous import ContinuousBatchEngine
 
     return ContinuousBatchEngine(max_batch_size=1)
+
+
+# Hand-built Traces for the property tests.
+
+TABLE = {(1, 2): (5, 6, 7), (3,): (8, 9)}  # prompt -> its greedy tokens served alone
+
+
+class Table:
+    """Alone answers from a table of prompt -> greedy tokens, as AloneOracle would give them,
+    for any context that is a prompt plus a prefix of its tokens (a stop id ends a request
+    with STOP); seeded requests draw from (prompt, seed)."""
+
+    def __init__(self, table: Mapping[tuple[int, ...], tuple[int, ...]] = TABLE,
+                 flat: bool = True) -> None:
+        self.table = table
+        self.flat = flat  # top_at: 50 candidates of 2% each (a sampler's worth of doubt)
+        self.served = 0
+
+    def __call__(self, prompt: Sequence[int], params: SamplingParams) -> Alone:
+        return self.serve(tuple(prompt), params)
+
+    def serve(self, prompt: tuple[int, ...], params: SamplingParams) -> Alone:
+        self.served += 1
+        if params.temperature > 0:
+            tokens = tuple((hash((prompt, params.seed, i)) % 97) for i in
+                           range(params.max_tokens))
+            return Alone(tokens, FinishReason.LENGTH, None)
+        for key, known in self.table.items():
+            done = prompt[len(key):]
+            if prompt[: len(key)] == key and tuple(known[: len(done)]) == done:
+                out = tuple(known[len(done): len(done) + params.max_tokens])
+                stops = [i for i, t in enumerate(out) if t in params.stop_token_ids]
+                if stops:
+                    return Alone(out[: stops[0] + 1], FinishReason.STOP, None)
+                return Alone(out, FinishReason.LENGTH, None)
+        raise KeyError(prompt)
+
+    def tokens(self, prompt: Sequence[int], params: SamplingParams) -> tuple[int, ...]:
+        return self(prompt, params).tokens
+
+    def top_at(self, context: Sequence[int]) -> Mapping[int, float] | None:
+        return {t: math.log(0.02) for t in range(50)} if self.flat else None
+
+
+def judge(**kw: object) -> Judge:
+    """A Judge over the table (keywords: Judge's, e.g. reference=Table(...), variants=...)."""
+    return Judge(Table(), **kw)  # type: ignore[arg-type]
+
+
+JUDGE = judge()
+R0 = Request((1, 2), SamplingParams(max_tokens=3), request_id="r0")
+R1 = Request((3,), SamplingParams(max_tokens=2), request_id="r1")
+
+Out = tuple[Hashable, tuple[int, ...], FinishReason | None]
+Steps = list[list[Out]]  # one list of outputs per step
+
+
+def trace(steps: list[list[Out]], *, requests: tuple[Request, ...] = (R0, R1),
+          tables: list[tuple[Hashable | None, ...]] | None = None,
+          lengths: list[tuple[int, ...]] | None = None, wasted: list[int] | None = None,
+          waiting: list[set[str]] | None = None, holders: list[set[str]] | None = None,
+          aborts: tuple[Abort, ...] = (), bad: tuple[BadRequest, ...] = (),
+          stalled: bool = False) -> Trace:
+    """A Trace as the Recorder would have made it: every request arrives before step 0."""
+    w = Workload(requests, tuple(0 for _ in requests), aborts, bad)
+    t = Trace(w, slots=tables is not None, max_batch_size=2 if tables is not None else None,
+              stalled=stalled)
+    for a in aborts:
+        t.aborted_at.setdefault(a.request_id, a.step)
+    for k, outs in enumerate(steps):
+        rec = StepRecord(k, [StepOutput(rid, toks, why) for rid, toks, why in outs],
+                         frozenset((waiting or [set()] * len(steps))[k]),
+                         frozenset((holders or [set()] * len(steps))[k]),
+                         tables[k] if tables else None, lengths[k] if lengths else None,
+                         wasted[k] if wasted else 0)
+        for out in rec.outputs:
+            t.outputs.setdefault(out.request_id, []).append((k, out))
+            if out.finished:
+                t.finished_at.setdefault(out.request_id, k)
+        t.steps.append(rec)
+    return t
+
+
+GOOD: Steps = [[("r0", (5,), None), ("r1", (8,), None)],
+               [("r0", (6,), None), ("r1", (9,), FinishReason.LENGTH)],
+               [("r0", (7,), FinishReason.LENGTH)]]
+
+
+def fails(check: Callable[[Trace, Judge], object], t: Trace, match: str,
+          j: Judge = JUDGE) -> Violation:
+    """The Violation check raises on t (judged by j), whose message matches `match`."""
+    with pytest.raises(Violation, match=match) as caught:
+        check(t, j)
+    return caught.value

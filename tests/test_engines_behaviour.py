@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import pytest
+import torch
 
+from engines.paged.engine import PagedEngine
 from engines.protocol import (
     FinishReason,
     InvalidRequest,
@@ -84,10 +87,63 @@ def test_seeded_sampling_same_batched_or_alone(engine_cls: type) -> None:
         assert batched[request.request_id][0] == alone
 
 
-def test_seeded_sampling_differs_from_greedy() -> None:
-    sampled = drain(ContinuousBatchEngine(), mixed_requests(temperature=1.0, seed=7))
-    greedy_ = drain(ContinuousBatchEngine(), mixed_requests())
-    assert [t for t, _ in sampled.values()] != [t for t, _ in greedy_.values()]
+SAMPLED_SEEDS = (7, 8, 9, 10)  # one per request of mixed_requests()[:4], then shifted by 100
+
+
+def assert_sampling_reaches_every_request(engine_cls: type) -> None:
+    """Each request of a batch sampled at temperature 1 under its own seed gets tokens other
+    than its greedy ones, and other than under another seed: an engine (or a batch row) that
+    ignores the temperature or the seed fails it. Budgets of 4+ tokens over the tiny model's
+    flat first-token distributions (top candidate ~3%) make a correct engine's match with
+    greedy, or across seeds, a chance far below 1e-6; the seeds are fixed."""
+    __tracebackhide__ = True
+    base = mixed_requests()[:4]  # budgets 30, 4, 40, 9
+
+    def sampled(shift: int) -> list[Request]:
+        return [Request(r.prompt_token_ids, SamplingParams(
+            max_tokens=r.params.max_tokens, temperature=1.0, seed=seed + shift),
+            request_id=r.request_id) for r, seed in zip(base, SAMPLED_SEEDS, strict=True)]
+
+    greedy_ = drain(engine_cls(max_batch_size=3), base)
+    first = drain(engine_cls(max_batch_size=3), sampled(0))
+    other = drain(engine_cls(max_batch_size=3), sampled(100))
+    for r in base:
+        rid = r.request_id
+        assert first[rid][0] != greedy_[rid][0], (
+            f"{engine_cls.__name__}: request {rid!r} sampled at temperature 1 gave its greedy "
+            f"tokens {greedy_[rid][0]}")
+        assert first[rid][0] != other[rid][0], (
+            f"{engine_cls.__name__}: request {rid!r} gave {first[rid][0]} under two seeds")
+
+
+def test_seeded_sampling_differs_from_greedy(engine_cls: type) -> None:
+    assert_sampling_reaches_every_request(engine_cls)
+
+
+def test_sampling_check_catches_an_engine_that_ignores_temperature(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above fails on the paged engine made to sample greedily (the one-engine
+    comparison it replaced ran on the continuous engine only, and passed)."""
+    import engines.paged.engine as paged
+
+    def greedy_only(logits: torch.Tensor, seqs: Sequence[Any]) -> tuple[list[int], list[Any]]:
+        return logits.argmax(dim=-1).tolist(), [None] * len(seqs)
+
+    monkeypatch.setattr(paged, "sample", greedy_only)
+    with pytest.raises(AssertionError, match="sampled at temperature 1 gave its greedy tokens"):
+        assert_sampling_reaches_every_request(PagedEngine)
+
+
+def test_sampling_check_catches_a_seed_that_never_reaches_the_generator(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """... and on the continuous engine made to seed every generator alike: sampling looks
+    random (unlike greedy), but the seed changes nothing."""
+    import engines.core.engine as core
+
+    real = core.make_generator
+    monkeypatch.setattr(core, "make_generator", lambda seed, device: real(0, device))
+    with pytest.raises(AssertionError, match="under two seeds"):
+        assert_sampling_reaches_every_request(ContinuousBatchEngine)
 
 
 def test_logprobs_rank_the_greedy_token_first() -> None:

@@ -267,3 +267,43 @@ def test_an_old_public_path_gives_the_same_objects(old: str) -> None:
     assert names, old
     old_module, new_module = importlib.import_module(old), importlib.import_module(new)
     assert all(getattr(old_module, n) is getattr(new_module, n) for n in names), names
+
+
+# Where a check's name may stand as a string: the registry, and the property files (each
+# Violation names its check). Elsewhere in the suite a name is read from the registry; these
+# strings only look like one.
+_NAME_HOMES = ("engines.testing.checks", "engines.testing.properties")
+_NOT_A_CHECK = {("engines.testing.options", "parity"): "the --parity option's ini key"}
+
+
+def _check_names_in(source: str, names: set[str]) -> list[tuple[int, str]]:
+    return [(node.lineno, node.value) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and node.value in names]
+
+
+def test_the_registry_is_the_only_list_of_check_names() -> None:
+    from engines.testing.checks import CHECKS
+
+    names = set(CHECKS)
+    # The scan sees a special case of the kind the registry replaced.
+    assert _check_names_in('if check == "seeds":\n    pass\n', names) == [(1, "seeds")]
+    found = [f"{name}:{line} {value!r}" for name, path in sorted(MODULES.items())
+             if name.startswith("engines.testing") and not name.startswith(_NAME_HOMES)
+             for line, value in _check_names_in(path.read_text(), names)
+             if (name, value) not in _NOT_A_CHECK]
+    assert not found, ("check names outside the registry (engines/testing/checks.py): give "
+                       f"the Check a field instead: {found}")
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in tests/helpers.py (or a helper package), never in a test
+    module: importing one runs its module-level set-up and ties two test files together."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(ROOT)}: {m}" for m in mods
+                      if m.rsplit(".", 1)[-1].startswith("test_")]
+    assert not found, found

@@ -19,19 +19,11 @@ from engines.protocol import (
     SlotIntrospection,
     StepOutput,
 )
-from engines.sequential import SequentialEngine
-from tests.helpers import drain, greedy, make_prompts
+from tests.helpers import alone, drain, greedy, make_prompts
 from tests.kv_checks import drain_checked
 
 LENGTHS = [3, 250, 17, 1, 96, 40, 130, 64, 16, 33, 200, 5]
 BUDGETS = [30, 4, 61, 9, 1, 20, 8, 12, 5, 17, 3, 25]
-
-
-def alone(requests: Sequence[Request]) -> dict[Hashable, list[int]]:
-    """Each request served alone by the sequential reference (it serves one at a time)."""
-    copies = [Request(r.prompt_token_ids, r.params) for r in requests]
-    got = drain(SequentialEngine(), copies)
-    return {r.request_id: got[c.request_id][0] for r, c in zip(requests, copies, strict=True)}
 
 
 def assert_parity(got: Mapping[Hashable, tuple[list[int], object]],

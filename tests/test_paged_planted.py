@@ -10,7 +10,7 @@ import pytest
 
 from engines.paged.engine import PagedEngine
 from engines.protocol import Request, SamplingParams, StepOutput
-from tests.helpers import drain, greedy, make_prompts
+from tests.helpers import alone, drain, greedy, make_prompts
 from tests.kv_checks import drain_checked
 from tests.planted.paged_bugs import (
     PAGED_PLANTED,
@@ -20,7 +20,6 @@ from tests.planted.paged_bugs import (
     PrefixKeyIgnoresPast,
     RepeatsTokenOnResume,
 )
-from tests.test_paged import alone
 
 CHECKS = {"parity", "reference_parity", "kv_accounting", "liveness", "budget_finish"}
 

@@ -15,7 +15,7 @@ from hypothesis import Phase
 from hypothesis import settings as Settings
 
 from engines.protocol import Request, SamplingParams
-from engines.testing.checks import CHECKS
+from engines.testing.checks import KV, REFERENCE, VARIANTS, catalogue, check_named
 from engines.testing.stateful import run_engine_machine
 from engines.testing.verdict import verify
 from engines.testing.workload import Workload
@@ -77,15 +77,15 @@ def test_suite_catches_bugs_planted_in_the_reference_engines(bug: Any) -> None:
 
 
 @pytest.mark.parametrize("control", ALL_CONTROLS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize("check", [c for c in CHECKS if c not in (
-    "reference_parity", "variants", "kv_accounting")])
+@pytest.mark.parametrize("check", [c.name for c in catalogue()
+                                   if not {REFERENCE, VARIANTS, KV} & set(c.needs)])
 def test_a_correct_engine_passes_every_check(control: Any, check: str) -> None:
     """No false alarm: the control engines pass every check that applies to them, under
     more derandomized examples than the dev profile draws (the retire-at-start control once
     failed bad_input one seed in six, blamed for a has_work() that was already True before a
     refusal). The 20-seed sweeps in the closing notes go further."""
     ctx = context_of(control)
-    if check == "stateful":
+    if check_named(check).runs == "machine":
         run_engine_machine(ctx, settings=pinned(30))
     else:
         hunt_result = hunt(control, settings=pinned(30), ctx=ctx, check=check)

@@ -3,15 +3,10 @@ property is shown to accept correct behaviour and to reject the behaviour it exi
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-
-import pytest
+from collections.abc import Hashable
 
 from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
-from engines.testing.oracle import Alone
 from engines.testing.properties import (
-    Judge,
-    Violation,
     check_bad_input,
     check_budget_finish,
     check_compaction,
@@ -21,66 +16,10 @@ from engines.testing.properties import (
     check_work_conservation,
     check_zero_waste,
 )
-from engines.testing.recorder import StepRecord, Trace
-from engines.testing.workload import Abort, BadRequest, Workload
+from engines.testing.workload import Abort, BadRequest
+from tests.helpers import GOOD, JUDGE, R0, R1, Steps, fails, trace
 
 L, S, A = FinishReason.LENGTH, FinishReason.STOP, FinishReason.ABORT
-ALONE = {(1, 2): (5, 6, 7), (3,): (8, 9)}  # prompt -> tokens served alone, greedy
-
-
-class TableOracle:
-    """Alone answers from a table, as AloneOracle would give them."""
-
-    def __call__(self, prompt: Sequence[int], params: SamplingParams) -> Alone:
-        tokens = ALONE[tuple(prompt)][: params.max_tokens]
-        stops = [i for i, t in enumerate(tokens) if t in params.stop_token_ids]
-        if stops:
-            return Alone(tokens[: stops[0] + 1], S, None)
-        return Alone(tokens, L, None)
-
-
-JUDGE = Judge(TableOracle())  # type: ignore[arg-type]
-R0 = Request((1, 2), SamplingParams(max_tokens=3), request_id="r0")
-R1 = Request((3,), SamplingParams(max_tokens=2), request_id="r1")
-
-Out = tuple[Hashable, tuple[int, ...], FinishReason | None]
-Steps = list[list[Out]]  # one list of outputs per step
-
-
-def trace(steps: list[list[Out]], *, requests: tuple[Request, ...] = (R0, R1),
-          tables: list[tuple[Hashable | None, ...]] | None = None,
-          lengths: list[tuple[int, ...]] | None = None, wasted: list[int] | None = None,
-          waiting: list[set[str]] | None = None, holders: list[set[str]] | None = None,
-          aborts: tuple[Abort, ...] = (), bad: tuple[BadRequest, ...] = (),
-          stalled: bool = False) -> Trace:
-    """A Trace as the Recorder would have made it: every request arrives before step 0."""
-    w = Workload(requests, tuple(0 for _ in requests), aborts, bad)
-    t = Trace(w, slots=tables is not None, max_batch_size=2 if tables is not None else None,
-              stalled=stalled)
-    for a in aborts:
-        t.aborted_at.setdefault(a.request_id, a.step)
-    for k, outs in enumerate(steps):
-        rec = StepRecord(k, [StepOutput(rid, toks, why) for rid, toks, why in outs],
-                         frozenset((waiting or [set()] * len(steps))[k]),
-                         frozenset((holders or [set()] * len(steps))[k]),
-                         tables[k] if tables else None, lengths[k] if lengths else None,
-                         wasted[k] if wasted else 0)
-        for out in rec.outputs:
-            t.outputs.setdefault(out.request_id, []).append((k, out))
-            if out.finished:
-                t.finished_at.setdefault(out.request_id, k)
-        t.steps.append(rec)
-    return t
-
-
-GOOD: Steps = [[("r0", (5,), None), ("r1", (8,), None)],
-               [("r0", (6,), None), ("r1", (9,), L)],
-               [("r0", (7,), L)]]
-
-
-def fails(check: object, t: Trace, match: str) -> None:
-    with pytest.raises(Violation, match=match):
-        check(t, JUDGE)  # type: ignore[operator]
 
 
 def test_parity() -> None:

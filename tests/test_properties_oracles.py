@@ -4,8 +4,7 @@ accounting, against table-driven oracles instead of engines."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -13,7 +12,6 @@ from engines.protocol import FinishReason, Request, SamplingParams
 from engines.testing.oracle import Alone
 from engines.testing.properties import (
     Judge,
-    Violation,
     check_kv_accounting,
     check_prefill_decode,
     check_reference_parity,
@@ -23,66 +21,22 @@ from engines.testing.properties import (
 )
 from engines.testing.recorder import KVSnapshot, Trace
 from engines.testing.workload import Workload
-from tests.test_properties import GOOD, R0, R1, Steps, trace
-
-
-class Table:
-    """Greedy continuations from a table of prompt -> tokens, for any context that is a
-    prompt plus a prefix of its tokens; seeded requests draw from (prompt, seed)."""
-
-    def __init__(self, table: Mapping[tuple[int, ...], tuple[int, ...]],
-                 flat: bool = True) -> None:
-        self.table = table
-        self.flat = flat  # top_at: 50 candidates of 2% each (a sampler's worth of doubt)
-        self.served = 0
-
-    def __call__(self, prompt: Sequence[int], params: SamplingParams) -> Alone:
-        return self.serve(tuple(prompt), params)
-
-    def serve(self, prompt: tuple[int, ...], params: SamplingParams) -> Alone:
-        self.served += 1
-        if params.temperature > 0:
-            tokens = tuple((hash((prompt, params.seed, i)) % 97) for i in
-                           range(params.max_tokens))
-            return Alone(tokens, FinishReason.LENGTH, None)
-        for key, tokens in self.table.items():
-            done = prompt[len(key):]
-            if prompt[: len(key)] == key and tuple(tokens[: len(done)]) == done:
-                out = tokens[len(done): len(done) + params.max_tokens]
-                return Alone(tuple(out), FinishReason.LENGTH, None)
-        raise KeyError(prompt)
-
-    def tokens(self, prompt: Sequence[int], params: SamplingParams) -> tuple[int, ...]:
-        return self(prompt, params).tokens
-
-    def top_at(self, context: Sequence[int]) -> Mapping[int, float] | None:
-        return {t: math.log(0.02) for t in range(50)} if self.flat else None
-
-
-TABLE = {(1, 2): (5, 6, 7), (3,): (8, 9)}
-
-
-def judge(**kw: object) -> Judge:
-    return Judge(Table(TABLE), **kw)  # type: ignore[arg-type]
-
-
-def fails(check: object, t: Trace, j: Judge, match: str) -> None:
-    with pytest.raises(Violation, match=match):
-        check(t, j)  # type: ignore[operator]
+from tests.helpers import GOOD, R0, R1, TABLE, Steps, Table, fails, judge, trace
 
 
 def test_reference_parity() -> None:
-    check_reference_parity(trace(GOOD), judge(reference=Table(TABLE)))
+    check_reference_parity(trace(GOOD), judge(reference=Table()))
     port_bug = Table({(1, 2): (5, 6, 4), (3,): (8, 9)})  # the reference disagrees at r0's 3rd
-    fails(check_reference_parity, trace(GOOD), judge(reference=port_bug),
-          r"^reference_parity: request 'r0' .* reference gave 4, batched gave 7")
+    fails(check_reference_parity, trace(GOOD),
+          r"^reference_parity: request 'r0' .* reference gave 4, batched gave 7",
+          judge(reference=port_bug))
 
 
 def test_prefill_decode() -> None:
     check_prefill_decode(trace(GOOD), judge())
     # r0 decoded 5, 6, 9 where prefilling (1, 2, 5, 6) gives 7: a decode-only bug.
     bad: Steps = [list(GOOD[0]), list(GOOD[1]), [("r0", (9,), FinishReason.LENGTH)]]
-    fails(check_prefill_decode, trace(bad), judge(),
+    fails(check_prefill_decode, trace(bad),
           r"decoded 9 as its token 2 .* prefilling its prompt and its first 2 token\(s\) "
           r"\[5, 6\] gives \[7\]")
 
@@ -93,8 +47,8 @@ def test_variants() -> None:
     other: Steps = [list(GOOD[0]), [("r0", (6,), None), ("r1", (3,), FinishReason.LENGTH)],
                     list(GOOD[2])]
     differs = judge(variants={"chunk4": lambda w: trace(other)})
-    fails(check_variants, trace(GOOD), differs, r"request 'r1' .* got \[8, 3\] on variant "
-          r"'chunk4' but \[8, 9\] on the main engine: at generated position 1")
+    fails(check_variants, trace(GOOD), r"request 'r1' .* got \[8, 3\] on variant "
+          r"'chunk4' but \[8, 9\] on the main engine: at generated position 1", differs)
 
 
 def _seeded(seeds: Sequence[int], outputs: Sequence[tuple[int, ...]]) -> Trace:
@@ -110,8 +64,9 @@ def test_seeds_reproducible_and_sensitive() -> None:
     seeds = [11, 22, 33, 44, 55, 66]
     alone = [j.oracle((4,), SamplingParams(max_tokens=2, temperature=1.0, seed=s)).tokens
              for s in seeds]
-    check_seeds(_seeded(seeds, alone), j)
-    fails(check_seeds, _seeded(seeds, [(1, 1)] * 6), j, "gave \\[1, 1\\] in this workload")
+    [fate] = check_seeds(_seeded(seeds, alone), j)
+    assert (fate.size, fate.fate, fate.source) == (6, "judged", "engine")  # 6 x 2%: judged
+    fails(check_seeds, _seeded(seeds, [(1, 1)] * 6), "gave \\[1, 1\\] in this workload", j)
 
 
 def test_seeds_insensitive_is_caught_only_past_the_false_alarm_bound() -> None:
@@ -121,11 +76,14 @@ def test_seeds_insensitive_is_caught_only_past_the_false_alarm_bound() -> None:
             return Alone((3, 4), FinishReason.LENGTH, None)
 
     j = Judge(ConstantSampler(TABLE))  # type: ignore[arg-type]
-    fails(check_seeds, _seeded([1, 2, 3, 4, 5, 6], [(3, 4)] * 6), j,
+    fails(check_seeds, _seeded([1, 2, 3, 4, 5, 6], [(3, 4)] * 6),
           r"6 requests of one prompt .* all generated \[3, 4\]. A correct engine does that "
-          r"with probability below")
-    # Two seeds: a correct engine agrees with chance 2% here, far above 1e-6: not judged.
-    check_seeds(_seeded([1, 2], [(3, 4)] * 2), j)
+          r"with probability below", j)
+    # Two seeds: a correct engine agrees with chance 2% here, far above 1e-6: not judged,
+    # and the fate says what would be (the summary reports it as it stands).
+    [fate] = check_seeds(_seeded([1, 2], [(3, 4)] * 2), j)
+    assert (fate.fate, fate.size, fate.top_percent) == ("too few seeds", 2, 2)
+    assert fate.needed is not None and 2 < fate.needed <= 6
     # No logprobs to bound the chance with: not judged either.
     check_seeds(_seeded([1, 2, 3, 4, 5, 6], [(3, 4)] * 6),
                 Judge(ConstantSampler(TABLE, flat=False)))  # type: ignore[arg-type]
@@ -136,7 +94,7 @@ def test_token_range() -> None:
     t.vocab_size = 10
     check_token_range(t, judge())
     t.vocab_size = 9  # r1's 9 is now one past the vocabulary
-    fails(check_token_range, t, judge(), "got token id 9 in step 1 .* Expected ids in 0..8")
+    fails(check_token_range, t, "got token id 9 in step 1 .* Expected ids in 0..8")
 
 
 def _kv(tables: dict[str, tuple[int, ...]], cached: dict[str, int], free: int,
@@ -169,7 +127,7 @@ def test_kv_accounting_accepts_a_sound_pool() -> None:
 ])
 def test_kv_accounting_rejects(snapshot: KVSnapshot, after: KVSnapshot | None,
                                match: str) -> None:
-    fails(check_kv_accounting, _kv_trace(snapshot, after=after), judge(), match)
+    fails(check_kv_accounting, _kv_trace(snapshot, after=after), match)
 
 
 def test_a_workload_is_compared_on_the_variant_it_was_given_to() -> None:

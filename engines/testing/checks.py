@@ -1,39 +1,154 @@
-"""The one place that decides which checks apply to an engine, and why one does not.
+"""The checks: one registry (REGISTRY), each check one object, and the one place that decides
+which checks apply to an engine, and why one does not.
 
 A check runs, is skipped (with the reason printed: the engine lacks an optional protocol, or
 the run was not given what the check compares against), or runs as a strict xfail (the engine
 declared it breaks it, in `expected_failed_checks`). Nothing else in the suite decides this.
+
+Everything the suite does by check derives from REGISTRY: the catalogue's order and the test
+ids (`<engine>-<check>`), the skip and xfail decision, what each check draws, when the state
+machine judges it, and what it adds to the coverage summary. A new check is a property
+function in a file of its own under `properties/` and one `Check(...)` line below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
+from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
+from engines.testing.properties import Judge, kv, parity, requests, seeds, slots
+from engines.testing.recorder import Trace
 
-__all__ = ["CHECKS", "SLOT_CHECKS", "Applicability", "applicability"]
+__all__ = ["CHECKS", "KV", "PROPERTIES", "REFERENCE", "REGISTRY", "SLOTS", "SLOT_CHECKS",
+           "VARIANTS", "Applicability", "Check", "Draws", "Given", "Need", "Property",
+           "applicability", "catalogue", "check_named", "draws_sampling"]
+
+# A property judges one Trace: it raises Violation, or returns what it judged (None, or what
+# the check's `tally` adds to the coverage summary).
+Property = Callable[[Trace, Judge], Any]
+# When the state machine judges a check besides at teardown (when it judges every check).
+Moment = Literal["step", "bad request", "has_work lied"]
+
+
+@dataclass(frozen=True, slots=True)
+class Given:
+    """What a run gives the checks: the engine's limits, a reference engine, config variants."""
+
+    limits: EngineLimits
+    reference: bool = False
+    variants: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """Something a check cannot run without, and the skip reason where a run lacks it."""
+
+    name: str  # what it is, for reading (a repr)
+    met: Callable[[Given], bool]
+    reason: str  # "{check}" stands for the check's name
+
+    def skip_reason(self, check: str) -> str:
+        return self.reason.format(check=check)
+
+
+SLOTS = Need("slot introspection", lambda g: g.limits.max_batch_size is not None,
+             "{check} needs engines.protocol.SlotIntrospection")
+KV = Need("KV introspection", lambda g: g.limits.kv,
+          "{check} needs engines.protocol.KVIntrospection")
+REFERENCE = Need("a reference engine", lambda g: g.reference,
+                 "no reference engine given (--reference-engine MODULE:CALLABLE, e.g. "
+                 "engines.sequential:SequentialEngine over the same weights)")
+VARIANTS = Need("config variants", lambda g: g.variants,
+                "no config variant given (--engine-variant NAME=MODULE:CALLABLE)")
+
+
+@dataclass(frozen=True, slots=True)
+class Draws:
+    """How a check draws its workloads, where it differs from the others."""
+
+    bad: tuple[int, int] = (0, 1)  # bad requests per drawn workload, fewest and most
+    bad_seed_workloads: bool = False  # the hand-picked seed workloads are the bad-input ones
+    seed_groups: bool = False  # workloads carry one prompt under several distinct seeds
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One check: its name (in test ids, reports and `expected_failed_checks`), its property,
+    what it needs, how it draws, when the state machine judges it, what it tallies."""
+
+    name: str
+    prop: Property | None  # None: the check runs the state machine instead of workloads
+    needs: tuple[Need, ...] = ()  # the first one a run lacks is the skip reason
+    draws: Draws = field(default_factory=Draws)
+    # It judges seeded sampling: it draws seeded requests even where the engine declared it
+    # broken (a strict xfail must be able to fail), and then no other check draws any.
+    sampling: bool = False
+    machine: frozenset[Moment] = frozenset()  # when the machine judges it before teardown
+    # What a passing run's judgement (the property's return value) adds to the summary.
+    tally: Callable[[Coverage, Any], None] | None = None
+
+    @property
+    def runs(self) -> Literal["workloads", "machine"]:
+        return "machine" if self.prop is None else "workloads"
+
+    def skip_reason(self, given: Given) -> str | None:
+        for need in self.needs:
+            if not need.met(given):
+                return need.skip_reason(self.name)
+        return None
+
+
+# Cheap enough to judge the partial trace after every step.
+_EVERY_STEP: frozenset[Moment] = frozenset({"step"})
 
 # In the order a report lists them; test ids read <engine>-<check>.
-CHECKS = (
-    "parity",
-    "reference_parity",
-    "prefill_decode",
-    "variants",
-    "seeds",
-    "token_range",
-    "budget_finish",
-    "liveness",
-    "bad_input",
-    "compaction",
-    "slot_lengths",
-    "zero_waste",
-    "work_conservation",
-    "kv_accounting",
-    "stateful",
+REGISTRY: tuple[Check, ...] = (
+    Check("parity", parity.check_parity),
+    Check("reference_parity", parity.check_reference_parity, needs=(REFERENCE,)),
+    Check("prefill_decode", parity.check_prefill_decode),
+    Check("variants", parity.check_variants, needs=(VARIANTS,)),
+    Check("seeds", seeds.check_seeds, draws=Draws(seed_groups=True), sampling=True,
+          tally=Coverage.record_seed_groups),
+    Check("token_range", requests.check_token_range),
+    Check("budget_finish", requests.check_budget_finish, machine=_EVERY_STEP),
+    Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),
+    Check("bad_input", requests.check_bad_input, draws=Draws(bad=(1, 2), bad_seed_workloads=True),
+          machine=frozenset({"bad request"})),
+    Check("compaction", slots.check_compaction, needs=(SLOTS,), machine=_EVERY_STEP),
+    Check("slot_lengths", slots.check_slot_lengths, needs=(SLOTS,), machine=_EVERY_STEP),
+    Check("zero_waste", slots.check_zero_waste, needs=(SLOTS,), machine=_EVERY_STEP),
+    Check("work_conservation", slots.check_work_conservation, needs=(SLOTS,)),
+    Check("kv_accounting", kv.check_kv_accounting, needs=(KV,)),
+    Check("stateful", None),
 )
-SLOT_CHECKS = frozenset({"compaction", "slot_lengths", "zero_waste", "work_conservation"})
+
+
+def catalogue() -> tuple[Check, ...]:
+    """The registry as it is now (read at each call, so that every view below agrees)."""
+    return REGISTRY
+
+
+def check_named(name: str) -> Check:
+    for check in catalogue():
+        if check.name == name:
+            return check
+    raise KeyError(f"no check named {name!r}; the checks are "
+                   f"{', '.join(c.name for c in catalogue())}")
+
+
+def draws_sampling(declared: Mapping[str, str]) -> bool:
+    """Whether the checks may draw sampled requests: not where the engine declared the check
+    that judges seeded sampling broken."""
+    return not any(c.sampling and c.name in declared for c in catalogue())
+
+
+# Views of the registry, for code that wants the names only.
+CHECKS: tuple[str, ...] = tuple(c.name for c in REGISTRY)
+SLOT_CHECKS: frozenset[str] = frozenset(c.name for c in REGISTRY if SLOTS in c.needs)
+PROPERTIES: dict[str, Property] = {c.name: c.prop for c in REGISTRY if c.prop is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,31 +157,18 @@ class Applicability:
     reason: str = ""
 
 
-def _skip_reason(check: str, limits: EngineLimits, *, reference: bool,
-                 variants: bool) -> str | None:
-    if check in SLOT_CHECKS and limits.max_batch_size is None:
-        return f"{check} needs engines.protocol.SlotIntrospection"
-    if check == "kv_accounting" and not limits.kv:
-        return "kv_accounting needs engines.protocol.KVIntrospection"
-    if check == "reference_parity" and not reference:
-        return ("no reference engine given (--reference-engine MODULE:CALLABLE, e.g. "
-                "engines.sequential:SequentialEngine over the same weights)")
-    if check == "variants" and not variants:
-        return "no config variant given (--engine-variant NAME=MODULE:CALLABLE)"
-    return None
-
-
 def applicability(limits: EngineLimits, declared: Mapping[str, str], *, reference: bool = False,
                   variants: bool = False) -> dict[str, Applicability]:
     """Every check's fate on an engine with these limits and declared expected failures,
     given whether the run has a reference engine and config variants."""
+    given = Given(limits, reference=reference, variants=variants)
     out: dict[str, Applicability] = {}
-    for check in CHECKS:
-        skip = _skip_reason(check, limits, reference=reference, variants=variants)
+    for check in catalogue():
+        skip = check.skip_reason(given)
         if skip is not None:
-            out[check] = Applicability("skip", skip)
-        elif check in declared:
-            out[check] = Applicability("xfail", declared[check])
+            out[check.name] = Applicability("skip", skip)
+        elif check.name in declared:
+            out[check.name] = Applicability("xfail", declared[check.name])
         else:
-            out[check] = Applicability("run")
+            out[check.name] = Applicability("run")
     return out

@@ -48,10 +48,11 @@ def test_conformance(conformance_context: SuiteContext, conformance_check: str,
 
 def _run_check(ctx: SuiteContext, check: str, request: pytest.FixtureRequest) -> None:
     __tracebackhide__ = True
+    from engines.testing.checks import check_named
     from engines.testing.plugin import COVERAGE, profile_in_force
 
     settings = profile_in_force(request.config).settings
-    if check == "stateful":
+    if check_named(check).runs == "machine":
         from engines.testing.stateful import run_engine_machine
 
         run_engine_machine(ctx, settings=settings)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from engines.factories import EngineSpecError
 from engines.protocol import Engine
-from engines.testing.checks import Applicability, applicability
+from engines.testing.checks import Applicability, applicability, draws_sampling
 from engines.testing.limits import EngineLimits
 from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
@@ -106,7 +106,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         max_model_len=min(int(e.max_model_len) for e in (engine, *(o for _, o in
                                                                     others.values()))),
         logprobs=TOP_K if options.parity == "tie-aware" else 0,
-        sampling="seeds" not in declared,
+        sampling=draws_sampling(declared),
     )
     for p, e in [(pool, engine), *others.values()]:
         p.release(e)

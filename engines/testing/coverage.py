@@ -7,7 +7,6 @@ No counter is about slots: occupancy is read from the trace ("in flight at once"
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,13 +14,7 @@ from dataclasses import dataclass, field
 from engines.protocol import FinishReason
 from engines.testing.limits import EngineLimits
 from engines.testing.oracle import TOP_K
-from engines.testing.properties import Judge
-from engines.testing.properties.seeds import (
-    FALSE_ALARM,
-    identical_bound,
-    seed_groups,
-    seeds_needed,
-)
+from engines.testing.properties.seeds import FALSE_ALARM, MOST_SEEDS_ASKED, SOURCES, SeedGroup
 from engines.testing.recorder import Trace
 
 __all__ = ["Coverage"]
@@ -31,7 +24,6 @@ ENGINE = "engine: "  # the engine's own counters: reported even at zero, which s
 # would make them judgeable. Kept apart from the counts and written out as sentences.
 SEEDS = "seeds: "
 JUDGED = "seed groups judged"
-SOURCES = ("engine", "reference engine")  # whose top_logprobs bound the chance: %s below
 NO_LOGPROBS = f"{SEEDS}no top_logprobs from the %s"
 TOO_FEW = f"{SEEDS}too few seeds for the %s's first-token distribution"
 CERTAIN = f"{SEEDS}a first token all but certain under the %s"
@@ -39,7 +31,6 @@ MOST_SEEDS = f"{SEEDS}distinct seeds in a group not judged"
 NEEDED = f"{SEEDS}distinct seeds a group needs"
 TOP_PERCENT = f"{SEEDS}top first-token candidate, percent"
 BOUND = f"{FALSE_ALARM:g}".replace("e-0", "e-")  # as the check's docstring writes it: 1e-6
-MOST_SEEDS_ASKED = 10_000  # past this many seeds a group is called unjudgeable outright
 
 
 @dataclass(slots=True)
@@ -47,7 +38,7 @@ class Coverage:
     counts: Counter[str] = field(default_factory=Counter)
     most: Counter[str] = field(default_factory=Counter)  # maxima, not sums
 
-    def record(self, trace: Trace, limits: EngineLimits, judge: Judge | None = None) -> None:
+    def record(self, trace: Trace, limits: EngineLimits) -> None:
         c, w = self.counts, trace.workload
         c["workloads"] += 1
         c["requests"] += len(w.requests)
@@ -70,28 +61,20 @@ class Coverage:
         self.most["in flight at once"] = max(self.most["in flight at once"], _in_flight(trace))
         for name, n in trace.exercised.items():  # the engine's own counters (Exercised)
             c[f"{ENGINE}{name.replace('_', ' ')}"] += n
-        if judge is not None:
-            self._seed_groups(trace, judge)
 
-    def _seed_groups(self, trace: Trace, judge: Judge) -> None:
-        """Decide each seed group as `check_seeds` does (the same source, bound and limit),
-        and keep the reason for a group it could not judge."""
-        source = judge.reference or judge.oracle
-        name = SOURCES[judge.reference is not None]
-        for group in seed_groups(trace):
-            top = source.top_at(group[0].prompt_token_ids)
-            if not top:
-                self.counts[NO_LOGPROBS % name] += 1
-            elif identical_bound(top, len(group)) < FALSE_ALARM:
+    def record_seed_groups(self, groups: list[SeedGroup]) -> None:
+        """The fates `check_seeds` gave its seed groups: judged, or why not (the figures that
+        would change it kept as maxima)."""
+        keys = {"no logprobs": NO_LOGPROBS, "too few seeds": TOO_FEW, "certain": CERTAIN}
+        for group in groups:
+            if group.fate == "judged":
                 self.counts[JUDGED] += 1
-            elif (need := seeds_needed(top, MOST_SEEDS_ASKED)) is None:
-                self.counts[CERTAIN % name] += 1
-            else:
-                self.counts[TOO_FEW % name] += 1
-                top_p = math.ceil(100 * math.exp(max(top.values())))
-                for key, value in ((MOST_SEEDS, len(group)), (NEEDED, need),
-                                   (TOP_PERCENT, top_p)):
-                    self.most[key] = max(self.most[key], value)
+                continue
+            self.counts[keys[group.fate] % group.source] += 1
+            if group.fate == "too few seeds":
+                for key, value in ((MOST_SEEDS, group.size), (NEEDED, group.needed),
+                                   (TOP_PERCENT, group.top_percent)):
+                    self.most[key] = max(self.most[key], value or 0)
 
     def merge(self, other: Coverage) -> None:
         self.counts.update(other.counts)

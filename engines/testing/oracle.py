@@ -87,20 +87,15 @@ class AloneOracle:
     def _fails_after(self, earlier: Sequence[Workload], w: Workload) -> bool:
         """Whether serving `earlier` then w, each alone and drained, crashes a fresh engine
         on w (False when an earlier one crashes: a different failure)."""
-        engine = self.pool.fresh()
-        try:
-            for e in earlier:
-                _serve_alone(engine, e, self.deadline)
-        except EngineCrashed:
-            self.pool.release(engine, ok=False)
+        def crashes(engine: Engine) -> bool:
+            try:
+                _serve_alone(engine, w, self.deadline)
+            except EngineCrashed:
+                return True
             return False
-        try:
-            _serve_alone(engine, w, self.deadline)
-        except EngineCrashed:
-            return True
-        finally:
-            self.pool.release(engine, ok=False)  # never reused: its history is not the pool's
-        return False
+
+        return bool(self.pool.after_history(
+            earlier, lambda engine, e: _serve_alone(engine, e, self.deadline), crashes))
 
     def _leak(self, crash: EngineCrashed, history: Sequence[Workload],
               w: Workload) -> EngineCrashed:

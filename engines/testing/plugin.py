@@ -190,7 +190,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "conformance_check" not in metafunc.fixturenames:
         return
     from engines.factories import engine_name
-    from engines.testing.checks import CHECKS
+    from engines.testing.checks import catalogue
 
     listed = getattr(metafunc.module, "conformance_engines", None)
     options = run_options(metafunc.config)
@@ -200,10 +200,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = [EngineCase(engine_name(options.engine), options.engine)]
     else:
         cases = [EngineCase(getattr(metafunc.module, "conformance_engine_name", "engine"))]
+    checks = [check.name for check in catalogue()]
     metafunc.parametrize(
         ["conformance_engine", "conformance_check"],
-        [(c, check) for c in cases for check in CHECKS],
-        ids=[f"{c.name}-{check}" for c in cases for check in CHECKS],
+        [(c, check) for c in cases for check in checks],
+        ids=[f"{c.name}-{check}" for c in cases for check in checks],
     )
 
 

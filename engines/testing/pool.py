@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from engines.factories import EngineSpecError, check_engine
 from engines.protocol import Engine
 from engines.testing.recorder import is_drained
 
 __all__ = ["EnginePool"]
+
+W = TypeVar("W")
+R = TypeVar("R")
 
 
 class EnginePool:
@@ -68,3 +71,23 @@ class EnginePool:
             self._idle.append(engine)
         else:
             self._served.pop(id(engine), None)
+
+    def after_history(self, earlier: Sequence[W], replay: Callable[[Engine, W], object],
+                      then: Callable[[Engine], R], *, drained: bool = False) -> R | None:
+        """then(engine) on a fresh engine that first replays `earlier`, oldest first, each by
+        replay(engine, item); with `drained`, only if the engine is drained after them. None
+        where replaying raised or left work: a different failure than the one asked about.
+        How the suite confirms that a failure needs the engine's history (and the shortest
+        history that does); the engine is never reused, its history is not the pool's."""
+        engine = self.fresh()
+        try:
+            try:
+                for item in earlier:
+                    replay(engine, item)
+            except Exception:
+                return None
+            if drained and not is_drained(engine):
+                return None
+            return then(engine)
+        finally:
+            self.release(engine, ok=False)

@@ -17,6 +17,7 @@ from hypothesis import core as hypothesis_core
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
+from engines.testing.checks import check_named
 from engines.testing.context import SuiteContext
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
@@ -40,16 +41,18 @@ def search_settings(parent: Settings | None = None, **overrides: Any) -> Setting
 
 
 def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
-    """The `seeds` check draws seeded sampling even where the engine declared it unsupported
-    (the other checks then draw none): it runs as a strict xfail there, and without seeded
-    requests it could not fail, nor notice a fix."""
-    return dataclasses.replace(ctx.limits, sampling=True) if check == "seeds" else ctx.limits
+    """The check that judges seeded sampling (`seeds`) draws it even where the engine
+    declared that check broken (the other checks then draw none): it runs as a strict xfail
+    there, and without seeded requests it could not fail, nor notice a fix."""
+    if check_named(check).sampling:
+        return dataclasses.replace(ctx.limits, sampling=True)
+    return ctx.limits
 
 
 def strategy_for(ctx: SuiteContext, check: str) -> st.SearchStrategy[Workload]:
-    bad = (1, 2) if check == "bad_input" else (0, 1)
-    return workloads(limits_for(ctx, check), alone=ctx.oracle.tokens, min_bad=bad[0],
-                     max_bad=bad[1], seed_group=check == "seeds")
+    draws = check_named(check).draws
+    return workloads(limits_for(ctx, check), alone=ctx.oracle.tokens, min_bad=draws.bad[0],
+                     max_bad=draws.bad[1], seed_group=draws.seed_groups)
 
 
 def _stream_seed(ctx: SuiteContext, settings: Settings) -> int | None:
@@ -85,13 +88,17 @@ def _replay_hint(ctx: SuiteContext, settings: Settings | None) -> str | None:
 
 def _tally(ctx: SuiteContext, check: str, outcome: Outcome, coverage: Coverage) -> None:
     if outcome.trace is not None:
-        coverage.record(outcome.trace, ctx.limits, ctx.judge if check == "seeds" else None)
+        coverage.record(outcome.trace, ctx.limits)
+        tally = check_named(check).tally
+        if tally is not None and outcome.judged is not None:
+            tally(coverage, outcome.judged)
 
 
 def _seeds(ctx: SuiteContext, check: str, coverage: Coverage) -> None:
     """Run the seed workloads; a failure is shrunk greedily (Hypothesis cannot shrink them)."""
     __tracebackhide__ = True
-    seeds = seed_workloads(limits_for(ctx, check), bad=check == "bad_input",
+    seeds = seed_workloads(limits_for(ctx, check),
+                           bad=check_named(check).draws.bad_seed_workloads,
                            alone=ctx.oracle.tokens)
     for w in seeds:
         outcome = verify(ctx, w, check)

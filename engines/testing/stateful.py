@@ -29,9 +29,10 @@ from hypothesis.stateful import (
 
 from engines.protocol import Engine, Request
 from engines.testing.bad_requests import BAD_KINDS, bad_request
+from engines.testing.checks import Check, Moment, catalogue
 from engines.testing.context import SuiteContext, build_context
 from engines.testing.crash import EngineCrashed
-from engines.testing.properties import PROPERTIES, Violation
+from engines.testing.properties import Violation
 from engines.testing.recorder import Recorder
 from engines.testing.report import crash_finding, explain
 from engines.testing.search import search_settings
@@ -41,8 +42,6 @@ from engines.testing.workload import BadRequest
 
 __all__ = ["EngineMachine", "engine_machine", "run_engine_machine"]
 
-# Cheap enough to judge the partial trace after every step.
-_STEP_INVARIANTS = ("budget_finish", "compaction", "slot_lengths", "zero_waste")
 T = TypeVar("T")
 
 
@@ -56,26 +55,30 @@ class EngineMachine(RuleBasedStateMachine):
         self.engine = pool.fresh() if pool.cheap else pool.acquire()[0]
         self.rec = Recorder(self.engine, deadline=self.ctx.step_timeout)
         self.limits = self.ctx.limits
-        # Only the checks that run and are not declared broken: a strict xfail is for the
-        # check's own test, and the machine must not fail on what the engine admits to.
-        self.judged = [name for name in PROPERTIES
-                       if self.ctx.checks.get(name) is not None
-                       and self.ctx.checks[name].status == "run"]
+        # Only the checks of workloads that run and are not declared broken: a strict xfail
+        # is for the check's own test, and the machine must not fail on what the engine
+        # admits to.
+        self.judged: list[Check] = [
+            c for c in catalogue() if c.prop is not None
+            and self.ctx.checks.get(c.name) is not None
+            and self.ctx.checks[c.name].status == "run"]
         self.n_requests = 0
         self.n_bad = 0
         self.ok = False
         self.failed = False  # a rule already failed: teardown must not report a second bug
 
-    def _judge(self, names: tuple[str, ...] | list[str], *, partial: bool) -> None:
+    def _judge(self, moment: Moment | None, *, partial: bool) -> None:
+        """Judge the trace so far by the checks the registry has the machine judge at this
+        moment (every one that applies at teardown: moment None)."""
         __tracebackhide__ = True
         trace = self.rec.trace
         self.rec.workload()
         stalled, trace.stalled = trace.stalled, trace.stalled or partial
         failure = None
         try:
-            for name in names:
-                if name in self.judged:
-                    PROPERTIES[name](trace, self.ctx.judge)
+            for check in self.judged:
+                if (moment is None or moment in check.machine) and check.prop is not None:
+                    check.prop(trace, self.ctx.judge)
         except AssertionError as exc:
             failure = explain(self.ctx, Failure(exc, len(trace.steps)), trace.workload)
         finally:
@@ -129,7 +132,7 @@ class EngineMachine(RuleBasedStateMachine):
             bad = BadRequest(self.rec.k, kind, bad_request(self.limits, kind, prompt, rid))
         note(f"before step {self.rec.k}: add bad request ({kind})")
         self._engine(lambda: self.rec.add_bad(bad))
-        self._judge(["bad_input"], partial=True)
+        self._judge("bad request", partial=True)
 
     @precondition(lambda self: self.limits.abortable and bool(self.rec.requests))
     @rule(data=st.data())
@@ -143,13 +146,13 @@ class EngineMachine(RuleBasedStateMachine):
     def step(self) -> None:
         record = self._engine(self.rec.step)
         note(f"step {record.index}: {record.outputs}")
-        self._judge(_STEP_INVARIANTS, partial=True)
+        self._judge("step", partial=True)
 
     @invariant()
     def has_work_tells_the_truth(self) -> None:
         __tracebackhide__ = True
         if self.rec.trace.has_work_errors:
-            self._judge(["liveness"], partial=False)
+            self._judge("has_work lied", partial=False)
 
     def teardown(self) -> None:
         if self.failed:
@@ -158,7 +161,7 @@ class EngineMachine(RuleBasedStateMachine):
         try:
             w = self.rec.workload()
             self._engine(lambda: self.rec.drain(self.rec.k + w.step_bound()))
-            self._judge(list(PROPERTIES), partial=False)
+            self._judge(None, partial=False)
             self.ok = True
         finally:
             self.ctx.pool.release(self.engine, ok=self.ok)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engines.protocol import Engine
+from engines.testing.checks import Property, check_named
 from engines.testing.context import SuiteContext
 from engines.testing.crash import EngineCrashed
-from engines.testing.properties import PROPERTIES
-from engines.testing.recorder import Trace, is_drained, run_workload
+from engines.testing.recorder import Trace, run_workload
 from engines.testing.workload import Workload
 
 __all__ = ["Failure", "Leak", "Outcome", "attempt", "fails", "failure_after", "verify"]
@@ -37,35 +38,49 @@ class Outcome:
     failure: Failure | None = None  # the workload fails on a fresh engine too
     leak: Leak | None = None  # it fails only after the engine's history
     trace: Trace | None = None  # the passing run, for the coverage tally
+    judged: Any = None  # what the check's property returned on it, for the check's tally
 
     @property
     def ok(self) -> bool:
         return self.failure is None and self.leak is None
 
 
-def _run(ctx: SuiteContext, engine: Engine, w: Workload, check: str) -> tuple[Failure | None,
-                                                                            Trace | None]:
+def _property(check: str) -> Property:
+    prop = check_named(check).prop
+    if prop is None:
+        raise ValueError(f"check {check!r} runs the state machine, not workloads")
+    return prop
+
+
+def _run(ctx: SuiteContext, engine: Engine, w: Workload,
+         check: str) -> tuple[Failure | None, Trace | None, Any]:
     trace = None
     try:
         trace = run_workload(engine, w, deadline=ctx.step_timeout)
-        PROPERTIES[check](trace, ctx.judge)
+        judged = _property(check)(trace, ctx.judge)
     except AssertionError as exc:
         if trace is None and isinstance(exc, EngineCrashed) and exc.step is not None:
             steps = exc.step + 1  # the run crashed in this step
         else:
             steps = len(trace.steps) if trace is not None else w.last_event_step + 1
-        return Failure(exc, steps), trace
-    return None, trace
+        return Failure(exc, steps), trace, None
+    return None, trace, judged
 
 
 def attempt(ctx: SuiteContext, engine: Engine, w: Workload,
             check: str) -> tuple[Failure | None, Trace | None]:
     """Judge w on engine; the engine goes back to the pool unless it failed or stalled."""
-    failure, trace = _run(ctx, engine, w, check)
+    failure, trace, _ = _attempt(ctx, engine, w, check)
+    return failure, trace
+
+
+def _attempt(ctx: SuiteContext, engine: Engine, w: Workload,
+             check: str) -> tuple[Failure | None, Trace | None, Any]:
+    failure, trace, judged = _run(ctx, engine, w, check)
     if failure is None and trace is not None:
         ctx.pool.served(engine, w)
     ctx.pool.release(engine, ok=failure is None and trace is not None and not trace.stalled)
-    return failure, trace
+    return failure, trace, judged
 
 
 def fails(ctx: SuiteContext, w: Workload, check: str) -> bool:
@@ -74,12 +89,11 @@ def fails(ctx: SuiteContext, w: Workload, check: str) -> bool:
     return attempt(ctx, engine, w, check)[0] is not None
 
 
-def _judged(ctx: SuiteContext, trace: Trace, check: str) -> Failure | None:
+def _judged(ctx: SuiteContext, trace: Trace, check: str) -> tuple[Failure | None, Any]:
     try:
-        PROPERTIES[check](trace, ctx.judge)
+        return None, _property(check)(trace, ctx.judge)
     except AssertionError as exc:
-        return Failure(exc, len(trace.steps))
-    return None
+        return Failure(exc, len(trace.steps)), None
 
 
 def verify(ctx: SuiteContext, w: Workload, check: str) -> Outcome:
@@ -88,35 +102,26 @@ def verify(ctx: SuiteContext, w: Workload, check: str) -> Outcome:
     run = ctx.runs.get(w)
     if run is not None:
         trace: Trace | None = run.trace
-        failure, fresh, history = _judged(ctx, run.trace, check), run.fresh, run.history
+        fresh, history = run.fresh, run.history
+        failure, judged = _judged(ctx, run.trace, check)
     else:
         engine, fresh = ctx.pool.acquire()
         history = tuple(ctx.pool.history(engine))
-        failure, trace = attempt(ctx, engine, w, check)
+        failure, trace, judged = _attempt(ctx, engine, w, check)
         ctx.runs.keep(w, trace, fresh=fresh, history=history)
     if failure is None:
-        return Outcome(trace=trace)
+        return Outcome(trace=trace, judged=judged)
     if fresh:
         return Outcome(failure=failure)
-    confirmed, trace = attempt(ctx, ctx.pool.fresh(), w, check)
+    confirmed, trace, judged = _attempt(ctx, ctx.pool.fresh(), w, check)
     if confirmed is not None:
         return Outcome(failure=confirmed)
-    return Outcome(leak=Leak(failure, history), trace=trace)
+    return Outcome(leak=Leak(failure, history), trace=trace, judged=judged)
 
 
 def failure_after(ctx: SuiteContext, earlier: Sequence[Workload], w: Workload,
                   check: str) -> Failure | None:
     """How w fails the check on a fresh engine that first serves `earlier` (unjudged)."""
-    engine = ctx.pool.fresh()
-    try:
-        try:
-            for e in earlier:
-                run_workload(engine, e, deadline=ctx.step_timeout)
-        except Exception:
-            return None  # an earlier workload broke the engine: a different failure
-        if not is_drained(engine):
-            return None
-        failure, _ = _run(ctx, engine, w, check)
-        return failure
-    finally:
-        ctx.pool.release(engine, ok=False)  # never reused: its history is not the pool's
+    return ctx.pool.after_history(
+        earlier, lambda engine, e: run_workload(engine, e, deadline=ctx.step_timeout),
+        lambda engine: _run(ctx, engine, w, check)[0], drained=True)
