@@ -13,13 +13,12 @@ import pytest
 
 from engines.bench import capacity, disturbance, draws, traces
 from engines.bench.config import Config
-from engines.bench.doubles.fake import FakeEngine, VirtualClock
+from engines.bench.doubles.fake import FakeEngine, LoggedEngine, VirtualClock
 from engines.bench.metrics import requests_frame, summarize, tokens_frame
 from engines.bench.paired import EngineClock, run_closed_paired, run_paired
 from engines.bench.probes import MAX_GROWTH
 from engines.bench.replay import run_closed, run_trace
 from engines.bench.slo import SLO
-from engines.protocol import Request, StepOutput
 
 
 def _items(n: int, prompt_len: int = 8, max_tokens: int = 4) -> list[draws.WorkItem]:
@@ -171,29 +170,12 @@ def test_a_retry_reruns_only_the_engines_that_failed() -> None:
     assert results["spell"].low == results["steady"].low == pytest.approx(8.0)
 
 
-class _Logged:
-    """A protocol engine that logs its name on every step, delegating to a FakeEngine."""
-
-    def __init__(self, name: str, inner: FakeEngine, log: list[str]) -> None:
-        self.name, self.inner, self.log = name, inner, log
-        self.vocab_size, self.max_model_len = inner.vocab_size, inner.max_model_len
-
-    def add_request(self, request: Request) -> None:
-        self.inner.add_request(request)
-
-    def step(self) -> list[StepOutput]:
-        self.log.append(self.name)
-        return self.inner.step()
-
-    def has_work(self) -> bool:
-        return self.inner.has_work()
-
-
 def test_paired_runs_alternate_steps_and_keep_each_engines_time() -> None:
     log: list[str] = []
     clocks = {"a": VirtualClock(), "b": VirtualClock()}
-    engines = {"a": _Logged("a", FakeEngine(max_batch_size=1, base_s=0.1, clock=clocks["a"]), log),
-               "b": _Logged("b", FakeEngine(max_batch_size=1, base_s=0.3, clock=clocks["b"]), log)}
+    engines = {name: LoggedEngine(name, FakeEngine(max_batch_size=1, base_s=step_s,
+                                                   clock=clocks[name]), log)
+               for name, step_s in (("a", 0.1), ("b", 0.3))}
     trace = traces.closed(_items(2, max_tokens=3))
     runs = run_paired(engines, {"a": trace, "b": trace}, clocks=clocks)
     assert log == ["a", "b"] * 6
@@ -203,7 +185,7 @@ def test_paired_runs_alternate_steps_and_keep_each_engines_time() -> None:
 
 def test_closed_runs_pair_engines_run_by_run() -> None:
     log: list[str] = []
-    engines = {name: _Logged(name, FakeEngine(max_batch_size=1, base_s=1e-4), log)
+    engines = {name: LoggedEngine(name, FakeEngine(max_batch_size=1, base_s=1e-4), log)
                for name in ("a", "b")}
     runs = run_closed_paired(engines, traces.closed(_items(1, max_tokens=2)), warmup=1, runs=2)
     assert [len(r) for r in runs.values()] == [2, 2]

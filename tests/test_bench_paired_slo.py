@@ -7,12 +7,11 @@ from __future__ import annotations
 import pytest
 
 from engines.bench import capacity, draws, traces
-from engines.bench.doubles.fake import FakeEngine, FakeTimer, Machine, VirtualClock
+from engines.bench.doubles.fake import FakeEngine, FakeTimer, LoggedEngine, Machine, VirtualClock
 from engines.bench.paired import run_paired
 from engines.bench.probes import Probe
 from engines.bench.slo import SLO, PairedSLO, derive
 from engines.bench.yardstick import MIN_DECODES, MIN_PREFILLS, Yardstick
-from engines.protocol import Request, StepOutput
 
 STEP_S, PREFILL_S = 0.01, 0.02  # the fake timer's quiet timings: targets 50 ms ITL, 60 ms TTFT
 
@@ -132,26 +131,10 @@ def test_yardstick_keeps_to_its_share_takes_means_and_tops_up() -> None:
     assert short.samples == (MIN_DECODES, MIN_PREFILLS)
 
 
-class _Logged:
-    def __init__(self, name: str, log: list[str]) -> None:
-        self.name, self.log = name, log
-        self.inner = FakeEngine(max_batch_size=1, base_s=1e-4)
-        self.vocab_size, self.max_model_len = 100, 64
-
-    def add_request(self, request: Request) -> None:
-        self.inner.add_request(request)
-
-    def step(self) -> list[StepOutput]:
-        self.log.append(self.name)
-        return self.inner.step()
-
-    def has_work(self) -> bool:
-        return self.inner.has_work()
-
-
 def test_the_yardstick_gets_a_turn_between_every_cycle_of_engine_steps() -> None:
     log: list[str] = []
-    engines = {name: _Logged(name, log) for name in ("a", "b")}
+    engines = {name: LoggedEngine(name, FakeEngine(max_batch_size=1, base_s=1e-4), log)
+               for name in ("a", "b")}
     trace = traces.closed(draws.uniform(1, prompt_len=4, max_tokens=3, vocab_size=100))
     run_paired(engines, dict.fromkeys(engines, trace), between=lambda: log.append("|"))
     assert log == ["|", "a", "b"] * 3 + ["|"]

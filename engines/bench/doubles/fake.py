@@ -147,3 +147,22 @@ def admit_everyone() -> FakeEngine:
     """Admits every waiting request at once and makes every row pay: queue wait stays at one
     step while every request slows down. `--engine engines.bench.doubles.fake:admit_everyone`."""
     return FakeEngine(max_batch_size=10**6, base_s=2e-4, decode_s_per_row=5e-5)
+
+
+class LoggedEngine:
+    """A protocol engine that logs its name on every step, delegating to a FakeEngine: what
+    the pairing tests read the order of turns from."""
+
+    def __init__(self, name: str, inner: FakeEngine, log: list[str]) -> None:
+        self.name, self.inner, self.log = name, inner, log
+        self.vocab_size, self.max_model_len = inner.vocab_size, inner.max_model_len
+
+    def add_request(self, request: Request) -> None:
+        self.inner.add_request(request)
+
+    def step(self) -> list[StepOutput]:
+        self.log.append(self.name)
+        return self.inner.step()
+
+    def has_work(self) -> bool:
+        return self.inner.has_work()
