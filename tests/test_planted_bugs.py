@@ -26,6 +26,7 @@ from tests.planted.edge_bugs import EDGE_PLANTED
 from tests.planted.harness import check_of, context_of, hunt, pinned
 from tests.planted.model_bugs import MODEL_PLANTED
 from tests.planted.paged_bugs import PAGED_PLANTED
+from tests.planted.sampling_bugs import SAMPLING_PLANTED
 from tests.planted.toy_bugs import PLANTED, CompactionHole, LeaksBlockPerRequest
 
 TOY = [*PLANTED, *EDGE_PLANTED, *CRASH_PLANTED]  # cheap engines: the whole search runs on each
@@ -72,6 +73,15 @@ def test_suite_catches_bugs_planted_in_the_reference_engines(bug: Any) -> None:
     """Real engines are slower: the seed workloads alone must catch these."""
     seeds_only = Settings(max_examples=1, phases=[Phase.explicit])
     caught = hunt(bug, settings=seeds_only)
+    assert caught is not None and caught.prop == bug.caught_by, str(caught)
+    assert "as a runnable script" in str(caught)
+
+
+@pytest.mark.parametrize("bug", SAMPLING_PLANTED, ids=lambda b: b.__name__)
+def test_suite_catches_per_row_sampling_bugs(bug: Any) -> None:
+    """The seed workloads hold no logits processing: the search must find these, each by the
+    check meant for its class (derandomized, so the verdict is not luck)."""
+    caught = hunt(bug, settings=pinned(60))
     assert caught is not None and caught.prop == bug.caught_by, str(caught)
     assert "as a runnable script" in str(caught)
 

@@ -6,6 +6,7 @@ one past the context, so an off-by-one in an engine's validation is what fails.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ from engines.protocol import Request, SamplingParams
 from engines.testing.limits import EngineLimits
 from engines.testing.workload import BadRequest
 
-__all__ = ["BAD_KINDS", "bad_request", "bad_requests_for"]
+__all__ = ["BAD_KINDS", "PROCESSING_KINDS", "bad_kinds", "bad_request", "bad_requests_for"]
 
 BAD_KINDS = (
     "empty prompt",
@@ -27,6 +28,27 @@ BAD_KINDS = (
     "stop id -1",
     "duplicate id",
 )
+# A logits-processing field just past its boundary (engines.protocol.SamplingParams), drawn
+# only for an engine that declares the field in supported_sampling: kind -> (field, value).
+PROCESSING_KINDS: dict[str, tuple[str, object]] = {
+    "top_k -2": ("top_k", -2),
+    "top_p 0": ("top_p", 0.0),
+    "top_p above 1": ("top_p", 1.0 + 1e-6),
+    "min_p negative": ("min_p", -1e-6),
+    "min_p above 1": ("min_p", 1.0 + 1e-6),
+    "repetition_penalty 0": ("repetition_penalty", 0.0),
+    "presence_penalty above 2": ("presence_penalty", 2.0 + 1e-6),
+    "frequency_penalty below -2": ("frequency_penalty", -2.0 - 1e-6),
+    "frequency_penalty NaN": ("frequency_penalty", float("nan")),
+    "min_tokens above max_tokens": ("min_tokens", 2),
+}
+
+
+def bad_kinds(limits: EngineLimits) -> tuple[str, ...]:
+    """The kinds to draw for this engine: BAD_KINDS, and a processing field's only where the
+    engine declares it (an engine that does not may refuse it for that reason alone)."""
+    return (*BAD_KINDS, *(k for k, (name, _) in PROCESSING_KINDS.items()
+                          if name in limits.sampling_fields))
 
 
 def bad_request(limits: EngineLimits, kind: str, prompt: tuple[int, ...], rid: str) -> Request:
@@ -44,6 +66,11 @@ def bad_request(limits: EngineLimits, kind: str, prompt: tuple[int, ...], rid: s
         return Request(prompt, SamplingParams(max_tokens=0), request_id=rid)
     if kind == "stop id vocab_size":
         return Request(prompt, SamplingParams(max_tokens=1, stop_token_ids=(limits.vocab_size,)),
+                       request_id=rid)
+    if kind in PROCESSING_KINDS:
+        name, value = PROCESSING_KINDS[kind]
+        change: dict[str, object] = {name: value}
+        return Request(prompt, dataclasses.replace(one, **change),  # type: ignore[arg-type]
                        request_id=rid)
     if kind == "stop id -1":
         return Request(prompt, SamplingParams(max_tokens=1, stop_token_ids=(-1,)),
@@ -65,8 +92,8 @@ def bad_requests_for(
 ) -> tuple[BadRequest, ...]:
     """Bad requests interleaved with the good ones. A "duplicate id" one reuses the id of a
     request added in the same step (so it is surely in flight) with a different prompt."""
-    kinds = draw(st.lists(st.sampled_from(BAD_KINDS), min_size=min_bad, max_size=max_bad),
-                 label="bad_kinds")
+    kinds = draw(st.lists(st.sampled_from(bad_kinds(limits)), min_size=min_bad,
+                          max_size=max_bad), label="bad_kinds")
     last = max(arrivals, default=0) + 2
     out = []
     for j, kind in enumerate(kinds):

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
-from engines.testing.properties import Judge, kv, parity, requests, seeds, slots
+from engines.testing.properties import Judge, kv, logprobs, parity, requests, seeds, slots
 from engines.testing.recorder import Trace
 
 __all__ = ["CHECKS", "KV", "PROPERTIES", "REFERENCE", "REGISTRY", "SLOTS", "SLOT_CHECKS",
@@ -72,6 +72,7 @@ class Draws:
     bad: tuple[int, int] = (0, 1)  # bad requests per drawn workload, fewest and most
     bad_seed_workloads: bool = False  # the hand-picked seed workloads are the bad-input ones
     seed_groups: bool = False  # workloads carry one prompt under several distinct seeds
+    logprobs: int = 0  # top logprobs every drawn request asks for, at least
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,8 @@ class Check:
         return None
 
 
+# Top logprobs the logprobs check asks of every request: enough for a neighbour's to differ.
+LOGPROBS = 5
 # Cheap enough to judge the partial trace after every step.
 _EVERY_STEP: frozenset[Moment] = frozenset({"step"})
 
@@ -112,6 +115,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("variants", parity.check_variants, needs=(VARIANTS,)),
     Check("seeds", seeds.check_seeds, draws=Draws(seed_groups=True), sampling=True,
           tally=Coverage.record_seed_groups),
+    Check("logprobs", logprobs.check_logprobs, draws=Draws(logprobs=LOGPROBS),
+          tally=logprobs.tally),
     Check("token_range", requests.check_token_range),
     Check("budget_finish", requests.check_budget_finish, machine=_EVERY_STEP),
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),

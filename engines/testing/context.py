@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from engines.factories import EngineSpecError
-from engines.protocol import Engine
+from engines.protocol import Engine, supported_sampling
 from engines.testing.checks import Applicability, applicability, draws_sampling
 from engines.testing.limits import EngineLimits
 from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
@@ -107,6 +107,8 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
                                                                     others.values()))),
         logprobs=TOP_K if options.parity == "tie-aware" else 0,
         sampling=draws_sampling(declared),
+        sampling_fields=frozenset.intersection(
+            *(supported_sampling(e) for e in (engine, *(o for _, o in others.values())))),
     )
     for p, e in [(pool, engine), *others.values()]:
         p.release(e)

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engines.protocol import FinishReason
+from engines.protocol import ALL_PARAMS, BASE_PARAMS, FinishReason, SamplingParams
 from engines.testing.limits import EngineLimits
 from engines.testing.oracle import TOP_K
 from engines.testing.properties.seeds import FALSE_ALARM, MOST_SEEDS_ASKED, SOURCES, SeedGroup
@@ -31,6 +31,11 @@ MOST_SEEDS = f"{SEEDS}distinct seeds in a group not judged"
 NEEDED = f"{SEEDS}distinct seeds a group needs"
 TOP_PERCENT = f"{SEEDS}top first-token candidate, percent"
 BOUND = f"{FALSE_ALARM:g}".replace("e-0", "e-")  # as the check's docstring writes it: 1e-6
+# The logits-processing fields of SamplingParams: requests drawn with each are counted, and
+# those not drawn (an engine compared does not declare them) are named in a note.
+PROCESSED = ALL_PARAMS - BASE_PARAMS
+UNDRAWN = "sampling not drawn: "
+_DEFAULT = SamplingParams()
 
 
 @dataclass(slots=True)
@@ -48,6 +53,9 @@ class Coverage:
             p, toks = r.params, trace.tokens(r.request_id)
             if p.temperature > 0:
                 c["seeded" if p.seed is not None else "unseeded"] += 1
+            for name in PROCESSED:
+                if getattr(p, name) != getattr(_DEFAULT, name):
+                    c[f"with {name}"] += 1
             if len(r.prompt_token_ids) + p.max_tokens == limits.max_model_len:
                 c["at the whole context"] += 1
             if limits.kv and len(r.prompt_token_ids) + len(toks) > 2 * limits.block:
@@ -59,6 +67,8 @@ class Coverage:
             self.most["longest prompt"] = max(self.most["longest prompt"],
                                               len(r.prompt_token_ids))
         self.most["in flight at once"] = max(self.most["in flight at once"], _in_flight(trace))
+        for name in sorted(PROCESSED - limits.sampling_fields):  # said, not silently skipped
+            self.most[f"{UNDRAWN}{name}"] = 1
         for name, n in trace.exercised.items():  # the engine's own counters (Exercised)
             c[f"{ENGINE}{name.replace('_', ' ')}"] += n
 
@@ -104,7 +114,8 @@ class Coverage:
                 ours.append(f"{unjudged} seed group{'s' * (unjudged != 1)} not judged "
                             "(why: below)")
                 unjudged = 0
-            if v and not k.startswith(ENGINE) and not k.removeprefix("max ").startswith(SEEDS):
+            if v and not k.startswith(ENGINE) and not k.removeprefix("max ").startswith(
+                    (SEEDS, UNDRAWN)):
                 ours.append(f"{v} {k}" if not k.startswith("max ") else f"{k[4:]} {v}")
         engines = [f"{v} {k.removeprefix(ENGINE)}" for k, v in data.items()
                    if k.startswith(ENGINE)]
@@ -115,6 +126,11 @@ class Coverage:
     def notes(data: dict[str, int]) -> list[str]:
         """Per reason seed groups went unjudged: what it was, and what would change it."""
         out = []
+        undrawn = sorted(k.removeprefix(f"max {UNDRAWN}") for k in data
+                         if k.startswith(f"max {UNDRAWN}"))
+        if undrawn:
+            out.append(f"sampling: not drawn, as not every engine compared declares it in "
+                       f"supported_sampling: {', '.join(undrawn)}")
         for key, n in data.items():
             found = _reason(key)
             if n and found is not None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.protocol import Abortable, Engine, KVIntrospection, SlotIntrospection
+from engines.protocol import (
+    BASE_PARAMS,
+    Abortable,
+    Engine,
+    KVIntrospection,
+    SlotIntrospection,
+    supported_sampling,
+)
 
 __all__ = ["DEFAULT_BLOCK", "DEFAULT_CONCURRENCY", "EngineLimits"]
 
@@ -28,6 +35,9 @@ class EngineLimits:
     kv: bool = False  # the engine has KVIntrospection
     sampling: bool = True  # draw sampled requests (off when the engine declares no seeds)
     logprobs: int = 0  # top candidates every request asks for (tie-aware parity)
+    # SamplingParams fields drawn away from their defaults: those every engine compared
+    # declares (engines.protocol.supported_sampling); the rest are never sent.
+    sampling_fields: frozenset[str] = BASE_PARAMS
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 
@@ -46,6 +56,7 @@ class EngineLimits:
             "kv_blocks": int(engine.kv_total_blocks) if kv else None,  # type: ignore[attr-defined]
             "abortable": isinstance(engine, Abortable),
             "kv": kv,
+            "sampling_fields": supported_sampling(engine),
         }
         fields.update(overrides)
         return cls(**fields)  # type: ignore[arg-type]

@@ -44,9 +44,13 @@ def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
     """The check that judges seeded sampling (`seeds`) draws it even where the engine
     declared that check broken (the other checks then draw none): it runs as a strict xfail
     there, and without seeded requests it could not fail, nor notice a fix."""
-    if check_named(check).sampling:
-        return dataclasses.replace(ctx.limits, sampling=True)
-    return ctx.limits
+    found = check_named(check)
+    limits = ctx.limits
+    if found.sampling:
+        limits = dataclasses.replace(limits, sampling=True)
+    if found.draws.logprobs > limits.logprobs:
+        limits = dataclasses.replace(limits, logprobs=found.draws.logprobs)
+    return limits
 
 
 def strategy_for(ctx: SuiteContext, check: str) -> st.SearchStrategy[Workload]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from engines.protocol import Request, SamplingParams
-from engines.testing.bad_requests import BAD_KINDS, bad_request
+from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.limits import EngineLimits
 from engines.testing.strategies import AloneFn, pseudo_tokens
 from engines.testing.workload import Abort, BadRequest, Workload
@@ -72,11 +72,12 @@ def seed_workloads(
         out.append(Workload((unseeded, *sampled, req(8, (2,), budget)), (0,) * 8 + (1,),
                             label="seeded sampling beside unseeded and greedy"))
     if bad:
-        kinds = [k for k in BAD_KINDS if k != "duplicate id"]
+        kinds = [k for k in bad_kinds(limits) if k != "duplicate id"]
         bads = [BadRequest(i % 3, k, bad_request(limits, k, (1, 2), f"bad{i}"))
                 for i, k in enumerate(kinds)]
         dup = BadRequest(0, "duplicate id", Request((5, 5), SamplingParams(max_tokens=1),
-                                                    request_id="bad9"), duplicate_of="r0")
+                                                    request_id=f"bad{len(kinds)}"),
+                         duplicate_of="r0")
         out.append(Workload(tuple(mixed), (0, 1, 1, 2), bad=(*bads, dup), label="bad requests"))
     return out
 

@@ -28,7 +28,7 @@ from hypothesis.stateful import (
 )
 
 from engines.protocol import Engine, Request
-from engines.testing.bad_requests import BAD_KINDS, bad_request
+from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.checks import Check, Moment, catalogue
 from engines.testing.context import SuiteContext, build_context
 from engines.testing.crash import EngineCrashed
@@ -117,7 +117,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def add_bad_request(self, data: st.DataObject) -> None:
-        kind = data.draw(st.sampled_from(BAD_KINDS), label="bad_kind")
+        kind = data.draw(st.sampled_from(bad_kinds(self.limits)), label="bad_kind")
         prompt = data.draw(prompts(self.limits, max_len=4), label="bad_prompt")
         rid = f"bad{self.n_bad}"
         self.n_bad += 1

@@ -21,6 +21,7 @@ Everything shrinks toward fewer, shorter, greedy requests arriving together at s
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 
@@ -107,8 +108,48 @@ def sampling_params(
         temperature = draw(st.sampled_from([1.0, 0.7]), label="temperature")
         if kind == "seeded":
             seed = draw(st.integers(0, 2**16), label="seed")
-    return SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed,
-                          logprobs=limits.logprobs)
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed,
+                            logprobs=limits.logprobs)
+    return draw(processing(limits, params), label="processing")
+
+
+# Values per logits-processing field, the default first (so shrinking turns a field off):
+# ones that bite on the tiny presets' flat distributions (top_k 1 and top_p 0.1 are greedy in
+# all but name; min_p 0.3 cuts most of the vocabulary), negatives where the field allows them.
+PROCESSING: dict[str, tuple[object, ...]] = {
+    "repetition_penalty": (1.0, 1.3, 2.0, 0.7),
+    "frequency_penalty": (0.0, 0.5, 1.5, -0.5),
+    "presence_penalty": (0.0, 0.5, 2.0, -1.0),
+    "top_k": (0, 1, 3, 40),
+    "top_p": (1.0, 0.9, 0.5, 0.1),
+    "min_p": (0.0, 0.05, 0.3),
+}
+# Filters change nothing a greedy row chooses: drawn only for sampled rows.
+FILTERS = frozenset({"top_k", "top_p", "min_p"})
+
+
+def _penalized(params: SamplingParams) -> bool:
+    return bool(params.repetition_penalty != 1.0 or params.frequency_penalty
+                or params.presence_penalty)
+
+
+@st.composite
+def processing(draw: st.DrawFn, limits: EngineLimits, params: SamplingParams) -> SamplingParams:
+    """`params` with the logits processing every engine compared declares: one request in
+    three asks for some, each field independently, neighbours with and without alike;
+    min_tokens anywhere up to the budget (with stop ids drawn later, early ones among them).
+    Nothing is drawn for an engine that declares none of them."""
+    fields = [f for f in (*PROCESSING, "min_tokens") if f in limits.sampling_fields
+              and (f not in FILTERS or params.temperature > 0)]
+    if not fields or draw(st.integers(0, 2), label="processed") != 0:
+        return params
+    change: dict[str, object] = {}
+    for name in fields:
+        if name == "min_tokens":
+            change[name] = draw(st.integers(0, params.max_tokens), label="min_tokens")
+        else:
+            change[name] = draw(st.sampled_from(PROCESSING[name]), label=name)
+    return dataclasses.replace(params, **change)  # type: ignore[arg-type]
 
 
 @st.composite
@@ -171,11 +212,20 @@ def request_mixes(
             prompt = draw(shared_prefix_prompts(limits, pool, room), label=f"r{i}.shared")
         else:
             prompt = draw(prompts(limits, max_len=room), label=f"r{i}.prompt")
+        if alone is not None and _penalized(params) and len(prompt) < room:
+            # Penalties bite on tokens the request would generate: extend the prompt by its
+            # own greedy continuation (random weights decode in cycles, so the tokens come
+            # round again and the penalties change what is chosen).
+            more = alone(prompt, SamplingParams(max_tokens=min(8, room - len(prompt))))
+            prompt = (*prompt, *more)[:room]
         if alone is not None and not (params.temperature > 0 and params.seed is None):
             own = alone(prompt, params)
             stops = draw(stop_ids(limits, own, prompt), label=f"r{i}.stop_token_ids")
-            params = SamplingParams(params.max_tokens, stops, params.temperature, params.seed,
-                                    params.logprobs)
+            if params.min_tokens and own and draw(st.booleans(), label=f"r{i}.early_stop"):
+                # A stop id min_tokens must hold back: one the request would generate early.
+                early = [t for t in own[:params.min_tokens] if 0 <= t < limits.vocab_size]
+                stops = tuple(dict.fromkeys([*early[:1], *stops]))
+            params = dataclasses.replace(params, stop_token_ids=stops)
         out.append(Request(prompt, params, request_id=f"r{i}"))
     return out
 

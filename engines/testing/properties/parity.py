@@ -78,17 +78,26 @@ def check_reference_parity(trace: Trace, judge: Judge) -> None:
 def check_prefill_decode(trace: Trace, judge: Judge) -> None:
     """For a greedy request that generated g0 g1 ... gn: serving prompt + g0..g(t-1) alone with
     max_tokens 1 yields g(t). The decode path must agree with the prefill path, which catches
-    decode-only bugs that corrupt alone runs too (a position off by one in decode)."""
+    decode-only bugs that corrupt alone runs too (a position off by one in decode).
+
+    The probe keeps the request's repetition penalty (over prompt and output, so the same
+    tokens either way). Only where the next token is a function of the context alone: not for
+    frequency or presence penalties (over the output only, which the probe has none of), nor
+    for a token that min_tokens still held stop ids back from."""
     __tracebackhide__ = True
     for r in trace.workload.requests:
         got = trace.tokens(r.request_id)
-        if r.params.temperature > 0 or len(got) < 2:
+        p = r.params
+        if p.temperature > 0 or len(got) < 2 or p.frequency_penalty or p.presence_penalty:
             continue
         own_tops = tops(trace, r.request_id)
+        probe_params = SamplingParams(max_tokens=1, logprobs=p.logprobs,
+                                      repetition_penalty=p.repetition_penalty)
         for t in sorted({1, len(got) // 2, len(got) - 1}):
+            if t < p.min_tokens and p.stop_token_ids:
+                continue
             context = (*r.prompt_token_ids, *got[:t])
-            probe = judge.oracle(context, SamplingParams(max_tokens=1,
-                                                         logprobs=r.params.logprobs))
+            probe = judge.oracle(context, probe_params)
             how = judge.diverges(context, [got[t]], probe.tokens[:1],
                                  observed_top=own_tops[t:t + 1] if own_tops else None,
                                  expected_top=probe.top_logprobs)

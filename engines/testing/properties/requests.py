@@ -16,7 +16,8 @@ __all__ = ["check_bad_input", "check_budget_finish", "check_liveness", "check_to
 def check_budget_finish(trace: Trace, judge: Judge | None = None) -> None:
     """Exactly max_tokens tokens, or fewer ending at the first stop token; one finishing
     output per request and nothing after it; the right finish reason (STOP whenever the last
-    token is a stop token, the last budgeted one included)."""
+    token is a stop token, the last budgeted one included). No stop token among the first
+    min_tokens: the protocol masks them there, so none can end a request before it."""
     __tracebackhide__ = True
     for r in trace.workload.requests:
         rid, p = r.request_id, r.params
@@ -38,6 +39,14 @@ def check_budget_finish(trace: Trace, judge: Judge | None = None) -> None:
         toks = trace.tokens(rid)
         reason = finals[0][1].finish_reason
         stops = set(p.stop_token_ids)
+        held = [i for i, t in enumerate(toks[:p.min_tokens]) if t in stops]
+        if held:
+            raise fail(
+                "budget_finish",
+                f"{describe(r, trace)} generated stop token {toks[held[0]]} as its token "
+                f"{held[0]} {toks}, within its min_tokens={p.min_tokens}. Expected no stop id "
+                f"there: min_tokens keeps them from being sampled.",
+            )
         early = [i for i, t in enumerate(toks[:-1]) if t in stops]
         if early:
             raise fail(
