@@ -11,10 +11,13 @@ def test_cumulative_outputs_become_deltas() -> None:
     request = Request((1, 2), SamplingParams(max_tokens=4, logprobs=1), request_id="a")
     live = book.get(book.add(request, vocab_size=1024, max_model_len=512))
     assert live is not None
-    assert book.delta(live, [5], None, [{5: -0.1}]) == StepOutput("a", (5,), None, ({5: -0.1},))
+    # The sampled token's logprob comes from its entry among the top ones.
+    assert book.delta(live, [5], None, [{5: -0.1}]) == StepOutput("a", (5,), None, ({5: -0.1},),
+                                                                  (-0.1,))
     assert book.delta(live, [5], None) is None  # nothing new, not finished: no output
-    last = book.delta(live, [5, 6, 7], FinishReason.LENGTH, [{6: -1.0}, {7: -2.0}])
-    assert last == StepOutput("a", (6, 7), FinishReason.LENGTH, ({6: -1.0}, {7: -2.0}))
+    last = book.delta(live, [5, 6, 7], FinishReason.LENGTH, [{6: -1.0}, {8: -2.0}])
+    # Token 7 is not among its top ones: no sampled logprobs rather than a made-up one.
+    assert last == StepOutput("a", (6, 7), FinishReason.LENGTH, ({6: -1.0}, {8: -2.0}))
     assert not book.has_work() and book.get(live.key) is None
 
 

@@ -47,7 +47,7 @@ from engines.models import (
     load_checkpoint,
     preset_max_model_len,
 )
-from engines.protocol import Request, StepOutput
+from engines.protocol import BASE_PARAMS, Request, StepOutput
 
 __all__ = ["HFContinuousEngine", "hf_continuous", "make_engine"]
 
@@ -58,6 +58,11 @@ _PAGE_FIELD = "page_size" if "page_size" in _CONFIG_FIELDS else "block_size"
 
 class HFContinuousEngine(KVMixin):
     """One `ContinuousBatchingManager`, stepped from the caller's thread."""
+
+    # The library samples every row under one generation config, so per-request penalties,
+    # top-k/top-p/min-p or min_tokens would be this adapter's sampling (engines/adapters/hf/
+    # sampler.py), not transformers': the protocol's base fields only, the rest refused.
+    supported_sampling = BASE_PARAMS
 
     def __init__(
         self,
