@@ -126,8 +126,9 @@ def test_sampling_check_catches_an_engine_that_ignores_temperature(
     comparison it replaced ran on the continuous engine only, and passed)."""
     import engines.paged.engine as paged
 
-    def greedy_only(logits: torch.Tensor, seqs: Sequence[Any]) -> tuple[list[int], list[Any]]:
-        return logits.argmax(dim=-1).tolist(), [None] * len(seqs)
+    def greedy_only(logits: torch.Tensor,
+                    seqs: Sequence[Any]) -> tuple[list[int], list[Any], list[Any]]:
+        return logits.argmax(dim=-1).tolist(), [None] * len(seqs), [None] * len(seqs)
 
     monkeypatch.setattr(paged, "sample", greedy_only)
     with pytest.raises(AssertionError, match="sampled at temperature 1 gave its greedy tokens"):

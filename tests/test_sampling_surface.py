@@ -212,3 +212,22 @@ def test_an_engine_refuses_a_field_it_does_not_honour_rather_than_ignore_it() ->
         check_request(request, vocab_size=V, max_model_len=64, in_flight=())
     check_request(request, vocab_size=V, max_model_len=64, in_flight=(), supported=ALL_PARAMS)
     assert supported_sampling(object()) == BASE_PARAMS
+
+
+def test_the_suite_draws_what_every_engine_declares_and_names_the_rest() -> None:
+    from engines.sequential import SequentialEngine
+    from engines.testing.context import SuiteOptions, _sampling_fields
+    from engines.testing.coverage import UNDRAWN, WITHHELD, Coverage
+    from examples.toy_engine import ToyEngine
+
+    ours, toy = SequentialEngine(), ToyEngine()
+    assert _sampling_fields(SuiteOptions(), [ours, ours]) == {"sampling_fields": ALL_PARAMS}
+    # A reference that declares less narrows the draw to what both honour.
+    assert _sampling_fields(SuiteOptions(), [ours, toy]) == {"sampling_fields": BASE_PARAMS}
+    # Tie-aware parity judges near-ties on raw logprobs: no processing, and it says why.
+    tie = _sampling_fields(SuiteOptions(parity="tie-aware"), [ours])
+    assert tie["sampling_fields"] == BASE_PARAMS and "tie-aware" in str(tie["sampling_withheld"])
+    notes = Coverage.notes({f"max {UNDRAWN}top_k": 1, f"max {WITHHELD}min_p": 1})
+    assert any("declares it in supported_sampling: top_k" in n for n in notes)
+    assert any("tie-aware parity" in n and n.endswith(": min_p") for n in notes)
+    assert "top_k" not in Coverage.describe({f"max {UNDRAWN}top_k": 1, "requests": 3})

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from engines.factories import EngineSpecError
-from engines.protocol import Engine, supported_sampling
+from engines.protocol import BASE_PARAMS, Engine, supported_sampling
 from engines.testing.checks import Applicability, applicability, draws_sampling
-from engines.testing.limits import EngineLimits
+from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
 from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
 from engines.testing.properties import Judge
@@ -79,6 +79,15 @@ def _probe(factory: Factory, source: str) -> tuple[EnginePool, Engine]:
     return pool, pool.fresh()
 
 
+def _sampling_fields(options: SuiteOptions, engines: list[Engine]) -> dict[str, object]:
+    """What every engine compared declares; under tie-aware parity the base fields only (a
+    tie it excused could be a bug, and a choice it did not could be a tie: false alarms)."""
+    declared = frozenset.intersection(*(supported_sampling(e) for e in engines))
+    if options.parity == "tie-aware" and declared - BASE_PARAMS:
+        return {"sampling_fields": BASE_PARAMS, "sampling_withheld": TIE_AWARE_WITHHELD}
+    return {"sampling_fields": declared}
+
+
 def build_context(factory: Factory, *, name: str = "engine", spec: str | None = None,
                   options: SuiteOptions | None = None) -> SuiteContext:
     """Build one engine of the factory (and of the reference and each variant), which checks
@@ -107,8 +116,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
                                                                     others.values()))),
         logprobs=TOP_K if options.parity == "tie-aware" else 0,
         sampling=draws_sampling(declared),
-        sampling_fields=frozenset.intersection(
-            *(supported_sampling(e) for e in (engine, *(o for _, o in others.values())))),
+        **_sampling_fields(options, [engine, *(o for _, o in others.values())]),
     )
     for p, e in [(pool, engine), *others.values()]:
         p.release(e)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engines.protocol import ALL_PARAMS, BASE_PARAMS, FinishReason, SamplingParams
-from engines.testing.limits import EngineLimits
+from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
 from engines.testing.oracle import TOP_K
 from engines.testing.properties.seeds import FALSE_ALARM, MOST_SEEDS_ASKED, SOURCES, SeedGroup
 from engines.testing.recorder import Trace
@@ -35,6 +35,7 @@ BOUND = f"{FALSE_ALARM:g}".replace("e-0", "e-")  # as the check's docstring writ
 # those not drawn (an engine compared does not declare them) are named in a note.
 PROCESSED = ALL_PARAMS - BASE_PARAMS
 UNDRAWN = "sampling not drawn: "
+WITHHELD = "sampling not drawn under tie-aware parity: "
 _DEFAULT = SamplingParams()
 
 
@@ -68,7 +69,8 @@ class Coverage:
                                               len(r.prompt_token_ids))
         self.most["in flight at once"] = max(self.most["in flight at once"], _in_flight(trace))
         for name in sorted(PROCESSED - limits.sampling_fields):  # said, not silently skipped
-            self.most[f"{UNDRAWN}{name}"] = 1
+            prefix = WITHHELD if limits.sampling_withheld else UNDRAWN
+            self.most[f"{prefix}{name}"] = 1
         for name, n in trace.exercised.items():  # the engine's own counters (Exercised)
             c[f"{ENGINE}{name.replace('_', ' ')}"] += n
 
@@ -115,7 +117,7 @@ class Coverage:
                             "(why: below)")
                 unjudged = 0
             if v and not k.startswith(ENGINE) and not k.removeprefix("max ").startswith(
-                    (SEEDS, UNDRAWN)):
+                    (SEEDS, UNDRAWN, WITHHELD)):
                 ours.append(f"{v} {k}" if not k.startswith("max ") else f"{k[4:]} {v}")
         engines = [f"{v} {k.removeprefix(ENGINE)}" for k, v in data.items()
                    if k.startswith(ENGINE)]
@@ -124,13 +126,16 @@ class Coverage:
 
     @staticmethod
     def notes(data: dict[str, int]) -> list[str]:
-        """Per reason seed groups went unjudged: what it was, and what would change it."""
+        """The sampling fields not drawn, and why; per reason seed groups went unjudged: what
+        it was, and what would change it."""
         out = []
-        undrawn = sorted(k.removeprefix(f"max {UNDRAWN}") for k in data
-                         if k.startswith(f"max {UNDRAWN}"))
-        if undrawn:
-            out.append(f"sampling: not drawn, as not every engine compared declares it in "
-                       f"supported_sampling: {', '.join(undrawn)}")
+        for prefix, because in ((UNDRAWN, "as not every engine compared declares it in "
+                                          "supported_sampling"),
+                                (WITHHELD, f"as {TIE_AWARE_WITHHELD}")):
+            undrawn = sorted(k.removeprefix(f"max {prefix}") for k in data
+                             if k.startswith(f"max {prefix}"))
+            if undrawn:
+                out.append(f"sampling: not drawn, {because}: {', '.join(undrawn)}")
         for key, n in data.items():
             found = _reason(key)
             if n and found is not None:

@@ -13,13 +13,16 @@ from engines.protocol import (
     supported_sampling,
 )
 
-__all__ = ["DEFAULT_BLOCK", "DEFAULT_CONCURRENCY", "EngineLimits"]
+__all__ = ["DEFAULT_BLOCK", "DEFAULT_CONCURRENCY", "TIE_AWARE_WITHHELD", "EngineLimits"]
 
 # For engines that do not say: the concurrency bursts must exceed (vLLM and transformers both
 # default to more than 8 running requests on a CPU, so bursts reach at least twice this), and
 # the KV block size that prompts and outputs are drawn to cross (16: vLLM's, transformers').
 DEFAULT_CONCURRENCY = 8
 DEFAULT_BLOCK = 16
+# Why tie-aware runs draw no logits processing (EngineLimits.sampling_withheld).
+TIE_AWARE_WITHHELD = ("tie-aware parity excuses near-ties of the raw distribution, and a "
+                      "penalized or filtered choice's ties are not those")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,8 @@ class EngineLimits:
     # SamplingParams fields drawn away from their defaults: those every engine compared
     # declares (engines.protocol.supported_sampling); the rest are never sent.
     sampling_fields: frozenset[str] = BASE_PARAMS
+    # Why declared processing fields are not drawn either, where they are not ("": drawn).
+    sampling_withheld: str = ""
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 
