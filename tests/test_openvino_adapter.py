@@ -8,7 +8,7 @@ factory call converts the tiny preset (about a minute, cached on disk after that
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 
@@ -178,11 +178,11 @@ def test_greedy_logprobs_are_the_references_top_candidate(engine: Engine) -> Non
 
     (prompt,) = make_prompts([9], seed=4)
     params = SamplingParams(max_tokens=5, logprobs=1)
-    tops = []
+    tops: list[list[Mapping[int, float]]] = []
     for eng in (engine, SequentialEngine()):
         request = Request(prompt, params)
         eng.add_request(request)
-        top = []
+        top: list[Mapping[int, float]] = []
         while eng.has_work():
             for out in eng.step():
                 assert out.top_logprobs is not None and len(out.top_logprobs) == len(out.token_ids)
