@@ -24,6 +24,11 @@ from engines.protocol import (
 from tests.helpers import drain, greedy, hf_generate, make_prompts
 
 HAS_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
+RequestDroppedError: type[Exception] = RuntimeError  # where every test here is skipped
+if HAS_OPENVINO:
+    from engines.adapters.openvino.adapter import RequestDropped
+
+    RequestDroppedError = RequestDropped
 pytestmark = pytest.mark.skipif(
     not HAS_OPENVINO,
     reason="openvino_genai is not installed here: its venv is built by ci/openvino-env.sh")
@@ -225,3 +230,40 @@ def test_unseeded_and_distinct_seeds_sample_apart(engine: Engine) -> None:
                     for s in seeds]
         got = drain(engine, requests)
         assert len({tuple(got[r.request_id][0]) for r in requests}) > 1, seeds
+
+
+@pytest.mark.xfail(strict=True, reason="openvino-genai 2026.4.1: prefix caching under a "
+                   "split-fuse budget gives wrong greedy tokens (docs/findings.md, report 7)")
+def test_prefix_caching_under_a_split_fuse_budget() -> None:
+    from engines.adapters.openvino import openvino_genai_engine
+
+    eng = openvino_genai_engine(enable_prefix_caching=True, max_num_batched_tokens=16,
+                                num_kv_blocks=16)
+    prompt = (0,) * 8
+    expected = hf_generate(prompt, 6)
+    same = [Request(prompt, SamplingParams(max_tokens=6), request_id=f"s{i}") for i in range(3)]
+
+    def arrive(step: int, _: object) -> None:
+        if step == 1:  # two steps after the one-token request: its prefix is cached
+            for r in same:
+                eng.add_request(r)
+
+    got = drain(eng, [Request((0,), SamplingParams(max_tokens=1), request_id="first")],
+                on_step=arrive)
+    assert [got[r.request_id][0] for r in same] == [expected] * 3
+
+
+@pytest.mark.xfail(strict=True, raises=RequestDroppedError,
+                   reason="openvino-genai 2026.4.1: after a cancel in a full pool the next "
+                   "request is dropped unserved (docs/findings.md, report 8)")
+def test_a_request_after_a_cancel_in_a_full_pool_is_served() -> None:
+    from engines.adapters.openvino_variants import openvino_pressure
+
+    eng = openvino_pressure()  # 2 blocks of 32 tokens, 16 tokens a step
+    eng.add_request(Request(tuple(range(1, 34)), SamplingParams(max_tokens=2), request_id="long"))
+    for _ in range(3):  # 16 + 16 + 1 prompt tokens: both blocks are now held
+        eng.step()
+    eng.abort_request("long")  # type: ignore[attr-defined]
+    short = Request((0,), SamplingParams(max_tokens=1), request_id="short")
+    got = drain(eng, [short])  # raises RequestDropped: the library ignores "short"
+    assert got["short"] == (hf_generate((0,), 1), FinishReason.LENGTH)

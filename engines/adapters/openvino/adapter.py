@@ -16,6 +16,10 @@ Translations (where the library's semantics differ from the protocol):
   token in its output, as the protocol does, and reports STOP or LENGTH itself.
 - outputs: a handle's `read()` returns the tokens generated since the last read.
 - abort: `handle.cancel()` drops the request silently, so the adapter emits the ABORT.
+- dropped requests: the library can give up on a request it did not finish, with no output
+  (status IGNORED: it found no KV blocks for it, e.g. beside a request cancelled in a full
+  pool, docs/findings.md report 8). The protocol has no such outcome, so `step()` raises
+  `RequestDropped` naming the request, rather than waiting forever for its tokens.
 - sampling: temperature over the full vocabulary (top_k and top_p off), seeded per request
   with `rng_seed` (the seed modulo 2**64); an unseeded request gets a fresh random seed, as the
   library's default seed (0) would make every unseeded request draw alike.
@@ -52,6 +56,7 @@ __all__ = [
     "LOGPROBS_LIMIT",
     "OpenVINOConfig",
     "OpenVINOEngine",
+    "RequestDropped",
     "make_engine",
     "openvino_genai_engine",
 ]
@@ -67,6 +72,10 @@ _FINISH = {
     openvino_genai.GenerationFinishReason.STOP: FinishReason.STOP,
     openvino_genai.GenerationFinishReason.LENGTH: FinishReason.LENGTH,
 }
+
+
+class RequestDropped(RuntimeError):
+    """The library ended a request it was not asked to end, without finishing it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +168,10 @@ class OpenVINOEngine:
 
     def step(self) -> list[StepOutput]:
         outputs = self._book.take_aborts()
-        if not self._pipe.has_non_finished_requests():
-            return outputs
-        self._pipe.step()
+        if self._pipe.has_non_finished_requests():
+            self._pipe.step()
+        # Read every live request even when the library has nothing left to run: one it
+        # dropped is then seen (and raised) instead of waited for.
         for live in self._book.live():
             out = self._read(live)
             if out is not None:
@@ -171,6 +181,12 @@ class OpenVINOEngine:
     def _read(self, live: Live) -> StepOutput | None:
         handle = self._handles[live.key]
         if not handle.can_read():
+            status = handle.get_status()
+            if status != openvino_genai.GenerationStatus.RUNNING:  # ended without an output
+                raise RequestDropped(
+                    f"openvino-genai ended request {live.request.request_id!r} with status "
+                    f"{status.name} after {live.emitted} of its {live.request.params.max_tokens}"
+                    " tokens, unasked and with no finish reason")
             return None
         new: list[int] = []
         logprobs: list[float] = []
