@@ -69,10 +69,9 @@ def openvino_stress() -> OpenVINOEngine:
 
 
 def openvino_pressure() -> OpenVINOEngine:
-    """openvino_stress without prefix caching: a 16-token split-fuse budget, the 2-block pool
-    and 4 sequences. The stress variant CI runs: with prefix caching on as well, the library
-    gives wrong greedy tokens (docs/findings.md, "OpenVINO GenAI: prefix caching under a
-    split-fuse budget")."""
+    """openvino_stress without prefix caching (which the library gets wrong under a
+    split-fuse budget, docs/findings.md report 7): a 16-token budget, the 2-block pool and 4
+    sequences. openvino-genai 2026.4.1 still fails it under batching-ci (report 8)."""
     return openvino_genai_engine(label="openvino_pressure", max_batch_size=4,
                                  max_num_batched_tokens=16, max_model_len=_SMALL_CONTEXT,
                                  num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE)
