@@ -196,7 +196,8 @@ class OpenVINOEngine:
             logprobs.extend(float(v) for v in result.generated_log_probs)
             finish = _FINISH.get(result.finish_reason)
         params = live.request.params
-        tops = [{t: v} for t, v in zip(new, logprobs, strict=True)]
+        # Only where asked for: the library's logprobs then come one per generated token.
+        tops = [{t: v} for t, v in zip(new, logprobs, strict=True)] if params.logprobs else None
         tokens = self._tokens[live.key]
         tokens.extend(new)
         out = self._book.delta(live, tokens, finish, tops)
