@@ -38,3 +38,16 @@ def test_finish_reason_is_read_from_the_last_token() -> None:
     assert stop_or_length(request, [4, 9]) is FinishReason.STOP
     assert stop_or_length(request, [9, 4, 4]) is FinishReason.LENGTH
     assert stop_or_length(request, []) is FinishReason.LENGTH
+
+
+def test_a_request_the_library_refused_is_forgotten_without_an_abort() -> None:
+    book = RequestBook()
+    book.add(Request((1,), request_id="keep"), vocab_size=1024, max_model_len=512)
+    book.abort("keep")  # an ABORT owed to another request survives the discard
+    key = book.add(Request((1,), request_id="x"), vocab_size=1024, max_model_len=512)
+    book.discard("x")
+    assert book.get(key) is None and "x" not in book.in_flight()
+    assert book.take_aborts() == [StepOutput("keep", (), FinishReason.ABORT)]
+    book.discard("never-added")  # a no-op
+    assert not book.has_work()
+    book.add(Request((1,), request_id="x"), vocab_size=1024, max_model_len=512)  # id free again

@@ -119,6 +119,7 @@ FLOW: dict[str, set[str]] = {
     "engines.adapters.common": {"engines.core", "engines.protocol"},
     "engines.adapters.hf": _ADAPTER_BASE,
     "engines.adapters.vllm": _ADAPTER_BASE,
+    "engines.adapters.openvino": _ADAPTER_BASE,
     "engines.testing": {"engines.protocol", "engines.factories"},
     "engines.bench": {"engines.protocol", "engines.factories", "engines.models"},
 }
@@ -132,6 +133,7 @@ SHIMS = {
     "engines.adapters.hf_continuous": "engines.adapters.hf.continuous",
     "engines.adapters.hf_variants": "engines.adapters.hf.variants",
     "engines.adapters.vllm_variants": "engines.adapters.vllm.variants",
+    "engines.adapters.openvino_variants": "engines.adapters.openvino.variants",
 }
 # Packages that import nothing: `import engines.adapters` must not pull in torch or vllm.
 BARE = {"engines", "engines.adapters"}
@@ -253,13 +255,17 @@ def test_every_engines_file_the_repo_names_exists() -> None:
 
 # Packages that replaced a flat module, re-exporting the engine the public spec path names.
 REEXPORTING_PACKAGES = {"engines.paged": "engines.paged.engine",
-                        "engines.adapters.vllm": "engines.adapters.vllm.adapter"}
+                        "engines.adapters.vllm": "engines.adapters.vllm.adapter",
+                        "engines.adapters.openvino": "engines.adapters.openvino.adapter"}
 _HAS_VLLM = importlib.util.find_spec("vllm") is not None
+_HAS_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
+_NEEDS = {"vllm": (_HAS_VLLM, "vllm not installed"),
+          "openvino": (_HAS_OPENVINO, "openvino_genai not installed")}
 
 
 @pytest.mark.parametrize("old", [
-    pytest.param(old, marks=[pytest.mark.skipif(not _HAS_VLLM, reason="vllm not installed")]
-                 if "vllm" in old else [])
+    pytest.param(old, marks=[pytest.mark.skipif(not have, reason=why)
+                             for lib, (have, why) in _NEEDS.items() if lib in old])
     for old in sorted({**SHIMS, **REEXPORTING_PACKAGES})])
 def test_an_old_public_path_gives_the_same_objects(old: str) -> None:
     new = {**SHIMS, **REEXPORTING_PACKAGES}[old]

@@ -59,6 +59,12 @@ class RequestBook:
         self._by_key[live.key] = live
         return live.key
 
+    def discard(self, request_id: Hashable) -> None:
+        """Forget a request the library refused after `add` accepted it: no output is owed."""
+        live = self._by_id.pop(request_id, None)
+        if live is not None:
+            del self._by_key[live.key]
+
     def get(self, key: str) -> Live | None:
         return self._by_key.get(key)
 

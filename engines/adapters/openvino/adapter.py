@@ -1,0 +1,247 @@
+"""OpenVINO GenAI's continuous batching (`openvino-genai` 2026.4.1) behind the engine protocol.
+
+One `openvino_genai.ContinuousBatchingPipeline` per engine, over the preset converted offline
+to an fp32 IR (engines.adapters.openvino.convert), on the CPU with fp32 inference and an fp32
+KV cache, so that greedy tokens can match transformers exactly. The pipeline's own
+`add_request` / `step` / `has_non_finished_requests` loop is the protocol's; `step()` is one
+scheduler iteration of the library's (paged KV, chunked prefill "dynamic split-fuse", prefix
+caching, preemption by recompute: all reachable through `OpenVINOConfig`).
+
+Translations (where the library's semantics differ from the protocol):
+- stop tokens: the library substitutes the model's EOS (0 for a converted preset: optimum
+  writes a tokenizer whose EOS is token 0) for a request whose `eos_token_id` is unset, and
+  `ignore_eos=True` silently disables `stop_token_ids` as well. So a request with no stop ids
+  runs with `ignore_eos=True`, and one with stop ids names the first as its EOS
+  (`set_eos_token_id`) and passes them all as `stop_token_ids`. The library keeps the stop
+  token in its output, as the protocol does, and reports STOP or LENGTH itself.
+- outputs: a handle's `read()` returns the tokens generated since the last read.
+- abort: `handle.cancel()` drops the request silently, so the adapter emits the ABORT.
+- dropped requests: the library can give up on a request it did not finish, with no output
+  (status IGNORED: it found no KV blocks for it, e.g. beside a request cancelled in a full
+  pool, docs/findings.md report 8). The protocol has no such outcome, so `step()` raises
+  `RequestDropped` naming the request, rather than waiting forever for its tokens.
+- sampling: temperature over the full vocabulary (top_k and top_p off), seeded per request
+  with `rng_seed` (the seed modulo 2**64); an unseeded request gets a fresh random seed, as the
+  library's default seed (0) would make every unseeded request draw alike.
+- logprobs: the library returns the chosen token's logprob only, never other candidates. For
+  a greedy request that is the top candidate, so `logprobs=1` is served exactly; a request
+  that asks for more candidates, or for logprobs of a sampled token, gets `top_logprobs=None`
+  (the protocol's "no logprobs from this engine"): `LOGPROBS_LIMIT` says so.
+
+Not exposed by the library's Python API, so absent here (never faked): block tables (so no
+`KVIntrospection`; `kv_cache_usage()` gives the pool's occupancy it does report), and counts of
+preemptions, chunked prompts and prefix-cache hits (so no `exercised()`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Hashable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino
+import openvino_genai
+
+from engines.adapters.common.book import Live, RequestBook
+from engines.adapters.openvino.convert import openvino_dir
+from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
+from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
+
+__all__ = [
+    "BLOCK_SIZE",
+    "LOGPROBS_LIMIT",
+    "OpenVINOConfig",
+    "OpenVINOEngine",
+    "RequestDropped",
+    "make_engine",
+    "openvino_genai_engine",
+]
+
+BLOCK_SIZE = 32  # tokens per KV block of the CPU plugin (its pool is sized in these)
+LOGPROBS_LIMIT = ("openvino-genai returns the chosen token's logprob only: top_logprobs is "
+                  "served for greedy requests with logprobs=1, and is None otherwise")
+# fp32 everywhere: the CPU plugin's defaults (bf16 inference where the CPU has it, a u8 or f16
+# KV cache) would move greedy tokens at near-ties.
+PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+
+_FINISH = {
+    openvino_genai.GenerationFinishReason.STOP: FinishReason.STOP,
+    openvino_genai.GenerationFinishReason.LENGTH: FinishReason.LENGTH,
+}
+
+
+class RequestDropped(RuntimeError):
+    """The library ended a request it was not asked to end, without finishing it."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenVINOConfig:
+    """The `SchedulerConfig` fields the adapter sets (the others keep the library's defaults)."""
+
+    num_kv_blocks: int  # the KV pool, in BLOCK_SIZE-token blocks (cache_size is then 0)
+    max_num_seqs: int = 8  # requests scheduled at once
+    max_num_batched_tokens: int = 256  # tokens one step may compute (the library's default)
+    dynamic_split_fuse: bool = True  # chunked prefill under that budget (the library's default)
+    enable_prefix_caching: bool = False
+
+    def scheduler_config(self) -> Any:
+        sc = openvino_genai.SchedulerConfig()
+        sc.cache_size = 0  # sized by num_kv_blocks, not by GB
+        sc.num_kv_blocks = self.num_kv_blocks
+        sc.max_num_seqs = self.max_num_seqs
+        sc.max_num_batched_tokens = self.max_num_batched_tokens
+        sc.dynamic_split_fuse = self.dynamic_split_fuse
+        sc.enable_prefix_caching = self.enable_prefix_caching
+        return sc
+
+
+def _generation_config(p: SamplingParams) -> Any:
+    gc = openvino_genai.GenerationConfig()
+    gc.max_new_tokens = int(p.max_tokens)
+    stops = [int(t) for t in p.stop_token_ids]
+    if stops:
+        gc.ignore_eos = False
+        gc.set_eos_token_id(stops[0])  # else the model's EOS (token 0) would stop it
+        gc.stop_token_ids = set(stops)
+    else:
+        gc.ignore_eos = True  # safe only here: it also disables stop_token_ids
+    if p.temperature > 0:
+        gc.do_sample = True
+        gc.temperature = float(p.temperature)
+        gc.top_p = 1.0
+        gc.rng_seed = random.getrandbits(64) if p.seed is None else int(p.seed) % 2**64
+    else:
+        gc.do_sample = False
+    if p.logprobs > 0:
+        gc.logprobs = 1
+    return gc
+
+
+def _serves_logprobs(p: SamplingParams) -> bool:
+    return p.logprobs == 1 and p.temperature == 0
+
+
+class OpenVINOEngine:
+    """One `ContinuousBatchingPipeline`, stepped from the caller's thread."""
+
+    def __init__(self, model_dir: str | Path, config: OpenVINOConfig, *, max_model_len: int,
+                 vocab_size: int, label: str = "openvino_genai") -> None:
+        self.config = config
+        self.label = label
+        self.vocab_size = vocab_size
+        self.max_model_len = max_model_len
+        self.max_batch_size = config.max_num_seqs
+        self.max_concurrency = config.max_num_seqs  # requests the scheduler runs at once
+        self.expected_failed_checks: dict[str, str] = {}
+        self._pipe = openvino_genai.ContinuousBatchingPipeline(
+            str(model_dir), config.scheduler_config(), "CPU", PROPERTIES)
+        self._book = RequestBook()
+        self._handles: dict[str, Any] = {}  # our key -> the library's handle
+        self._tokens: dict[str, list[int]] = {}  # our key -> tokens generated so far
+        self._ids = itertools.count()  # the library's request ids (integers)
+
+    # -- the protocol --------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
+        prompt = openvino.Tensor(np.array([request.prompt_token_ids], dtype=np.int64))
+        try:
+            handle = self._pipe.add_request(next(self._ids), prompt,
+                                            _generation_config(request.params))
+        except BaseException:
+            self._book.discard(request.request_id)
+            raise
+        self._handles[key] = handle
+        self._tokens[key] = []
+
+    def abort_request(self, request_id: Hashable) -> None:
+        key = self._book.abort(request_id)
+        if key is not None:
+            self._handles.pop(key).cancel()
+            del self._tokens[key]
+
+    def has_work(self) -> bool:
+        return self._book.has_work()
+
+    def step(self) -> list[StepOutput]:
+        outputs = self._book.take_aborts()
+        if self._pipe.has_non_finished_requests():
+            self._pipe.step()
+        # Read every live request even when the library has nothing left to run: one it
+        # dropped is then seen (and raised) instead of waited for.
+        for live in self._book.live():
+            out = self._read(live)
+            if out is not None:
+                outputs.append(out)
+        return outputs
+
+    def _read(self, live: Live) -> StepOutput | None:
+        handle = self._handles[live.key]
+        if not handle.can_read():
+            status = handle.get_status()
+            if status != openvino_genai.GenerationStatus.RUNNING:  # ended without an output
+                raise RequestDropped(
+                    f"openvino-genai ended request {live.request.request_id!r} with status "
+                    f"{status.name} after {live.emitted} of its {live.request.params.max_tokens}"
+                    " tokens, unasked and with no finish reason")
+            return None
+        new: list[int] = []
+        logprobs: list[float] = []
+        finish = None
+        for result in handle.read().values():  # one sequence per request: no beams, n=1
+            new.extend(int(t) for t in result.generated_ids)
+            logprobs.extend(float(v) for v in result.generated_log_probs)
+            finish = _FINISH.get(result.finish_reason)
+        params = live.request.params
+        # Only where asked for: the library's logprobs then come one per generated token.
+        tops = [{t: v} for t, v in zip(new, logprobs, strict=True)] if params.logprobs else None
+        tokens = self._tokens[live.key]
+        tokens.extend(new)
+        out = self._book.delta(live, tokens, finish, tops)
+        if finish is not None:
+            del self._handles[live.key], self._tokens[live.key]
+        if out is not None and params.logprobs > 0 and not _serves_logprobs(params):
+            out = replace(out, top_logprobs=None)
+        return out
+
+    # -- beside the protocol -------------------------------------------------------------------
+    def kv_cache_usage(self) -> float:
+        """The KV pool's occupancy in percent, as the library reports it after the last step."""
+        return float(self._pipe.get_metrics().cache_usage)
+
+
+def openvino_genai_engine(
+    model: str | Path = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    max_batch_size: int = 8,
+    max_model_len: int | None = None,
+    num_kv_blocks: int | None = None,
+    label: str = "openvino_genai",
+    **options: int | bool,
+) -> OpenVINOEngine:
+    """An engine over a preset or checkpoint (zero arguments: the "tiny" preset); `options`
+    are OpenVINOConfig fields (token budget, split-fuse, prefix caching)."""
+    path = openvino_dir(str(model), seed)
+    max_model_len = max_model_len or preset_max_model_len(model) or 512
+    if num_kv_blocks is None:  # a full batch at full length: nothing is preempted
+        num_kv_blocks = max_batch_size * -(-max_model_len // BLOCK_SIZE)
+    config = OpenVINOConfig(num_kv_blocks=num_kv_blocks, max_num_seqs=max_batch_size,
+                            **options)  # type: ignore[arg-type]
+    spec = str(model)
+    vocab = PRESETS[spec].config["vocab_size"] if spec in PRESETS else _vocab_of(path)
+    return OpenVINOEngine(path, config, max_model_len=max_model_len, vocab_size=int(vocab),
+                          label=label)
+
+
+def _vocab_of(path: Path) -> int:
+    import json
+
+    return int(json.loads((path / "config.json").read_text())["vocab_size"])
+
+
+# The conventional name for --engine.
+make_engine = openvino_genai_engine

@@ -1,0 +1,77 @@
+"""OpenVINO GenAI configurations users turn on, each a zero-argument factory for `--engine` or
+`--engine-variant NAME=engines.adapters.openvino_variants:FACTORY`.
+
+All run the "tiny" preset in 32-token KV blocks (the CPU plugin's). They are sized for the
+conformance suite's workloads (a few short prompts and at most one long one, small budgets),
+as the vLLM variants are: the small-pool ones declare a 64-token context and hold exactly one
+request at full length (2 blocks), so a request that grows into its second block while another
+holds the other one is preempted (the library recomputes it later).
+The library reports no counts of what its scheduler did (engines.adapters.openvino.adapter),
+so the suite's summary has no exercised counts for these.
+"""
+
+from __future__ import annotations
+
+from engines.adapters.openvino.adapter import BLOCK_SIZE, OpenVINOEngine, openvino_genai_engine
+
+__all__ = [
+    "openvino_no_split_fuse",
+    "openvino_one_seq",
+    "openvino_preemption",
+    "openvino_pressure",
+    "openvino_prefix_caching",
+    "openvino_split_fuse",
+    "openvino_stress",
+]
+
+_SMALL_CONTEXT = 64  # tokens: 2 blocks, one request at full length
+
+
+def openvino_prefix_caching() -> OpenVINOEngine:
+    """Prefix caching on: a prompt that repeats a full 32-token block of an earlier or running
+    one reuses that block's KV."""
+    return openvino_genai_engine(label="openvino_prefix_caching", enable_prefix_caching=True)
+
+
+def openvino_split_fuse() -> OpenVINOEngine:
+    """Dynamic split-fuse (chunked prefill) under a 16-token step budget: any prompt longer
+    than what the running requests' decode tokens leave of it is prefilled over several
+    steps, fused with their decodes."""
+    return openvino_genai_engine(label="openvino_split_fuse", max_num_batched_tokens=16)
+
+
+def openvino_no_split_fuse() -> OpenVINOEngine:
+    """Split-fuse off: the library's other scheduler path, a prompt prefilled whole in a step
+    of its own (the budget then has to hold the longest prompt: the context, 512)."""
+    return openvino_genai_engine(label="openvino_no_split_fuse", dynamic_split_fuse=False,
+                                 max_num_batched_tokens=512)
+
+
+def openvino_preemption() -> OpenVINOEngine:
+    """A 64-token context and a pool of 2 blocks (64 tokens): a request growing past 32
+    tokens beside another one runs the pool dry, so the library preempts one of them."""
+    return openvino_genai_engine(label="openvino_preemption", max_model_len=_SMALL_CONTEXT,
+                                 num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE)
+
+
+def openvino_one_seq() -> OpenVINOEngine:
+    """max_num_seqs 1: requests run strictly one at a time, the rest queue."""
+    return openvino_genai_engine(label="openvino_one_seq", max_batch_size=1)
+
+
+def openvino_stress() -> OpenVINOEngine:
+    """All at once: prefix caching, a 16-token split-fuse budget, the 2-block pool of
+    openvino_preemption and 4 sequences."""
+    return openvino_genai_engine(label="openvino_stress", max_batch_size=4,
+                                 enable_prefix_caching=True, max_num_batched_tokens=16,
+                                 max_model_len=_SMALL_CONTEXT,
+                                 num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE)
+
+
+def openvino_pressure() -> OpenVINOEngine:
+    """openvino_stress without prefix caching (which the library gets wrong under a
+    split-fuse budget, docs/findings.md report 7): a 16-token budget, the 2-block pool and 4
+    sequences. openvino-genai 2026.4.1 still fails it under batching-ci (report 8)."""
+    return openvino_genai_engine(label="openvino_pressure", max_batch_size=4,
+                                 max_num_batched_tokens=16, max_model_len=_SMALL_CONTEXT,
+                                 num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE)
