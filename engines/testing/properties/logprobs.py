@@ -14,9 +14,11 @@ from engines.testing.properties.base import Judge, describe, fail, step_of_token
 from engines.testing.recorder import Trace
 
 # Batched against alone on the same engine: fp32 engines agree to within rounding of
-# differently shaped batches (measured on ours: at most 4.8e-6), so 1e-4 is 20x that. Under
-# tie-aware parity the engine's own tie tolerance, as its tokens are judged. Against the
-# reference, another implementation of the same model: REFERENCE_TOL.
+# differently shaped batches (measured on ours: at most 4.8e-6), so 1e-4 is 20x that. Against
+# the reference, another implementation of the same model: REFERENCE_TOL (vLLM's CPU engine
+# and ours agree within it). Under tie-aware parity (reduced precision) values are not
+# compared: the tiny preset in bf16 is 0.14 from fp32 on some top-5 entries by the sixth
+# token, past any tie tolerance a user sets for tokens; only the shape is judged then.
 BATCH_TOL = 1e-4
 REFERENCE_TOL = 1e-3
 
@@ -30,18 +32,21 @@ def _sampled(trace: Trace, rid: Hashable) -> list[float] | None:
     return out
 
 
-def _apart(got: Mapping[int, float], expected: Mapping[int, float], tol: float) -> str | None:
-    """Where two top-N mappings differ by more than `tol`: a shared id's value, or an id only
-    one has that is not tied (within tol) with the other's least likely entry."""
+def _apart(got: Mapping[int, float], expected: Mapping[int, float], tol: float,
+           n: int) -> str | None:
+    """Where two top-n mappings differ by more than `tol`: a shared id's value, or an id only
+    one has that is not tied (within tol) with the other's n-th most likely entry. Each may
+    hold one entry more, the chosen token's where it is not in the top n: that one is no
+    boundary of the top n."""
     for token in sorted(set(got) & set(expected)):
         if abs(got[token] - expected[token]) > tol:
             return f"token {token}: {got[token]:.6g} against {expected[token]:.6g}"
     for mine, other, who in ((got, expected, "returned"), (expected, got, "expected")):
-        floor = min(other.values(), default=float("-inf"))
+        floor = min(sorted(other.values(), reverse=True)[:n], default=float("-inf"))
         for token in sorted(set(mine) - set(other)):
             if mine[token] > floor + tol:
                 return (f"token {token} ({mine[token]:.6g}) {who} only, above the other's "
-                        f"least likely entry {floor:.6g}")
+                        f"top-{n} boundary {floor:.6g}")
     return None
 
 
@@ -49,32 +54,35 @@ def _compare(trace: Trace, r: Request, got: Sequence[Mapping[int, float]],
              expected: Sequence[Mapping[int, float]], tokens: Sequence[int],
              same: Sequence[int], tol: float, what: str) -> None:
     __tracebackhide__ = True
-    rid = r.request_id
+    rid, n = r.request_id, r.params.logprobs
     for i in range(min(len(got), len(expected))):
         if i >= len(same) or tokens[i] != same[i]:
             return  # the tokens parted: parity's to judge, and nothing after compares
-        where = _apart(got[i], expected[i], tol)
+        where = _apart(got[i], expected[i], tol, n)
         if where is not None:
             raise fail("logprobs", f"{describe(r, trace)} returned top logprobs for its token "
                        f"{i} (step {step_of_token(trace, rid, i)}) that are not {what}'s: "
                        f"{where} (tolerance {tol:g}).")
 
 
-def tally(coverage: Coverage, judged: tuple[int, int]) -> None:
-    """The check's line in the summary: requests judged, and those that asked for logprobs
-    and got none (an engine may return none: then there was nothing to judge, and it says)."""
-    coverage.counts["with logprobs judged"] += judged[0]
-    coverage.counts["asked for logprobs and got none"] += judged[1]
+def tally(coverage: Coverage, judged: tuple[int, int, int]) -> None:
+    """The check's line in the summary: requests whose values were judged, those judged for
+    shape only (tie-aware parity), and those that asked for logprobs and got none (an engine
+    may return none: then there was nothing to judge, and it says)."""
+    for key, n in zip(("with logprobs judged", "with logprobs judged for shape only "
+                       "(tie-aware parity)", "asked for logprobs and got none"), judged,
+                      strict=True):
+        coverage.counts[key] += n
 
 
-def check_logprobs(trace: Trace, judge: Judge) -> tuple[int, int]:
+def check_logprobs(trace: Trace, judge: Judge) -> tuple[int, int, int]:
     """For every request that asks for logprobs and whose tokens are reproducible: one top-N
-    mapping per token, the sampled token's logprob equal to its own entry there, and the
-    mappings equal to the request's served alone (within BATCH_TOL, or the tie tolerance)
-    and to the reference engine's (within REFERENCE_TOL) for as long as the tokens agree."""
+    mapping per token and the sampled token's logprob equal to its own entry there; under
+    exact parity, the mappings equal to the request's served alone (within BATCH_TOL) and to
+    the reference engine's (within REFERENCE_TOL) for as long as the tokens agree."""
     __tracebackhide__ = True
-    tol = BATCH_TOL if judge.parity == "exact" else max(BATCH_TOL, judge.tolerance)
-    judged = none = 0
+    values = judge.parity == "exact"
+    judged = shape = none = 0
     for r in trace.workload.requests:
         p, rid = r.params, r.request_id
         if not p.logprobs or (p.temperature > 0 and p.seed is None):
@@ -84,7 +92,7 @@ def check_logprobs(trace: Trace, judge: Judge) -> tuple[int, int]:
         if got is None:
             none += 1
             continue
-        judged += 1
+        judged, shape = (judged + 1, shape) if values else (judged, shape + 1)
         if len(got) != len(tokens):
             raise fail("logprobs", f"{describe(r, trace)} asked for {p.logprobs} logprobs and "
                        f"got {len(got)} top-logprob mappings for {len(tokens)} tokens.")
@@ -94,12 +102,14 @@ def check_logprobs(trace: Trace, judge: Judge) -> tuple[int, int]:
                 raise fail("logprobs", f"{describe(r, trace)} returned logprob {sampled[i]:.6g}"
                            f" for its token {i} ({token}), whose own top-logprob entry is "
                            f"{top[token]:.6g}. Expected the same value.")
+        if not values:
+            continue
         alone = judge.oracle(r.prompt_token_ids, p)
-        _compare(trace, r, got, alone.top_logprobs or (), tokens, alone.tokens, tol,
+        _compare(trace, r, got, alone.top_logprobs or (), tokens, alone.tokens, BATCH_TOL,
                  "the same request's served alone")
         if judge.reference is not None:
             ref = judge.reference(r.prompt_token_ids, p)
             if ref.top_logprobs:
-                _compare(trace, r, got, ref.top_logprobs, tokens, ref.tokens,
-                         max(tol, REFERENCE_TOL), "the reference engine's")
-    return judged, none
+                _compare(trace, r, got, ref.top_logprobs, tokens, ref.tokens, REFERENCE_TOL,
+                         "the reference engine's")
+    return judged, shape, none
