@@ -180,3 +180,22 @@ def fails(check: Callable[[Trace, Judge], object], t: Trace, match: str,
     with pytest.raises(Violation, match=match) as caught:
         check(t, j)
     return caught.value
+
+
+def assert_generate_tokens_with_mid_run_arrivals(engine: Engine, lengths: list[int]) -> None:
+    """Four greedy requests, the last two added while the first two are mid-decode: each
+    gets transformers' own generate tokens alone and finishes with LENGTH (an adapter test)."""
+    prompts = make_prompts(lengths, seed=5)
+    budgets = [6, 3, 1, 4]
+    requests = greedy(prompts, budgets)
+    early, late = requests[:2], requests[2:]
+
+    def arrive(step: int, _: object) -> None:
+        if step == 1:  # while the first two are mid-decode
+            for r in late:
+                engine.add_request(r)
+
+    got = drain(engine, early, on_step=arrive)
+    for r, budget in zip(requests, budgets, strict=True):
+        assert got[r.request_id] == (hf_generate(r.prompt_token_ids, budget),
+                                     FinishReason.LENGTH), f"request {r.request_id}"

@@ -13,7 +13,12 @@ from collections.abc import Callable, Iterator, Mapping
 import pytest
 
 from engines.protocol import Engine, FinishReason, InvalidRequest, Request, SamplingParams
-from tests.helpers import drain, greedy, hf_generate, make_prompts
+from tests.helpers import (
+    assert_generate_tokens_with_mid_run_arrivals,
+    drain,
+    hf_generate,
+    make_prompts,
+)
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -53,21 +58,7 @@ def test_factory_exposes_limits(engine: Engine) -> None:
 
 
 def test_tokens_match_generate_with_mid_run_arrivals(engine: Engine) -> None:
-    prompts = make_prompts([3, 70, 1, 9], seed=5)
-    budgets = [6, 3, 1, 4]
-    requests = greedy(prompts, budgets)
-    early, late = requests[:2], requests[2:]
-
-    def arrive(step: int, _: object) -> None:
-        if step == 1:  # while the first two are mid-decode
-            for r in late:
-                engine.add_request(r)
-
-    got = drain(engine, early, on_step=arrive)
-    for r, budget in zip(requests, budgets, strict=True):
-        tokens, reason = got[r.request_id]
-        assert tokens == hf_generate(r.prompt_token_ids, budget), f"request {r.request_id}"
-        assert reason is FinishReason.LENGTH
+    assert_generate_tokens_with_mid_run_arrivals(engine, [3, 70, 1, 9])
 
 
 def test_stop_token_is_included_and_reported(engine: Engine) -> None:

@@ -21,7 +21,13 @@ from engines.protocol import (
     Request,
     SamplingParams,
 )
-from tests.helpers import drain, greedy, hf_generate, make_prompts
+from tests.helpers import (  # noqa: E402
+    assert_generate_tokens_with_mid_run_arrivals,
+    drain,
+    greedy,
+    hf_generate,
+    make_prompts,
+)
 
 HAS_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
 RequestDroppedError: type[Exception] = RuntimeError  # where every test here is skipped
@@ -80,20 +86,7 @@ def test_a_second_factory_call_converts_nothing(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_tokens_match_generate_with_mid_run_arrivals(engine: Engine) -> None:
-    prompts = make_prompts([3, 70, 1, 200], seed=5)
-    budgets = [6, 3, 1, 4]
-    requests = greedy(prompts, budgets)
-    early, late = requests[:2], requests[2:]
-
-    def arrive(step: int, _: object) -> None:
-        if step == 1:  # while the first two are mid-decode
-            for r in late:
-                engine.add_request(r)
-
-    got = drain(engine, early, on_step=arrive)
-    for r, budget in zip(requests, budgets, strict=True):
-        assert got[r.request_id] == (hf_generate(r.prompt_token_ids, budget),
-                                     FinishReason.LENGTH), f"request {r.request_id}"
+    assert_generate_tokens_with_mid_run_arrivals(engine, [3, 70, 1, 200])
 
 
 @pytest.mark.parametrize("factory", ["openvino_stress", "openvino_split_fuse"])
