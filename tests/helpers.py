@@ -199,3 +199,25 @@ def assert_generate_tokens_with_mid_run_arrivals(engine: Engine, lengths: list[i
     for r, budget in zip(requests, budgets, strict=True):
         assert got[r.request_id] == (hf_generate(r.prompt_token_ids, budget),
                                      FinishReason.LENGTH), f"request {r.request_id}"
+
+
+def abort_one_of_two_mid_run(engine: Engine) -> tuple[tuple[int, ...], list[StepOutput]]:
+    """Two requests of one prompt; after 3 steps abort "victim" (and an id never added): the
+    next step gives victim one empty ABORT output. Returns the prompt and every later output
+    (an adapter test; the caller checks they are all the other request's)."""
+    (prompt,) = make_prompts([5], seed=2)
+    victim = Request(prompt, SamplingParams(max_tokens=20), request_id="victim")
+    other = Request(prompt, SamplingParams(max_tokens=5), request_id="other")
+    engine.add_request(victim)
+    engine.add_request(other)
+    for _ in range(3):
+        engine.step()
+    engine.abort_request("victim")  # type: ignore[attr-defined]
+    engine.abort_request("never-added")  # type: ignore[attr-defined]
+    assert engine.has_work()
+    first = {o.request_id: o for o in engine.step()}
+    assert first["victim"].token_ids == () and first["victim"].finish_reason is FinishReason.ABORT
+    rest: list[StepOutput] = []
+    while engine.has_work():
+        rest += engine.step()
+    return prompt, rest

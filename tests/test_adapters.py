@@ -14,6 +14,7 @@ import pytest
 
 from engines.protocol import Engine, FinishReason, InvalidRequest, Request, SamplingParams
 from tests.helpers import (
+    abort_one_of_two_mid_run,
     assert_generate_tokens_with_mid_run_arrivals,
     drain,
     hf_generate,
@@ -71,21 +72,7 @@ def test_stop_token_is_included_and_reported(engine: Engine) -> None:
 
 
 def test_abort_emits_one_empty_abort_and_frees_the_id(engine: Engine) -> None:
-    (prompt,) = make_prompts([5], seed=2)
-    victim = Request(prompt, SamplingParams(max_tokens=20), request_id="victim")
-    other = Request(prompt, SamplingParams(max_tokens=5), request_id="other")
-    engine.add_request(victim)
-    engine.add_request(other)
-    for _ in range(3):
-        engine.step()
-    engine.abort_request("victim")  # type: ignore[attr-defined]
-    engine.abort_request("never-added")  # type: ignore[attr-defined]
-    assert engine.has_work()
-    first = {o.request_id: o for o in engine.step()}
-    assert first["victim"].token_ids == () and first["victim"].finish_reason is FinishReason.ABORT
-    rest = []
-    while engine.has_work():
-        rest += engine.step()
+    prompt, rest = abort_one_of_two_mid_run(engine)
     assert all(o.request_id == "other" for o in rest)
     engine.abort_request("victim")  # type: ignore[attr-defined]  # finished now: a no-op
     assert not engine.has_work()

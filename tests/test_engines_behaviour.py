@@ -95,7 +95,7 @@ def assert_sampling_reaches_every_request(engine_cls: type) -> None:
     than its greedy ones, and other than under another seed: an engine (or a batch row) that
     ignores the temperature or the seed fails it. Budgets of 4+ tokens over the tiny model's
     flat first-token distributions (top candidate ~3%) make a correct engine's match with
-    greedy, or across seeds, a chance far below 1e-6; the seeds are fixed."""
+    greedy, or across seeds, a chance far below 1e-6; the seed values are fixed."""
     __tracebackhide__ = True
     base = mixed_requests()[:4]  # budgets 30, 4, 40, 9
 

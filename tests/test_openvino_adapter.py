@@ -21,7 +21,8 @@ from engines.protocol import (
     Request,
     SamplingParams,
 )
-from tests.helpers import (  # noqa: E402
+from tests.helpers import (
+    abort_one_of_two_mid_run,  # noqa: E402
     assert_generate_tokens_with_mid_run_arrivals,
     drain,
     greedy,
@@ -139,20 +140,7 @@ def test_stop_token_is_included_and_reported(engine: Engine) -> None:
 
 
 def test_abort_emits_one_empty_abort_and_frees_the_id(engine: Engine) -> None:
-    (prompt,) = make_prompts([5], seed=2)
-    victim = Request(prompt, SamplingParams(max_tokens=20), request_id="victim")
-    other = Request(prompt, SamplingParams(max_tokens=5), request_id="other")
-    engine.add_request(victim)
-    engine.add_request(other)
-    for _ in range(3):
-        engine.step()
-    engine.abort_request("victim")  # type: ignore[attr-defined]
-    engine.abort_request("never-added")  # type: ignore[attr-defined]
-    first = {o.request_id: o for o in engine.step()}
-    assert first["victim"].token_ids == () and first["victim"].finish_reason is FinishReason.ABORT
-    rest = []
-    while engine.has_work():
-        rest += engine.step()
+    prompt, rest = abort_one_of_two_mid_run(engine)
     assert rest and all(o.request_id == "other" for o in rest)
     again = Request(prompt, SamplingParams(max_tokens=4), request_id="victim")
     assert drain(engine, [again])["victim"] == (hf_generate(prompt, 4), FinishReason.LENGTH)
