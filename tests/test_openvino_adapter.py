@@ -23,6 +23,7 @@ from engines.protocol import (
 )
 from tests.helpers import (
     abort_one_of_two_mid_run,  # noqa: E402
+    alone,
     assert_generate_tokens_with_mid_run_arrivals,
     drain,
     greedy,
@@ -211,6 +212,91 @@ def test_unseeded_and_distinct_seeds_sample_apart(engine: Engine) -> None:
                     for s in seeds]
         got = drain(engine, requests)
         assert len({tuple(got[r.request_id][0]) for r in requests}) > 1, seeds
+
+
+def test_processing_is_declared_and_the_rest_refused(engine: Engine) -> None:
+    from engines.protocol import ALL_PARAMS
+
+    declared = engine.supported_sampling  # type: ignore[attr-defined]
+    assert declared == ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
+    for field in ("presence_penalty", "frequency_penalty"):
+        params = SamplingParams(max_tokens=2, **{field: 0.5})  # type: ignore[arg-type]
+        with pytest.raises(InvalidRequest, match=f"{field}: 0.5 is not supported"):
+            engine.add_request(Request((1, 2, 3), params))
+    assert not engine.has_work()
+
+
+def test_greedy_processing_matches_the_reference_alone_and_batched(engine: Engine) -> None:
+    short, long, tail = make_prompts([6, 30, 5], seed=9)
+    (first,) = alone([Request(tail, SamplingParams(max_tokens=4))]).values()
+    requests = [
+        # A prompt that repeats its tokens, so that the penalty bites (and its inverse).
+        Request(short * 3, SamplingParams(max_tokens=12, repetition_penalty=1.8)),
+        Request(long, SamplingParams(max_tokens=12, repetition_penalty=0.6)),
+        # A stop id its greedy continuation generates second: min_tokens holds it off.
+        Request(tail, SamplingParams(max_tokens=10, min_tokens=6, stop_token_ids=(first[1],))),
+        Request(tail, SamplingParams(max_tokens=10, stop_token_ids=(first[1],))),
+    ]
+    expected = alone(requests)
+    assert len(expected[requests[2].request_id]) >= 6 > len(expected[requests[3].request_id])
+    for r in requests:
+        assert drain(engine, [Request(r.prompt_token_ids, r.params)]).popitem()[1][0] == (
+            expected[r.request_id])
+    together = drain(engine, requests)
+    assert {k: v[0] for k, v in together.items()} == expected
+
+
+@pytest.mark.parametrize("filters", [{"top_k": 1}, {"top_p": 1e-6}, {"min_p": 1.0}])
+def test_filters_reach_the_library(engine: Engine, filters: dict[str, float]) -> None:
+    # Each leaves only the most likely token: sampling then decodes greedily, which it would
+    # not do (first-token probabilities here are ~0.03) if the filter were dropped.
+    prompts = make_prompts([7, 19], seed=12)
+    sampled = [Request(p, SamplingParams(max_tokens=6, temperature=1.0, seed=3,
+                                         **filters))  # type: ignore[arg-type]
+               for p in prompts]
+    got = drain(engine, sampled)
+    assert [got[r.request_id][0] for r in sampled] == [hf_generate(p, 6) for p in prompts]
+
+
+def test_frequency_penalty_moves_logits_towards_zero(engine: Engine) -> None:
+    """Why the adapter does not declare frequency_penalty (docs/findings.md report 9): the
+    library's greedy tokens follow "towards zero", not the protocol's "always subtract"."""
+    import numpy as np
+    import openvino
+    import openvino_genai
+    import torch
+
+    from engines.models import load_model
+
+    (prompt,) = make_prompts([8], seed=1)
+    penalty, n = -1.0, 24
+    config = openvino_genai.GenerationConfig()
+    config.max_new_tokens, config.ignore_eos, config.do_sample = n, True, False
+    config.frequency_penalty = penalty
+    pipe = engine._pipe  # type: ignore[attr-defined]  # the library alone, past the adapter
+    handle = pipe.add_request(10**6, openvino.Tensor(np.array([prompt], dtype=np.int64)), config)
+    library: list[int] = []
+    while pipe.has_non_finished_requests():
+        pipe.step()
+        while handle.can_read():
+            library += [int(t) for r in handle.read().values() for t in r.generated_ids]
+
+    model = load_model("tiny")
+
+    def towards_zero() -> list[int]:
+        out: list[int] = []
+        for _ in range(n):
+            with torch.no_grad():
+                x = model(torch.tensor([list(prompt) + out])).logits[0, -1].double()
+            for token in set(out):
+                shift = penalty * out.count(token)
+                x[token] += -shift if x[token] >= 0 else shift
+            out.append(int(x.argmax()))
+        return out
+
+    protocol = alone([Request(prompt, SamplingParams(max_tokens=n, frequency_penalty=penalty))])
+    assert library == towards_zero()
+    assert library != protocol.popitem()[1]
 
 
 @pytest.mark.xfail(strict=True, reason="openvino-genai 2026.4.1: prefix caching under a "

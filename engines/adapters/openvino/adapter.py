@@ -20,13 +20,23 @@ Translations (where the library's semantics differ from the protocol):
   (status IGNORED: it found no KV blocks for it, e.g. beside a request cancelled in a full
   pool, docs/findings.md report 8). The protocol has no such outcome, so `step()` raises
   `RequestDropped` naming the request, rather than waiting forever for its tokens.
-- sampling: temperature over the full vocabulary (top_k and top_p off), seeded per request
-  with `rng_seed` (the seed modulo 2**64); an unseeded request gets a fresh random seed, as the
-  library's default seed (0) would make every unseeded request draw alike.
-- logprobs: the library returns the chosen token's logprob only, never other candidates. For
-  a greedy request that is the top candidate, so `logprobs=1` is served exactly; a request
-  that asks for more candidates, or for logprobs of a sampled token, gets `top_logprobs=None`
-  (the protocol's "no logprobs from this engine"): `LOGPROBS_LIMIT` says so.
+- sampling: temperature, seeded per request with `rng_seed` (the seed modulo 2**64); an
+  unseeded request gets a fresh random seed, as the library's default seed (0) would make every
+  unseeded request draw alike. The library's processing has the protocol's semantics for
+  `repetition_penalty` (prompt + output, divides positive logits, multiplies negative ones, in
+  greedy decoding too), `top_k`, `top_p`, `min_p` (sampled requests only; its order top_k ->
+  temperature -> min_p -> top_p keeps the same tokens as the protocol's) and `min_tokens`
+  (`min_new_tokens`: the stop ids are masked until then), so those are mapped and declared.
+  `presence_penalty` and `frequency_penalty` are not declared: the library moves a penalised
+  logit towards zero (subtracts from a positive one, ADDS to a negative one), where the
+  protocol, vLLM and OpenAI always subtract (docs/findings.md report 9), so the suite never
+  sends them and its summary names them as not tested.
+- logprobs: the library returns the chosen token's logprob only (of the raw distribution),
+  never other candidates. For a greedy request without processing that is the top candidate,
+  so `logprobs=1` is served exactly; a request that asks for more candidates, samples, or
+  decodes greedily under a repetition penalty or min_tokens (whose chosen token need not be
+  the raw top one) gets `top_logprobs=None` (the protocol's "no logprobs from this engine"):
+  `LOGPROBS_LIMIT` says so. The sampled token's own logprob is always served.
 
 Not exposed by the library's Python API, so absent here (never faked): block tables (so no
 `KVIntrospection`; `kv_cache_usage()` gives the pool's occupancy it does report), and counts of
@@ -49,13 +59,14 @@ import openvino_genai
 from engines.adapters.common.book import Live, RequestBook
 from engines.adapters.openvino.convert import openvino_dir
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
-from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
+from engines.protocol import ALL_PARAMS, FinishReason, Request, SamplingParams, StepOutput
 
 __all__ = [
     "BLOCK_SIZE",
     "LOGPROBS_LIMIT",
     "OpenVINOConfig",
     "OpenVINOEngine",
+    "SUPPORTED_SAMPLING",
     "RequestDropped",
     "make_engine",
     "openvino_genai_engine",
@@ -63,7 +74,10 @@ __all__ = [
 
 BLOCK_SIZE = 32  # tokens per KV block of the CPU plugin (its pool is sized in these)
 LOGPROBS_LIMIT = ("openvino-genai returns the chosen token's logprob only: top_logprobs is "
-                  "served for greedy requests with logprobs=1, and is None otherwise")
+                  "served for greedy requests with logprobs=1 and no repetition penalty or "
+                  "min_tokens, and is None otherwise")
+# Its presence and frequency penalties move a logit towards zero (docs/findings.md report 9).
+SUPPORTED_SAMPLING = ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
 # fp32 everywhere: the CPU plugin's defaults (bf16 inference where the CPU has it, a u8 or f16
 # KV cache) would move greedy tokens at near-ties.
 PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -109,10 +123,20 @@ def _generation_config(p: SamplingParams) -> Any:
         gc.stop_token_ids = set(stops)
     else:
         gc.ignore_eos = True  # safe only here: it also disables stop_token_ids
+    if p.min_tokens:
+        gc.min_new_tokens = int(p.min_tokens)  # masks the stop ids until then
+    if p.repetition_penalty != 1.0:
+        gc.repetition_penalty = float(p.repetition_penalty)
     if p.temperature > 0:
         gc.do_sample = True
         gc.temperature = float(p.temperature)
-        gc.top_p = 1.0
+        if p.top_k > 0:  # the library's "off" is the largest size_t, its default
+            gc.top_k = int(p.top_k)
+        gc.top_p = float(p.top_p)
+        if p.min_p < 1.0:
+            gc.min_p = float(p.min_p)
+        else:  # the library refuses min_p = 1, which keeps the most likely token only
+            gc.top_k = 1
         gc.rng_seed = random.getrandbits(64) if p.seed is None else int(p.seed) % 2**64
     else:
         gc.do_sample = False
@@ -122,11 +146,16 @@ def _generation_config(p: SamplingParams) -> Any:
 
 
 def _serves_logprobs(p: SamplingParams) -> bool:
-    return p.logprobs == 1 and p.temperature == 0
+    # Greedy without processing: the chosen token is then the raw distribution's top one.
+    return (p.logprobs == 1 and p.temperature == 0 and p.repetition_penalty == 1.0
+            and (p.min_tokens == 0 or not p.stop_token_ids))
 
 
 class OpenVINOEngine:
     """One `ContinuousBatchingPipeline`, stepped from the caller's thread."""
+
+    supported_sampling = SUPPORTED_SAMPLING
+    logprobs_of = "raw"  # the library snapshots the logits before any processing
 
     def __init__(self, model_dir: str | Path, config: OpenVINOConfig, *, max_model_len: int,
                  vocab_size: int, label: str = "openvino_genai") -> None:
@@ -146,7 +175,8 @@ class OpenVINOEngine:
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
-        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
+        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len,
+                             supported=self.supported_sampling)
         prompt = openvino.Tensor(np.array([request.prompt_token_ids], dtype=np.int64))
         try:
             handle = self._pipe.add_request(next(self._ids), prompt,
