@@ -116,7 +116,8 @@ FLOW: dict[str, set[str]] = {
     "engines.slot": _ENGINE_BASE,
     "engines.paged": _ENGINE_BASE,
     "engines.sequential": _ENGINE_BASE,
-    "engines.adapters.common": {"engines.core", "engines.protocol"},
+    # engines.models for the presets saved as checkpoints that converting adapters share.
+    "engines.adapters.common": {"engines.core", "engines.protocol", "engines.models"},
     "engines.adapters.hf": _ADAPTER_BASE,
     "engines.adapters.vllm": _ADAPTER_BASE,
     "engines.adapters.openvino": _ADAPTER_BASE,
