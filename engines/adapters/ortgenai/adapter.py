@@ -23,10 +23,10 @@ Translations (where the library's semantics differ from the protocol):
   the ABORT itself and drops that event.
 - sampling: temperature, top_k and top_p map to the turn's own options; top_k off (0 or -1)
   is passed as the vocabulary size, as the library's own 0 makes its CPU sampler ignore top_p
-  (docs/findings.md, report 11). A per-turn seed needs the library's dynamic batching, so `seed` is not
-  supported: an unseeded request draws from the library's own RNG, and the suite's "seeds"
-  check is declared an expected failure (SEEDS_UNSUPPORTED), which stops it drawing sampled
-  requests anywhere.
+  (docs/findings.md, report 11). A per-turn seed needs the library's dynamic batching, so
+  `seed` is not supported: an unseeded request draws from the library's own RNG, and the
+  suite's "seeds" check is declared an expected failure (SEEDS_UNSUPPORTED), which stops it
+  drawing sampled requests anywhere.
 - logprobs: the library's events carry no probabilities, so a request that asks for them gets
   `top_logprobs=None` and `logprobs=None` (the protocol's "no logprobs from this engine"):
   LOGPROBS_LIMIT.
@@ -193,7 +193,7 @@ class OrtGenaiEngine:
             reason = self._event(t, ev)
             if reason == "continue":
                 continued.append(t)
-            elif reason is not None:
+            elif isinstance(reason, FinishReason):
                 finished[key] = reason
         for t in continued:  # a fresh library request goes on from all the tokens so far
             self._forget(t)
