@@ -13,6 +13,9 @@
 #   in CI: openvino-genai 2026.4.1 fails them under batching-ci (docs/findings.md reports 7
 #   and 8: real bugs, which a strict xfail cannot declare, as batching-dev does not reach
 #   them).
+# - onnxruntime-genai in its own venv (built by ci/ortgenai-env.sh, skipped the same way): its
+#   default factory under the arguments' profile, its variants (ortgenai_batch1, ortgenai_max)
+#   under NARROW_ARGS, and its adapter tests.
 # Every run compares against engines.sequential:SequentialEngine (the same weights), and the
 # suite's summary says what the engines exercised (preemptions, chunked prompts, prefix-cache
 # hit tokens), so that "passed" says what ran. Extra arguments go to every suite run (e.g.
@@ -61,7 +64,13 @@ if [[ -n ${OPENVINO_ALL:-} || -n ${ONLY:-} ]]; then
         engines.adapters.openvino_variants:openvino_stress
     )
 fi
+ORTGENAI_FACTORIES=(
+    engines.adapters.ortgenai:make_engine
+    engines.adapters.ortgenai_variants:ortgenai_batch1
+    engines.adapters.ortgenai_variants:ortgenai_max
+)
 if [[ -n ${ONLY:-} ]]; then
+    mapfile -t ORTGENAI_FACTORIES < <(printf '%s\n' "${ORTGENAI_FACTORIES[@]}" | grep -E "$ONLY" || true)
     mapfile -t OPENVINO_FACTORIES < <(printf '%s\n' "${OPENVINO_FACTORIES[@]}" | grep -E "$ONLY" || true)
     mapfile -t HF_FACTORIES < <(printf '%s\n' "${HF_FACTORIES[@]}" | grep -E "$ONLY" || true)
     mapfile -t VLLM_FACTORIES < <(printf '%s\n' "${VLLM_FACTORIES[@]}" | grep -E "$ONLY" || true)
@@ -106,8 +115,13 @@ suite "$PY" engines.adapters.hf_variants:hf_block_sharing "$@"
 unset PYTHONPATH
 fi
 
-VPY=$(bash ci/vllm-env.sh | tail -n 1)
-if [[ -z $VPY ]]; then
+VPY=
+if [[ -z ${ONLY:-} || ${#VLLM_FACTORIES[@]} -gt 0 ]]; then  # else its venv is not needed
+    VPY=$(bash ci/vllm-env.sh | tail -n 1)
+fi
+if [[ -n ${ONLY:-} && ${#VLLM_FACTORIES[@]} -eq 0 ]]; then
+    :
+elif [[ -z $VPY ]]; then
     echo "SKIP: vLLM conformance suite and adapter tests (its venv could not be built: see above)"
 else
     if [[ -z ${ONLY:-} ]]; then
@@ -120,21 +134,45 @@ else
     done
 fi
 
-if [[ -n ${ONLY:-} && ${#OPENVINO_FACTORIES[@]} -eq 0 ]]; then
-    exit 0  # ONLY picked no OpenVINO factory: its venv is not needed
+openvino() {
+    local start=$SECONDS OPY
+    OPY=$(bash ci/openvino-env.sh | tail -n 1)
+    echo "   (ci/openvino-env.sh: $((SECONDS - start)) s)"
+    if [[ -z $OPY ]]; then
+        echo "SKIP: OpenVINO conformance suite and adapter tests (its venv could not be built: see above)"
+        return 0
+    fi
+    if [[ -z ${ONLY:-} ]]; then
+        echo "== adapter tests under OpenVINO's venv ($OPY; the first converts the preset)"
+        "$OPY" -m pytest tests/test_openvino_adapter.py tests/test_adapters_book.py \
+            -p no:cacheprovider -q
+    fi
+    for factory in "${OPENVINO_FACTORIES[@]+"${OPENVINO_FACTORIES[@]}"}"; do
+        suite "$OPY" "$factory" "$@"
+    done
+}
+
+ortgenai() {
+    local start=$SECONDS GPY
+    GPY=$(bash ci/ortgenai-env.sh | tail -n 1)
+    echo "   (ci/ortgenai-env.sh: $((SECONDS - start)) s)"
+    if [[ -z $GPY ]]; then
+        echo "SKIP: onnxruntime-genai conformance suite and adapter tests (its venv could not be built: see above)"
+        return 0
+    fi
+    if [[ -z ${ONLY:-} ]]; then
+        echo "== adapter tests under onnxruntime-genai's venv ($GPY; the first builds the model)"
+        "$GPY" -m pytest tests/test_ortgenai_adapter.py -p no:cacheprovider -q
+    fi
+    for factory in "${ORTGENAI_FACTORIES[@]+"${ORTGENAI_FACTORIES[@]}"}"; do
+        suite "$GPY" "$factory" "$@"
+    done
+}
+
+# ONLY that picks no factory of a library does not build its venv.
+if [[ -z ${ONLY:-} || ${#OPENVINO_FACTORIES[@]} -gt 0 ]]; then
+    openvino "$@"
 fi
-start=$SECONDS
-OPY=$(bash ci/openvino-env.sh | tail -n 1)
-echo "   (ci/openvino-env.sh: $((SECONDS - start)) s)"
-if [[ -z $OPY ]]; then
-    echo "SKIP: OpenVINO conformance suite and adapter tests (its venv could not be built: see above)"
-    exit 0
+if [[ -z ${ONLY:-} || ${#ORTGENAI_FACTORIES[@]} -gt 0 ]]; then
+    ortgenai "$@"
 fi
-if [[ -z ${ONLY:-} ]]; then
-    echo "== adapter tests under OpenVINO's venv ($OPY; the first converts the preset)"
-    "$OPY" -m pytest tests/test_openvino_adapter.py tests/test_adapters_book.py \
-        -p no:cacheprovider -q
-fi
-for factory in "${OPENVINO_FACTORIES[@]+"${OPENVINO_FACTORIES[@]}"}"; do
-    suite "$OPY" "$factory" "$@"
-done

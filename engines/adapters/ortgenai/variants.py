@@ -1,0 +1,34 @@
+"""onnxruntime-genai configurations, each a zero-argument factory for `--engine` or
+`--engine-variant NAME=engines.adapters.ortgenai_variants:FACTORY`.
+
+On the CPU the library runs its static-batch scheduler (engines.adapters.ortgenai.adapter), and
+the one scheduler setting it exposes there is `engine.static_batching.max_batch_size`. Paged
+KV, chunked prefill and prefix caching exist only for paged-attention models, which its
+builder makes for CUDA only: there are no variants for them here.
+
+Both variants set what the library reports as `configured_max_batch_size` (the adapter's
+`max_concurrency`), but onnxruntime-genai 0.18.0's static scheduler batches up to 4 requests
+whatever it is set to (docs/findings.md, report 10): until that is fixed, these run exactly as
+the default does, and the suite sizes its workloads by the declared number only.
+"""
+
+from __future__ import annotations
+
+from engines.adapters.ortgenai.adapter import OrtGenaiEngine, ortgenai_engine
+
+__all__ = ["MAX_BATCH", "ortgenai_batch1", "ortgenai_max"]
+
+# Not the 256 its builder accepts for a dynamic-batching section: the suite sizes workloads by
+# the declared concurrency (up to 2n + 1 requests), and 16 already exceeds what the static
+# scheduler runs at once.
+MAX_BATCH = 16
+
+
+def ortgenai_batch1() -> OrtGenaiEngine:
+    """max_batch_size 1: one request at a time, by the configuration."""
+    return ortgenai_engine(label="ortgenai_batch1", max_batch_size=1)
+
+
+def ortgenai_max() -> OrtGenaiEngine:
+    """max_batch_size 16: more than the static scheduler's 4."""
+    return ortgenai_engine(label="ortgenai_max", max_batch_size=MAX_BATCH)
