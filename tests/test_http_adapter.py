@@ -358,3 +358,19 @@ def test_on_vllms_openai_server(launched: None) -> None:
     for (_, m), (_, r) in zip(flat, flat_ref, strict=True):
         assert sorted(m) == sorted(r)
         assert [m[k] for k in sorted(m)] == pytest.approx([r[k] for k in sorted(r)], abs=1e-3)
+
+
+def test_the_server_tokenizer_has_no_token_past_the_vocabulary(tmp_path: Path) -> None:
+    # Beside a Qwen2 config, transformers would load Qwen2's tokenizer class, which adds an
+    # EOS with id V (past the logits): vLLM's min_tokens mask then kills its engine
+    # (docs/findings.md, report 9).
+    from transformers import AutoTokenizer, Qwen2Config
+
+    from engines.adapters.http.checkpoint import write_tokenizer
+
+    Qwen2Config(vocab_size=64).save_pretrained(tmp_path)
+    write_tokenizer(tmp_path, 64)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    assert (len(tok), tok.eos_token_id, tok.bos_token_id, tok.pad_token_id) == (64, None, None,
+                                                                                None)
+    assert tok.convert_ids_to_tokens([0, 63]) == ["t0", "t63"]
