@@ -3,7 +3,8 @@ or as a process (`python -m tests.fake_server PORT`, for the launcher's tests).
 
 Its "model": the continuation of a prompt is token i = (sum(prompt) + 7 i) % VOCAB, streamed
 one message per token, `delay` seconds apart. Prompts whose first token is a trigger misbehave:
-REFUSE -> 400 with a JSON error, STALL -> one token then silence, DIE -> one token then the
+REFUSE -> 400 with a JSON error, LATE -> 200 and then an error message in the stream (as vLLM
+refuses what its engine validates), STALL -> one token then silence, DIE -> one token then the
 connection closes mid-stream. /v1/models gives max_model_len, /metrics vLLM's gauges
 (requests in flight, plus `leftover`), /props llama-server's limits.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 VOCAB = 64
 MAX_MODEL_LEN = 48
-REFUSE, STALL, DIE = 63, 62, 61
+REFUSE, STALL, DIE, LATE = 63, 62, 61, 60
 REFUSAL = "This model's maximum context length is 48 tokens (fake refusal)"
 
 
@@ -91,6 +92,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")  # the stream ends with the connection
         self.end_headers()
         self.close_connection = True
+        if prompt[0] == LATE:
+            error = {"error": {"message": REFUSAL, "type": "BadRequestError", "code": 400}}
+            self.wfile.write(f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode())
+            self.wfile.flush()
+            return
         with s.lock:
             s.in_flight += 1
         try:

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not installed")
 
 from engines.adapters.http import HTTPEngine, ServerError, ServerStalled, from_env  # noqa: E402
-from engines.adapters.http.adapter import server_busy  # noqa: E402
+from engines.adapters.http.adapter import RefusedInStream, server_busy  # noqa: E402
 from engines.adapters.http.launch import LaunchError, launch, running, stop_all  # noqa: E402
 from engines.protocol import (  # noqa: E402
     Abortable,
@@ -31,7 +31,15 @@ from engines.protocol import (  # noqa: E402
     SlotIntrospection,
 )
 from tests import fake_server  # noqa: E402
-from tests.fake_server import DIE, REFUSAL, REFUSE, STALL, State, continuation  # noqa: E402
+from tests.fake_server import (  # noqa: E402
+    DIE,
+    LATE,
+    REFUSAL,
+    REFUSE,
+    STALL,
+    State,
+    continuation,
+)
 from tests.helpers import drain  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +116,20 @@ def test_a_400_is_invalid_request_with_the_servers_message(fake: tuple[str, Stat
     assert drain(eng, [Request((3,), SamplingParams(max_tokens=1), request_id="bad")]) == {
         "bad": (continuation([3], 1), FinishReason.LENGTH),
         "keep": (continuation([2, 2], 4), FinishReason.LENGTH)}
+
+
+def test_a_refusal_inside_the_stream_is_a_clear_error(fake: tuple[str, State]) -> None:
+    url, state = fake
+    eng = engine_at(url)
+    eng.add_request(Request((LATE, 1), SamplingParams(max_tokens=2), request_id="late"))
+    with pytest.raises(RefusedInStream, match="refused request 'late' inside its stream .*"
+                       r"code 400.*" + re.escape(REFUSAL)):
+        eng.step()
+    # A declared limit refuses up front instead, naming the field and the value.
+    capped = engine_at(url, max_logprobs=2)
+    with pytest.raises(InvalidRequest, match=r"logprobs: 3 is more .* \(max_logprobs 2\)"):
+        capped.add_request(Request((1,), SamplingParams(max_tokens=1, logprobs=3)))
+    assert len(state.bodies) == 1 and not capped.has_work()
 
 
 def test_bad_input_is_refused_before_the_server(fake: tuple[str, State]) -> None:
@@ -335,10 +357,18 @@ def test_on_vllms_openai_server(launched: None) -> None:
     while server_busy(eng.url) != 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert server_busy(eng.url) == 0  # the closed stream aborted the request on the server
-    # Only the server knows its logprobs cap (max_logprobs 20): its 400, with its message.
+    # vLLM refuses logprobs past its cap (20) only inside the stream: the factory declares
+    # the cap, so the adapter refuses up front.
     (prompt,) = make_prompts([9], seed=4)
-    with pytest.raises(InvalidRequest, match="max allowed: 20"):
+    with pytest.raises(InvalidRequest, match=r"max_logprobs 20"):
         eng.add_request(Request(prompt, SamplingParams(max_tokens=2, logprobs=50)))
+    # What the server refuses before its stream is an InvalidRequest with its own message:
+    # here a prompt past its context, with the adapter told a larger one than it has.
+    eng.max_model_len = 1024
+    with pytest.raises(InvalidRequest, match="refused request .*maximum context length"):
+        eng.add_request(Request(tuple(range(600)), SamplingParams(max_tokens=2)))
+    eng.max_model_len = 512
+    assert not eng.has_work()
     # Logprobs (served with the WordLevel tokenizer) and min_tokens, against the reference.
     params = SamplingParams(max_tokens=5, logprobs=2, min_tokens=3,
                             stop_token_ids=(prompt[0],))

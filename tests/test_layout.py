@@ -120,6 +120,7 @@ FLOW: dict[str, set[str]] = {
     "engines.adapters.hf": _ADAPTER_BASE,
     "engines.adapters.vllm": _ADAPTER_BASE,
     "engines.adapters.openvino": _ADAPTER_BASE,
+    "engines.adapters.http": _ADAPTER_BASE,
     "engines.testing": {"engines.protocol", "engines.factories"},
     "engines.bench": {"engines.protocol", "engines.factories", "engines.models"},
 }

@@ -26,16 +26,23 @@ from typing import Any
 import httpx
 
 from engines.adapters.common.book import Live, RequestBook
-from engines.adapters.http.dialects import Dialect, Event, dialect_named
+from engines.adapters.http.dialects import Dialect, Event, StreamedError, dialect_named
 from engines.adapters.http.stream import Arrival, StreamClient
 from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput
 
-__all__ = ["HTTPEngine", "ServerError", "ServerStalled", "server_busy"]
+__all__ = ["HTTPEngine", "RefusedInStream", "ServerError", "ServerStalled", "server_busy"]
 
 
 class ServerError(RuntimeError):
     """The server failed a request (an error status other than 400, a broken stream, a
     message the dialect cannot read, or a stream that ended without finishing)."""
+
+
+class RefusedInStream(ServerError):
+    """The server refused a request inside its stream, after answering 200 (vLLM does so for
+    what its engine validates, e.g. logprobs past --max-logprobs). add_request returned by
+    then, so the adapter cannot make it an InvalidRequest: declare the limit instead (e.g.
+    max_logprobs), and the adapter refuses such requests up front."""
 
 
 class ServerStalled(ServerError):
@@ -53,7 +60,9 @@ class HTTPEngine:
 
     Limits come from the server's own endpoints where it has them (vLLM's /v1/models
     max_model_len, llama-server's /props), else from the arguments; `vocab_size` has no
-    endpoint anywhere and must be given. `log` names the server's log file for error messages.
+    endpoint anywhere and must be given. `max_logprobs`: the most top logprobs the server
+    gives (vLLM's --max-logprobs, 20 by default; it refuses more only inside the stream), refused
+    here above that. `log` names the server's log file for error messages.
     """
 
     def __init__(
@@ -65,6 +74,7 @@ class HTTPEngine:
         model: str | None = None,
         max_model_len: int | None = None,
         max_concurrency: int | None = None,
+        max_logprobs: int | None = None,
         stall_timeout: float = 30.0,
         connect_timeout: float = 5.0,
         drain_timeout: float = 30.0,
@@ -91,6 +101,7 @@ class HTTPEngine:
         concurrency = found.get("max_concurrency", max_concurrency)
         if concurrency is not None:
             self.max_concurrency = int(concurrency)  # requests the server runs at once
+        self.max_logprobs = None if max_logprobs is None else int(max_logprobs)
         self._book = RequestBook()
         self._tokens: dict[str, list[int]] = {}  # key -> tokens so far
         self._client = StreamClient(self.url, connect_timeout=connect_timeout,
@@ -132,6 +143,11 @@ class HTTPEngine:
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
+        logprobs = request.params.logprobs
+        if (self.max_logprobs is not None and isinstance(logprobs, int)
+                and logprobs > self.max_logprobs):
+            raise InvalidRequest(f"logprobs: {logprobs!r} is more than the server gives "
+                                 f"(max_logprobs {self.max_logprobs})")
         key = self._book.add(request, vocab_size=self.vocab_size,
                              max_model_len=self.max_model_len, supported=self.supported_sampling)
         body = self.dialect.body(request, self.model)
@@ -201,6 +217,12 @@ class HTTPEngine:
                               f"{self._log_hint()}")
         try:
             event = self.dialect.event(arrival.data)
+        except StreamedError as exc:
+            raise RefusedInStream(
+                f"{self.url} refused request {rid!r} inside its stream after answering 200 "
+                f"(code {exc.code}): {exc}; a limit the adapter was not told (e.g. "
+                f"max_logprobs) lets it refuse such requests at add_request"
+                f"{self._log_hint()}") from exc
         except (ValueError, TypeError, KeyError) as exc:
             raise ServerError(f"{self.url}: request {rid!r}: a message the {self.dialect.name} "
                               f"dialect cannot read ({exc}): {json.dumps(arrival.data)[:300]}"

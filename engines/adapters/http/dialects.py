@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from engines.protocol import ALL_PARAMS, FinishReason, Request
 
-__all__ = ["DIALECTS", "Dialect", "Event", "LlamaServer", "OpenAICompletions", "dialect_named"]
+__all__ = ["DIALECTS", "Dialect", "Event", "LlamaServer", "OpenAICompletions", "StreamedError",
+           "dialect_named"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,16 @@ class Event:
     finish: FinishReason | None = None
     top_logprobs: tuple[Mapping[int, float], ...] | None = None  # one per new token
     logprobs: tuple[float, ...] | None = None  # the sampled tokens' own, one per new token
+
+
+class StreamedError(Exception):
+    """An error message in the stream itself, after a 200 status (its `error` object)."""
+
+    def __init__(self, error: object) -> None:
+        self.error = error
+        message = error.get("message", error) if isinstance(error, Mapping) else error
+        self.code = error.get("code") if isinstance(error, Mapping) else None
+        super().__init__(str(message))
 
 
 class Dialect(Protocol):
@@ -86,6 +97,8 @@ class OpenAICompletions:
         return body
 
     def event(self, data: Mapping[str, Any]) -> Event | None:
+        if "error" in data:  # vLLM streams its engine-side refusals after a 200
+            raise StreamedError(data["error"])
         choices = data.get("choices") or ()
         if not choices:  # a usage-only message
             return None
@@ -157,6 +170,8 @@ class LlamaServer:
         return body
 
     def event(self, data: Mapping[str, Any]) -> Event | None:
+        if "error" in data:
+            raise StreamedError(data["error"])
         tokens = tuple(int(t) for t in data.get("tokens") or ())
         finish = None
         if data.get("stop"):

@@ -75,7 +75,9 @@ def vllm_server() -> HTTPEngine:
     server = vllm_server_process()
     ckpt = server_checkpoint()
     vocab = int(json.loads((ckpt / "config.json").read_text())["vocab_size"])
-    return HTTPEngine(server.url, vocab_size=vocab, max_concurrency=8, log=str(server.log))
+    # vLLM's --max-logprobs default: it refuses more only inside the stream.
+    return HTTPEngine(server.url, vocab_size=vocab, max_concurrency=8, max_logprobs=20,
+                      log=str(server.log))
 
 
 # The URL form: BATCHING_ENGINE_URL and what the server cannot say about itself.
@@ -86,9 +88,10 @@ _SETTINGS = {
     "BATCHING_ENGINE_MODEL": "model",
     "BATCHING_ENGINE_MAX_MODEL_LEN": "max_model_len",
     "BATCHING_ENGINE_MAX_CONCURRENCY": "max_concurrency",
+    "BATCHING_ENGINE_MAX_LOGPROBS": "max_logprobs",
     "BATCHING_ENGINE_STALL_TIMEOUT": "stall_timeout",
 }
-_NUMBERS = {"vocab_size": int, "max_model_len": int, "max_concurrency": int,
+_NUMBERS = {"vocab_size": int, "max_model_len": int, "max_concurrency": int, "max_logprobs": int,
             "stall_timeout": float}
 
 
@@ -96,7 +99,8 @@ def from_env() -> HTTPEngine:
     """An adapter over the server at $BATCHING_ENGINE_URL (`--engine
     engines.adapters.http:from_env`). $BATCHING_ENGINE_VOCAB_SIZE is required (no server
     endpoint gives it); optional: _DIALECT (openai | llama), _MODEL, _MAX_MODEL_LEN (where the
-    server does not say it), _MAX_CONCURRENCY, _STALL_TIMEOUT (seconds)."""
+    server does not say it), _MAX_CONCURRENCY, _MAX_LOGPROBS (vLLM: --max-logprobs, default 20),
+    _STALL_TIMEOUT (seconds)."""
     url = os.environ.get(URL)
     if not url:
         raise ValueError(f"{URL} is not set: set it to the server's base URL, e.g. "
