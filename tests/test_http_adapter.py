@@ -267,8 +267,10 @@ def launched() -> Iterator[None]:
     assert running() == []
 
 
-def test_launch_waits_for_health_and_stop_kills_the_group(launched: None) -> None:
-    server = launch([*FAKE, "0.5"], env={"PYTHONPATH": str(ROOT)}, timeout=30, name="fake")
+def test_launch_waits_for_health_and_stop_kills_the_group(launched: None,
+                                                         tmp_path: Path) -> None:
+    server = launch([*FAKE, "0.5"], env={"PYTHONPATH": str(ROOT)}, timeout=30, name="fake",
+                    log=tmp_path / "fake.log")
     assert server.alive and server.started_s >= 0.5 and running() == [server]
     assert engine_at(server.url).max_model_len == fake_server.MAX_MODEL_LEN
     assert "serving on" in server.log.read_text()
@@ -278,13 +280,15 @@ def test_launch_waits_for_health_and_stop_kills_the_group(launched: None) -> Non
         os.killpg(server.process.pid, 0)  # nothing left in its process group
 
 
-def test_a_server_that_exits_or_never_gets_healthy_is_an_error(launched: None) -> None:
+def test_a_server_that_exits_or_never_gets_healthy_is_an_error(launched: None,
+                                                               tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match=r"exited with status 3(.|\n)*no such model"):
         launch([sys.executable, "-c", "import sys; print('no such model'); sys.exit(3)"],
-               timeout=30, name="fake")
+               timeout=30, name="fake", log=tmp_path / "exits.log")
     start = time.monotonic()
     with pytest.raises(LaunchError, match="not healthy .* within 1.0 s"):
-        launch([*FAKE, "60"], env={"PYTHONPATH": str(ROOT)}, timeout=1.0, name="fake")
+        launch([*FAKE, "60"], env={"PYTHONPATH": str(ROOT)}, timeout=1.0, name="fake",
+               log=tmp_path / "slow.log")
     assert time.monotonic() - start < 15 and running() == []
 
 
