@@ -122,6 +122,7 @@ FLOW: dict[str, set[str]] = {
     "engines.adapters.vllm": _ADAPTER_BASE,
     "engines.adapters.openvino": _ADAPTER_BASE,
     "engines.adapters.ortgenai": _ADAPTER_BASE,
+    "engines.adapters.http": _ADAPTER_BASE,
     "engines.testing": {"engines.protocol", "engines.factories"},
     "engines.bench": {"engines.protocol", "engines.factories", "engines.models"},
 }

@@ -1,0 +1,289 @@
+"""A server behind the engine protocol, over HTTP (the protocol does not change for servers).
+
+`add_request` checks the request as every engine does, sends it as one streamed completion and
+waits for the status only: a 400 is `InvalidRequest` with the server's message, and the server
+runs the request from then on, on its own clock, batched with whatever else is in flight.
+`step()` returns the tokens that arrived since the last call; while work is pending it waits
+for at least one message, up to `stall_timeout` seconds, and then fails with `ServerStalled`
+(a server that stalls or dies fails the call, never hangs it). `abort_request` closes the
+request's stream (the client disconnect servers act on) and owes its ABORT output.
+
+What the suite cannot see over HTTP: when the server formed its batches (a step here is "what
+arrived since the last call", not a server iteration), slots and KV blocks, and anything of a
+request before its first token. Those checks skip, and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import time
+import weakref
+from collections.abc import Hashable
+from typing import Any
+
+import httpx
+
+from engines.adapters.common.book import Live, RequestBook
+from engines.adapters.http.dialects import Dialect, Event, StreamedError, dialect_named
+from engines.adapters.http.stream import Arrival, StreamClient
+from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput
+
+__all__ = ["HTTPEngine", "RefusedInStream", "ServerError", "ServerStalled", "server_busy"]
+
+
+class ServerError(RuntimeError):
+    """The server failed a request (an error status other than 400, a broken stream, a
+    message the dialect cannot read, or a stream that ended without finishing)."""
+
+
+class RefusedInStream(ServerError):
+    """The server refused a request inside its stream, after answering 200 (vLLM does so for
+    what its engine validates, e.g. logprobs past --max-logprobs). add_request returned by
+    then, so the adapter cannot make it an InvalidRequest: declare the limit instead (e.g.
+    max_logprobs), and the adapter refuses such requests up front."""
+
+
+class ServerStalled(ServerError):
+    """Work is pending and nothing arrived within the stall timeout."""
+
+
+# Requests each live adapter of this process has in flight, per server: a new adapter waits
+# for the server to hold no others (HTTPEngine.wait_drained).
+_live: weakref.WeakSet[HTTPEngine] = weakref.WeakSet()
+
+
+class HTTPEngine:
+    """A server reached at `url`, speaking `dialect` ("openai": /v1/completions; "llama":
+    llama-server's /completion).
+
+    Limits come from the server's own endpoints where it has them (vLLM's /v1/models
+    max_model_len, llama-server's /props), else from the arguments; `vocab_size` has no
+    endpoint anywhere and must be given. `max_logprobs`: the most top logprobs the server
+    gives (vLLM's --max-logprobs, 20 by default; it refuses more only inside the stream), refused
+    here above that. `log` names the server's log file for error messages.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        vocab_size: int,
+        dialect: str = "openai",
+        model: str | None = None,
+        max_model_len: int | None = None,
+        max_concurrency: int | None = None,
+        max_logprobs: int | None = None,
+        stall_timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        drain_timeout: float = 30.0,
+        log: str | None = None,
+    ) -> None:
+        if not re.match(r"^https?://", url):
+            raise ValueError(f"url: {url!r} is not an http:// or https:// URL")
+        if int(vocab_size) < 1:
+            raise ValueError(f"vocab_size: {vocab_size!r} is not a positive number of tokens")
+        self.url = url.rstrip("/")
+        self.dialect: Dialect = dialect_named(dialect)
+        self.supported_sampling = self.dialect.supported_sampling
+        self.logprobs_of = getattr(self.dialect, "logprobs_of", "raw")
+        self.stall_timeout = float(stall_timeout)
+        self.log = log
+        self.vocab_size = int(vocab_size)
+        found = self._limits(connect_timeout)
+        self.model = model or found.get("model")
+        limit = found.get("max_model_len", max_model_len)
+        if limit is None:
+            raise ValueError(f"max_model_len: {self.url} does not say its context length "
+                             f"({self.dialect.name} dialect); pass max_model_len")
+        self.max_model_len = int(limit)
+        concurrency = found.get("max_concurrency", max_concurrency)
+        if concurrency is not None:
+            self.max_concurrency = int(concurrency)  # requests the server runs at once
+        self.max_logprobs = None if max_logprobs is None else int(max_logprobs)
+        self._book = RequestBook()
+        self._tokens: dict[str, list[int]] = {}  # key -> tokens so far
+        self._client = StreamClient(self.url, connect_timeout=connect_timeout,
+                                    stall_timeout=stall_timeout)
+        weakref.finalize(self, self._client.close)
+        self.wait_drained(drain_timeout)
+        _live.add(self)
+
+    # -- set-up --------------------------------------------------------------------------------
+    def _get(self, path: str, timeout: float) -> Any:
+        try:
+            response = httpx.get(self.url + path, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise ServerError(f"GET {self.url}{path} failed: {type(exc).__name__}: {exc}"
+                              f"{self._log_hint()}") from exc
+        if response.status_code != 200:
+            raise ServerError(f"GET {self.url}{path} returned {response.status_code}: "
+                              f"{response.text[:300]}{self._log_hint()}")
+        return response.json()
+
+    def _limits(self, timeout: float) -> dict[str, Any]:
+        return dict(self.dialect.limits(lambda path: self._get(path, timeout)))
+
+    def wait_drained(self, timeout: float) -> None:
+        """Wait until the server runs nothing but this process's live adapters' requests (an
+        adapter dropped mid-run leaves requests the server may still be finishing). Read from
+        the server's Prometheus /metrics where it has vLLM's gauges; elsewhere unchecked."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ours = sum(len(e._book.live()) for e in list(_live)
+                       if e is not self and e.url == self.url)
+            busy = server_busy(self.url)
+            if busy is None or busy <= ours:
+                return
+            if time.monotonic() > deadline:
+                raise ServerError(f"{self.url} still runs {busy} request(s) after {timeout} s, "
+                                  f"{ours} of them this process's: not drained{self._log_hint()}")
+            time.sleep(0.1)
+
+    # -- the protocol --------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        logprobs = request.params.logprobs
+        if (self.max_logprobs is not None and isinstance(logprobs, int)
+                and logprobs > self.max_logprobs):
+            raise InvalidRequest(f"logprobs: {logprobs!r} is more than the server gives "
+                                 f"(max_logprobs {self.max_logprobs})")
+        key = self._book.add(request, vocab_size=self.vocab_size,
+                             max_model_len=self.max_model_len, supported=self.supported_sampling)
+        body = self.dialect.body(request, self.model)
+        opened = self._client.open(key, self.dialect.path, body)
+        try:
+            status = opened.result(timeout=self.stall_timeout)
+        except Exception as exc:
+            self._book.discard(request.request_id)
+            self._client.cancel(key)
+            raise ServerError(f"POST {self.url}{self.dialect.path} for request "
+                              f"{request.request_id!r} failed: {type(exc).__name__}: {exc}"
+                              f"{self._log_hint()}") from exc
+        if status.status == 200:
+            self._tokens[key] = []
+            return
+        self._book.discard(request.request_id)
+        message = _message(status.text)
+        if status.status == 400:
+            raise InvalidRequest(f"{self.url} refused request {request.request_id!r}: {message}")
+        raise ServerError(f"POST {self.url}{self.dialect.path} for request "
+                          f"{request.request_id!r} returned {status.status}: {message}"
+                          f"{self._log_hint()}")
+
+    def abort_request(self, request_id: Hashable) -> None:
+        key = self._book.abort(request_id)
+        if key is not None:
+            self._client.cancel(key)
+            self._tokens.pop(key, None)
+
+    def has_work(self) -> bool:
+        return self._book.has_work()
+
+    def step(self) -> list[StepOutput]:
+        outputs = self._book.take_aborts()
+        arrivals: list[Arrival] = []
+        if not outputs and self._book.live():
+            try:
+                arrivals.append(self._client.arrivals.get(timeout=self.stall_timeout))
+            except queue.Empty:
+                raise ServerStalled(
+                    f"{self.url}: nothing arrived for {self.stall_timeout} s while "
+                    f"{len(self._book.live())} request(s) are unfinished"
+                    f"{self._log_hint()}") from None
+        while True:
+            try:
+                arrivals.append(self._client.arrivals.get_nowait())
+            except queue.Empty:
+                break
+        for arrival in arrivals:
+            out = self._take(arrival)
+            if out is not None:
+                outputs.append(out)
+        return outputs
+
+    def _take(self, arrival: Arrival) -> StepOutput | None:
+        live = self._book.get(arrival.key)
+        if live is None:  # aborted (its ABORT was owed) or already failed
+            return None
+        rid = live.request.request_id
+        if arrival.error is not None:
+            raise ServerError(f"{self.url}: the stream of request {rid!r} failed: "
+                              f"{type(arrival.error).__name__}: {arrival.error}"
+                              f"{self._log_hint()}") from arrival.error
+        if arrival.data is None:
+            raise ServerError(f"{self.url}: the stream of request {rid!r} ended after "
+                              f"{live.emitted} token(s) without a finish reason"
+                              f"{self._log_hint()}")
+        try:
+            event = self.dialect.event(arrival.data)
+        except StreamedError as exc:
+            raise RefusedInStream(
+                f"{self.url} refused request {rid!r} inside its stream after answering 200 "
+                f"(code {exc.code}): {exc}; a limit the adapter was not told (e.g. "
+                f"max_logprobs) lets it refuse such requests at add_request"
+                f"{self._log_hint()}") from exc
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ServerError(f"{self.url}: request {rid!r}: a message the {self.dialect.name} "
+                              f"dialect cannot read ({exc}): {json.dumps(arrival.data)[:300]}"
+                              ) from exc
+        return None if event is None else self._delta(live, event)
+
+    def _delta(self, live: Live, event: Event) -> StepOutput | None:
+        tokens = self._tokens[live.key]
+        tokens += event.token_ids
+        if event.finish is FinishReason.ABORT:
+            raise ServerError(f"{self.url} aborted request {live.request.request_id!r} on its "
+                              f"own after {len(tokens)} token(s){self._log_hint()}")
+        out = self._book.delta(live, tokens, event.finish, event.top_logprobs)
+        if event.finish is not None:
+            del self._tokens[live.key]
+        if out is not None and event.logprobs is not None and out.logprobs is None:
+            # The server's own sampled logprobs, where its top ones lack the sampled token.
+            out = StepOutput(out.request_id, out.token_ids, out.finish_reason, out.top_logprobs,
+                             event.logprobs)
+        return out
+
+    # -- teardown ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close every stream (the server aborts what is in flight)."""
+        self._client.close()
+
+    def _log_hint(self) -> str:
+        return f" (server log: {self.log})" if self.log else ""
+
+
+def _message(text: str) -> str:
+    """The server's error message from its JSON error body, else the body."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:500]
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])
+        if isinstance(data.get("message"), str):
+            return str(data["message"])
+    return text[:500]
+
+
+_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def server_busy(url: str, timeout: float = 5.0) -> int | None:
+    """Requests the server runs or queues, from vLLM's Prometheus gauges on /metrics; None
+    where the server has no such metrics."""
+    try:
+        response = httpx.get(url.rstrip("/") + "/metrics", timeout=timeout)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    total, seen = 0.0, False
+    for line in response.text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in _GAUGES:
+            total += float(line.rsplit(" ", 1)[1])
+            seen = True
+    return int(total) if seen else None

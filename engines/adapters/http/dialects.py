@@ -1,0 +1,203 @@
+"""What differs between servers: the endpoint, the request body, the streamed events, the
+finish reasons, what the server says about its limits, and which SamplingParams it honours.
+
+A dialect is a small profile (`Dialect`); the adapter (engines.adapters.http.adapter) does the
+rest the same way for every server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engines.protocol import ALL_PARAMS, FinishReason, Request
+
+__all__ = ["DIALECTS", "Dialect", "Event", "LlamaServer", "OpenAICompletions", "StreamedError",
+           "dialect_named"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One streamed message, in the protocol's terms."""
+
+    token_ids: tuple[int, ...]  # new tokens in this message
+    finish: FinishReason | None = None
+    top_logprobs: tuple[Mapping[int, float], ...] | None = None  # one per new token
+    logprobs: tuple[float, ...] | None = None  # the sampled tokens' own, one per new token
+
+
+class StreamedError(Exception):
+    """An error message in the stream itself, after a 200 status (its `error` object)."""
+
+    def __init__(self, error: object) -> None:
+        self.error = error
+        message = error.get("message", error) if isinstance(error, Mapping) else error
+        self.code = error.get("code") if isinstance(error, Mapping) else None
+        super().__init__(str(message))
+
+
+class Dialect(Protocol):
+    name: str
+    path: str  # the streaming completion endpoint
+    health_path: str
+    supported_sampling: frozenset[str]
+
+    def body(self, request: Request, model: str | None) -> dict[str, Any]: ...
+
+    def event(self, data: Mapping[str, Any]) -> Event | None: ...  # None: nothing for us
+
+    def limits(self, get: Any) -> dict[str, Any]: ...  # from the server's own endpoints
+
+
+def _token_id(key: str) -> int:
+    # vLLM's return_tokens_as_token_ids renders a token as "token_id:<id>".
+    return int(key.rpartition(":")[2])
+
+
+class OpenAICompletions:
+    """`POST /v1/completions` with the prompt as token ids, streamed (vLLM; SGLang and TGI
+    take the same body, minus the extras they lack). Sampling beyond OpenAI's own fields is
+    sent as vLLM's extra parameters (top_k, min_p, repetition_penalty, min_tokens,
+    ignore_eos, stop_token_ids, return_token_ids, return_tokens_as_token_ids)."""
+
+    name = "openai"
+    path = "/v1/completions"
+    health_path = "/health"
+    # vLLM has every field; its logprobs are of the raw distribution by default.
+    supported_sampling = ALL_PARAMS
+    logprobs_of = "raw"
+
+    def body(self, request: Request, model: str | None) -> dict[str, Any]:
+        p = request.params
+        body: dict[str, Any] = {
+            "prompt": [int(t) for t in request.prompt_token_ids],
+            "max_tokens": int(p.max_tokens),
+            "temperature": float(p.temperature),
+            "stream": True,
+            "return_token_ids": True,
+            # The checkpoint's EOS is no stop token of ours: only stop_token_ids stop.
+            "ignore_eos": True,
+            "stop_token_ids": [int(t) for t in p.stop_token_ids],
+            "top_k": int(p.top_k),
+            "top_p": float(p.top_p),
+            "min_p": float(p.min_p),
+            "repetition_penalty": float(p.repetition_penalty),
+            "presence_penalty": float(p.presence_penalty),
+            "frequency_penalty": float(p.frequency_penalty),
+            "min_tokens": int(p.min_tokens),
+        }
+        if model is not None:
+            body["model"] = model
+        if p.seed is not None:
+            body["seed"] = int(p.seed)
+        if p.logprobs > 0:
+            body["logprobs"] = int(p.logprobs)
+            body["return_tokens_as_token_ids"] = True
+        return body
+
+    def event(self, data: Mapping[str, Any]) -> Event | None:
+        if "error" in data:  # vLLM streams its engine-side refusals after a 200
+            raise StreamedError(data["error"])
+        choices = data.get("choices") or ()
+        if not choices:  # a usage-only message
+            return None
+        choice = choices[0]
+        tokens = tuple(int(t) for t in choice.get("token_ids") or ())
+        finish = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
+                  "abort": FinishReason.ABORT}.get(choice.get("finish_reason") or "")
+        if choice.get("finish_reason") and finish is None:
+            raise ValueError(f"finish_reason: {choice['finish_reason']!r} is not one the "
+                             "openai dialect knows (stop, length, abort)")
+        tops = sampled = None
+        lp = choice.get("logprobs")
+        if lp and tokens:
+            tops = tuple({_token_id(k): float(v) for k, v in (m or {}).items()}
+                         for m in lp.get("top_logprobs") or ())
+            sampled = tuple(float(v) for v in lp.get("token_logprobs") or ())
+            if len(tops) != len(tokens) or len(sampled) != len(tokens):
+                raise ValueError(f"logprobs: {len(tops)} top and {len(sampled)} sampled "
+                                 f"entries for {len(tokens)} tokens in one message")
+        return Event(tokens, finish, tops, sampled)
+
+    def limits(self, get: Any) -> dict[str, Any]:
+        models = get("/v1/models").get("data") or []
+        if not models:
+            return {}
+        first = models[0]
+        found: dict[str, Any] = {"model": first.get("id")}
+        if first.get("max_model_len"):  # vLLM's extension of the model card
+            found["max_model_len"] = int(first["max_model_len"])
+        return found
+
+
+class LlamaServer:
+    """llama.cpp's `POST /completion` with the prompt as token ids, streamed. It has no stop
+    token ids (its stops are strings): stop_token_ids is not declared, so the suite sends none.
+    Written from llama-server's documented API and tested on the fake server only (no
+    llama-server is built here)."""
+
+    name = "llama"
+    path = "/completion"
+    health_path = "/health"
+    supported_sampling = frozenset({
+        "max_tokens", "temperature", "seed", "logprobs", "top_k", "top_p", "min_p",
+        "repetition_penalty", "presence_penalty", "frequency_penalty"})
+    # n_probs are probabilities after llama.cpp's sampler chain.
+    logprobs_of = "processed"
+
+    def body(self, request: Request, model: str | None) -> dict[str, Any]:
+        p = request.params
+        body: dict[str, Any] = {
+            "prompt": [int(t) for t in request.prompt_token_ids],
+            "n_predict": int(p.max_tokens),
+            "temperature": float(p.temperature),
+            "stream": True,
+            "return_tokens": True,
+            "cache_prompt": False,
+            "ignore_eos": True,
+            "top_k": int(p.top_k),
+            "top_p": float(p.top_p),
+            "min_p": float(p.min_p),
+            "repeat_penalty": float(p.repetition_penalty),
+            "presence_penalty": float(p.presence_penalty),
+            "frequency_penalty": float(p.frequency_penalty),
+        }
+        if p.seed is not None:
+            body["seed"] = int(p.seed)
+        if p.logprobs > 0:
+            body["n_probs"] = int(p.logprobs)
+        return body
+
+    def event(self, data: Mapping[str, Any]) -> Event | None:
+        if "error" in data:
+            raise StreamedError(data["error"])
+        tokens = tuple(int(t) for t in data.get("tokens") or ())
+        finish = None
+        if data.get("stop"):
+            kind = data.get("stop_type") or "limit"
+            if kind != "limit":
+                raise ValueError(f"stop_type: {kind!r}: llama-server stopped on its own "
+                                 "(eos or a stop word), which the adapter never asks for")
+            finish = FinishReason.LENGTH
+        return Event(tokens, finish)
+
+    def limits(self, get: Any) -> dict[str, Any]:
+        props = get("/props")
+        found: dict[str, Any] = {}
+        settings = props.get("default_generation_settings") or {}
+        if settings.get("n_ctx"):
+            found["max_model_len"] = int(settings["n_ctx"])
+        if props.get("total_slots"):
+            found["max_concurrency"] = int(props["total_slots"])
+        return found
+
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAICompletions(), LlamaServer())}
+
+
+def dialect_named(name: str) -> Dialect:
+    try:
+        return DIALECTS[name]
+    except KeyError:
+        raise ValueError(f"dialect: {name!r} is not one of {sorted(DIALECTS)}") from None

@@ -1,0 +1,164 @@
+"""A tiny streaming completion server for the HTTP adapter's tests (stdlib only), in a thread
+or as a process (`python -m tests.fake_server PORT`, for the launcher's tests).
+
+Its "model": the continuation of a prompt is token i = (sum(prompt) + 7 i) % VOCAB, streamed
+one message per token, `delay` seconds apart. Prompts whose first token is a trigger misbehave:
+REFUSE -> 400 with a JSON error, LATE -> 200 and then an error message in the stream (as vLLM
+refuses what its engine validates), STALL -> one token then silence, DIE -> one token then the
+connection closes mid-stream. /v1/models gives max_model_len, /metrics vLLM's gauges
+(requests in flight, plus `leftover`), /props llama-server's limits.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+VOCAB = 64
+MAX_MODEL_LEN = 48
+REFUSE, STALL, DIE, LATE = 63, 62, 61, 60
+REFUSAL = "This model's maximum context length is 48 tokens (fake refusal)"
+
+
+def continuation(prompt: list[int], n: int) -> list[int]:
+    return [(sum(prompt) + 7 * i) % VOCAB for i in range(n)]
+
+
+@dataclass
+class State:
+    delay: float = 0.005
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    leftover: int = 0  # requests /metrics claims besides those in flight
+    disconnects: int = 0  # streams the client closed before their end
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Handler(BaseHTTPRequestHandler):
+    state: State  # set per server class
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def _json(self, code: int, data: object) -> None:
+        raw = json.dumps(data).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_GET(self) -> None:
+        s = self.state
+        if self.path == "/health":
+            self._json(200, {})
+        elif self.path == "/v1/models":
+            self._json(200, {"data": [{"id": "fake", "max_model_len": MAX_MODEL_LEN}]})
+        elif self.path == "/props":
+            self._json(200, {"default_generation_settings": {"n_ctx": MAX_MODEL_LEN},
+                             "total_slots": 3})
+        elif self.path == "/metrics":
+            raw = (f'vllm:num_requests_running{{model_name="fake"}} {float(s.in_flight)}\n'
+                   f'vllm:num_requests_waiting{{model_name="fake"}} {float(s.leftover)}\n')
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw.encode())
+        else:
+            self._json(404, {"error": {"message": f"no {self.path}"}})
+
+    def do_POST(self) -> None:
+        s = self.state
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with s.lock:
+            s.bodies.append(body)
+        prompt = [int(t) for t in body["prompt"]]
+        if self.path not in ("/v1/completions", "/completion"):
+            self._json(404, {"error": {"message": f"no {self.path}"}})
+            return
+        if prompt[0] == REFUSE:
+            self._json(400, {"error": {"message": REFUSAL, "type": "BadRequestError"}})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")  # the stream ends with the connection
+        self.end_headers()
+        self.close_connection = True
+        if prompt[0] == LATE:
+            error = {"error": {"message": REFUSAL, "type": "BadRequestError", "code": 400}}
+            self.wfile.write(f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode())
+            self.wfile.flush()
+            return
+        with s.lock:
+            s.in_flight += 1
+        try:
+            messages = (self._openai(prompt, body) if self.path == "/v1/completions"
+                        else self._llama(prompt, body))
+            for i, message in enumerate(messages):
+                if i == 1 and prompt[0] == STALL:
+                    time.sleep(3600)
+                if i == 1 and prompt[0] == DIE:
+                    self.wfile.flush()
+                    self.connection.close()
+                    return
+                self.wfile.write(f"data: {message}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(s.delay)
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            with s.lock:
+                s.disconnects += 1
+        finally:
+            with s.lock:
+                s.in_flight -= 1
+
+    def _openai(self, prompt: list[int], body: dict[str, Any]) -> Iterator[str]:
+        stops = set(body.get("stop_token_ids") or ())
+        k = int(body.get("logprobs") or 0)
+        tokens = continuation(prompt, int(body["max_tokens"]))
+        for i, t in enumerate(tokens):
+            last = i == len(tokens) - 1 or t in stops
+            choice: dict[str, Any] = {
+                "index": 0, "text": f" t{t}", "token_ids": [t],
+                "finish_reason": ("stop" if t in stops else "length") if last else None}
+            if k:
+                top = {f"token_id:{(t + j) % VOCAB}": math.log(0.5 / (j + 1)) for j in range(k)}
+                choice["logprobs"] = {"tokens": [f"token_id:{t}"],
+                                      "token_logprobs": [math.log(0.5)], "top_logprobs": [top]}
+            yield json.dumps({"id": "cmpl-1", "object": "text_completion", "choices": [choice]})
+            if last:
+                return
+
+    def _llama(self, prompt: list[int], body: dict[str, Any]) -> Iterator[str]:
+        tokens = continuation(prompt, int(body["n_predict"]))
+        for i, t in enumerate(tokens):
+            last = i == len(tokens) - 1
+            yield json.dumps({"content": f" t{t}", "tokens": [t], "stop": last,
+                              **({"stop_type": "limit"} if last else {})})
+
+
+def serve(port: int = 0, state: State | None = None) -> tuple[ThreadingHTTPServer, State]:
+    """A server on 127.0.0.1 (port 0: a free one) serving in a daemon thread."""
+    state = state or State()
+    handler = type("FakeHandler", (Handler,), {"state": state})
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, state
+
+
+if __name__ == "__main__":  # a process for the launcher: serve until killed
+    if len(sys.argv) > 2:
+        time.sleep(float(sys.argv[2]))  # a slow start
+    httpd, _ = serve(int(sys.argv[1]))
+    print(f"serving on {httpd.server_address[1]}", flush=True)
+    threading.Event().wait()
