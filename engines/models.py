@@ -1,5 +1,9 @@
 """Model presets and loading: transformers configs with seeded random weights, or a local
-checkpoint (safetensors, offline). Token ids only; no tokenizer is ever needed."""
+checkpoint (safetensors, offline). Token ids only; no tokenizer is ever needed.
+
+Besides the Qwen2 presets (tests, CPU benchmarks, GPU shapes), a zoo of tiny presets named for
+the architecture feature where engines break: sliding-window attention, sliding and full layers
+mixed, mixture-of-experts routing, RoPE scaling (docs/engines.md, "The model zoo")."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 DEFAULT_PRESET = "tiny"
 DEFAULT_SEED = 0
@@ -17,10 +21,14 @@ DEFAULT_SEED = 0
 
 @dataclass(frozen=True, slots=True)
 class Preset:
-    config: dict[str, Any]  # Qwen2Config keyword arguments
+    config: dict[str, Any]  # the architecture's config keyword arguments
     weight_std: float  # std of the seeded normal weights
     max_model_len: int  # default engine context (prompt + max_tokens)
     purpose: str
+    architecture: str = "qwen2"  # a transformers model_type
+    # Positions past which the architecture behaves differently (a sliding window's width, a
+    # RoPE scaling threshold): what a workload must cross to reach the code that differs.
+    thresholds: tuple[int, ...] = ()
 
 
 _QWEN25_COMMON: dict[str, Any] = {
@@ -91,6 +99,78 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+# The zoo: the tiny preset's shapes (head size 32, which vLLM's CPU attention accepts) in other
+# architectures. Windows and thresholds are 16 and 64 tokens, which the suite's prompts plus
+# budgets (1 to 510 tokens) cross often.
+_TINY_SHAPES: dict[str, Any] = {
+    "vocab_size": 1024,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "max_position_embeddings": 1024,
+    "tie_word_embeddings": False,
+}
+ZOO_WINDOW = 16
+ZOO_ROPE_THRESHOLD = 64
+
+PRESETS.update({
+    "tiny-llama-rope": Preset(
+        {**_TINY_SHAPES, "rope_parameters": {
+            "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": ZOO_ROPE_THRESHOLD}},
+        weight_std=0.15,
+        max_model_len=512,
+        purpose="Llama with Llama-3 RoPE scaling: rotary frequencies rescaled by wavelength",
+        architecture="llama",
+    ),
+    "tiny-mistral-swa": Preset(
+        {**_TINY_SHAPES, "sliding_window": ZOO_WINDOW},
+        weight_std=0.15,
+        max_model_len=512,
+        purpose="Mistral, every layer sliding-window attention (a 16-token window)",
+        architecture="mistral",
+        thresholds=(ZOO_WINDOW,),
+    ),
+    "tiny-gemma-mixed": Preset(
+        {**_TINY_SHAPES, "tie_word_embeddings": True, "sliding_window": ZOO_WINDOW,
+         "layer_types": ["sliding_attention", "full_attention"] * 2,
+         "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+         "query_pre_attn_scalar": 32},
+        weight_std=0.15,
+        max_model_len=512,
+        purpose="Gemma-2: sliding and full layers alternating (two KV cache groups), attention "
+                "and final logit soft-capping, tied embeddings",
+        architecture="gemma2",
+        thresholds=(ZOO_WINDOW,),
+    ),
+    "tiny-moe": Preset(
+        {**_TINY_SHAPES, "num_local_experts": 4, "num_experts_per_tok": 2,
+         "sliding_window": None},
+        weight_std=0.15,
+        max_model_len=512,
+        purpose="Mixtral: a mixture of experts, each token routed to 2 of 4",
+        architecture="mixtral",
+    ),
+    "tiny-phi3-longrope": Preset(
+        {**_TINY_SHAPES, "original_max_position_embeddings": ZOO_ROPE_THRESHOLD,
+         "rope_parameters": {
+             "rope_type": "longrope", "rope_theta": 10000.0, "factor": 1024 / ZOO_ROPE_THRESHOLD,
+             "short_factor": [1.0] * 16,
+             "long_factor": [1.0 + i / 4 for i in range(16)]}},
+        weight_std=0.15,
+        max_model_len=512,
+        purpose="Phi-3 with long-RoPE scaling: short factors up to 64 positions, long past them",
+        architecture="phi3",
+        thresholds=(ZOO_ROPE_THRESHOLD,),
+    ),
+})
+ZOO = ("tiny-llama-rope", "tiny-mistral-swa", "tiny-gemma-mixed", "tiny-moe",
+       "tiny-phi3-longrope")
+
+
 def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -127,14 +207,15 @@ def build_preset(name: str, *, seed: int = DEFAULT_SEED) -> PreTrainedModel:
     if name not in PRESETS:
         raise ValueError(f"preset: unknown {name!r}; expected one of {sorted(PRESETS)}")
     preset = PRESETS[name]
-    config = Qwen2Config(**preset.config)
-    config.eos_token_id = None  # random weights: no token means "end"; budgets and stops do
-    config.bos_token_id = None
-    config.pad_token_id = None
+    # Random weights: no token means "end" (budgets and stops do), none is padding.
+    config = AutoConfig.for_model(preset.architecture, **preset.config, eos_token_id=None,
+                                  bos_token_id=None, pad_token_id=None)
     from transformers.initialization import no_init_weights
 
     with no_init_weights():
-        model = Qwen2ForCausalLM(config)
+        model = AutoModelForCausalLM.from_config(config)
+    if config.tie_word_embeddings:  # one tensor, drawn once: as a checkpoint would load it
+        model.tie_weights()
     _seeded_init(model, preset.weight_std, seed)
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0  # generate() wants one; never emitted as a stop

@@ -3,6 +3,11 @@
 Deliberately independent of SlotCache and SlotForward: it runs the model's own forward with
 transformers' DynamicCache, so a bug in our batched kernels cannot hide in both sides of a
 parity check.
+
+Long-RoPE models (Phi-3) switch from short to long rotary factors once a sequence passes
+`original_max_position_embeddings`; transformers' generate then recomputes the whole cache,
+so that no key keeps its short-factor rotation (Phi3ForCausalLM.prepare_inputs_for_generation).
+This engine does the same at the same token, so it stays generate's semantics.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class SequentialEngine(BaseEngine):
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._cached = 0  # tokens whose KV is in self._kv
+        self._recompute_at = _long_rope_threshold(self.model.config)
 
     def slot_lengths(self) -> list[int]:
         return [self._cached]
@@ -54,6 +60,12 @@ class SequentialEngine(BaseEngine):
             self.running.append(seq)
             self._kv = DynamicCache(config=self.model.config)
             logits = self._forward(self._prompt_tensor(seq))
+        elif self._cached == self._recompute_at:  # the sequence passes it with this token
+            seq = self.running[0]
+            self._kv = DynamicCache(config=self.model.config)
+            self._cached = 0
+            tokens = (*seq.request.prompt_token_ids, *seq.output)
+            logits = self._forward(torch.tensor(tokens, device=self.device))
         else:
             seq = self.running[0]
             logits = self._forward(self._last_tokens([seq]))
@@ -72,3 +84,10 @@ class SequentialEngine(BaseEngine):
         self.running.clear()
         self._kv = None
         self._cached = 0
+
+
+def _long_rope_threshold(config: Any) -> int | None:
+    rope = getattr(config, "rope_parameters", None)
+    if isinstance(rope, dict) and rope.get("rope_type") == "longrope":
+        return int(rope["original_max_position_embeddings"])
+    return None

@@ -43,6 +43,36 @@ class _Layer:
     k_norm: nn.Module | None
 
 
+# What these pieces compute exactly: a Llama-family decoder (pre-norm, rotary, SwiGLU-style
+# MLP without bias, full causal attention), Qwen3's q/k norms included.
+SERVED_ARCHITECTURES = frozenset({"qwen2", "qwen3", "llama", "mistral"})
+# RoPE whose frequencies are fixed per model. "dynamic" and "longrope" recompute them from the
+# longest sequence in a forward call, so a batch would rotate a request by its neighbours.
+STATIC_ROPE = frozenset({"default", "linear", "llama3"})
+
+
+def unsupported(config: Any) -> str:
+    """What of this transformers config the batched forwards lack ("" if nothing): a model is
+    refused at construction rather than served with wrong tokens."""
+    arch = getattr(config, "model_type", None)
+    if arch not in SERVED_ARCHITECTURES:
+        return (f"architecture {arch!r} (mixture-of-experts, soft-capping, fused projections "
+                f"and other layers are not implemented; served: "
+                f"{', '.join(sorted(SERVED_ARCHITECTURES))})")
+    window = getattr(config, "sliding_window", None)
+    sliding = window and (arch == "mistral" or getattr(config, "use_sliding_window", False))
+    if sliding or any(t != "full_attention" for t in getattr(config, "layer_types", None) or ()):
+        return f"sliding-window attention (sliding_window={window}) is not implemented"
+    rope = getattr(config, "rope_parameters", None) or {}
+    rope_type = rope.get("rope_type", "default") if isinstance(rope, dict) else "default"
+    if rope_type not in STATIC_ROPE:
+        return (f"RoPE scaling {rope_type!r} is not implemented (served: "
+                f"{', '.join(sorted(STATIC_ROPE))})")
+    if getattr(config, "mlp_bias", False):
+        return "MLP biases (mlp_bias=True) are not implemented"
+    return ""
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -54,11 +84,9 @@ class DecoderParts:
 
     def __init__(self, model: Any) -> None:  # a transformers causal LM (untyped attributes)
         config: Any = model.config
-        window = getattr(config, "sliding_window", None)
-        if getattr(config, "use_sliding_window", False) and window:
-            raise ValueError(
-                f"model: sliding-window attention is not supported by {type(self).__name__}"
-            )
+        lacking = unsupported(config)
+        if lacking:
+            raise ValueError(f"model: {type(self).__name__} cannot serve it: {lacking}")
         decoder: Any = model.model
         self.embed: nn.Module = decoder.embed_tokens
         self.norm: nn.Module = decoder.norm

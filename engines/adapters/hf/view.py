@@ -4,7 +4,11 @@ All private state of `ContinuousBatchProcessor` (`.scheduler`, `.cache`), in the
 the supported releases have:
 - 5.18 and later: `cache.cache_allocators` (one allocator per attention type) with a
   per-request `block_table`, blocks carved out of `cache.pool` sectors, and a `ledger` whose
-  `cached_blocks` are complete, unreferenced blocks kept for prefix sharing (evictable);
+  `cached_blocks` are complete, unreferenced blocks kept for prefix sharing (evictable). A
+  model with sliding and full layers has two allocators over the one pool (block ids are
+  unique across them): the view is their union, a request's full-attention blocks first, so
+  that its block j still holds tokens j * block_size onwards, then its sliding-window blocks
+  (a window's worth, reused in a ring);
 - 5.16 and 5.17: `cache.group_cache_managers` with a per-request `block_table`, and
   `cache._block_manager`, whose `num_free_blocks` already counts cached blocks as free.
 Both: a request's KV covers its `position_offset` tokens. Anything else raises `Unavailable`.
@@ -26,46 +30,59 @@ class Unavailable(NotImplementedError):
 
 
 class KVView:
-    """Blocks of a model whose layers all use full attention (one group, one allocator)."""
+    """Blocks of the pool: one allocator per attention type (5.18+), or one cache group."""
 
     def __init__(self, cache: Any) -> None:
         self._cache = cache
         allocators = getattr(cache, "cache_allocators", None)
         groups = getattr(cache, "group_cache_managers", None)
-        self._allocator = None
+        self._allocators: list[Any] = []
         self._group = None
-        if isinstance(allocators, dict) and len(allocators) == 1:
-            (self._allocator,) = allocators.values()
+        if isinstance(allocators, dict) and allocators:
+            # Full attention first: its table is the one whose block j is position j's.
+            self._allocators = sorted(allocators.values(),
+                                      key=lambda a: a.layer_type != "full_attention")
+            shapes = {(a.tokens_per_page, a.blocks_per_sector) for a in self._allocators}
+            if len(shapes) != 1:
+                raise Unavailable(f"transformers' paged cache: allocators of different block "
+                                  f"shapes (tokens per block, blocks per sector) {sorted(shapes)}")
         elif isinstance(groups, list) and len(groups) == 1 and hasattr(cache, "_block_manager"):
             (self._group,) = groups
         else:
-            raise Unavailable("transformers' paged cache: neither one cache allocator (5.18+) "
+            raise Unavailable("transformers' paged cache: neither cache allocators (5.18+) "
                               "nor one cache group (5.16-5.17) to read blocks from")
 
     @property
     def block_size(self) -> int:
-        if self._allocator is not None:
-            return int(self._allocator.tokens_per_page)
+        if self._allocators:
+            return int(self._allocators[0].tokens_per_page)
         return int(self._cache.block_size)
 
     @property
     def total_blocks(self) -> int:
-        if self._allocator is not None:  # the two trash sectors are not in num_sectors
-            return int(self._cache.num_sectors * self._allocator.blocks_per_sector)
+        if self._allocators:  # the two trash sectors are not in num_sectors
+            return int(self._cache.num_sectors * self._allocators[0].blocks_per_sector)
         return int(self._cache._block_manager.num_blocks)
 
     def free_blocks(self) -> int:
-        if self._allocator is None:
+        if not self._allocators:
             return int(self._cache._block_manager.num_free_blocks)
-        a, pool = self._allocator, self._cache.pool
-        unassigned = pool.num_free_sectors * a.blocks_per_sector  # not yet carved into blocks
-        return int(unassigned + pool.count_free_blocks(a.index) + len(a.ledger.cached_blocks))
+        pool = self._cache.pool
+        # Sectors not yet carved into any allocator's blocks, then each allocator's free and
+        # evictable cached blocks.
+        free = pool.num_free_sectors * self._allocators[0].blocks_per_sector
+        for a in self._allocators:
+            free += pool.count_free_blocks(a.index) + len(a.ledger.cached_blocks)
+        return int(free)
 
     def tables(self) -> dict[str, list[int]]:
         """Library request id -> block ids, for requests holding blocks."""
-        owner = self._allocator if self._allocator is not None else self._group
-        assert owner is not None
-        return {rid: [int(b) for b in ids] for rid, ids in owner.block_table.items() if ids}
+        owners = self._allocators or [self._group]
+        merged: dict[str, list[int]] = {}
+        for owner in owners:
+            for rid, ids in owner.block_table.items():
+                merged.setdefault(rid, []).extend(int(b) for b in ids)
+        return {rid: ids for rid, ids in merged.items() if ids}
 
 
 def count_preemptions(scheduler: Any, active_before: set[str], tally: Tally) -> None:

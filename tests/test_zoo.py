@@ -1,0 +1,94 @@
+"""The model zoo: each preset has the feature it is named for, the sequential reference serves
+every one (transformers' own forward), and our batched engines serve or refuse each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from engines.continuous import ContinuousBatchEngine
+from engines.models import PRESETS, ZOO, ZOO_ROPE_THRESHOLD, ZOO_WINDOW, load_model
+from engines.paged import PagedEngine
+from engines.protocol import Request, SamplingParams
+from engines.sequential import SequentialEngine
+from engines.static import StaticBatchEngine
+from tests.helpers import drain, make_prompts
+
+# Past every window and threshold: 40 prompt tokens + 30 generated cross 16 and 64.
+PROMPT_LEN, BUDGET = 40, 30
+
+
+def generate(preset: str, prompt: tuple[int, ...], n: int) -> list[int]:
+    model: Any = load_model(preset)
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                         do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+def test_each_preset_has_its_feature() -> None:
+    configs = {name: load_model(name).config for name in ZOO}
+    assert configs["tiny-llama-rope"].rope_parameters["rope_type"] == "llama3"
+    assert configs["tiny-mistral-swa"].sliding_window == ZOO_WINDOW
+    gemma = configs["tiny-gemma-mixed"]
+    assert set(gemma.layer_types) == {"sliding_attention", "full_attention"}
+    assert gemma.attn_logit_softcapping and gemma.final_logit_softcapping
+    assert load_model("tiny-gemma-mixed").lm_head.weight is (
+        load_model("tiny-gemma-mixed").model.embed_tokens.weight)  # tied
+    moe = configs["tiny-moe"]
+    assert (moe.num_local_experts, moe.num_experts_per_tok) == (4, 2)
+    phi = configs["tiny-phi3-longrope"]
+    assert phi.rope_parameters["rope_type"] == "longrope"
+    assert phi.original_max_position_embeddings == ZOO_ROPE_THRESHOLD
+    for name in ZOO:  # the tiny preset's shapes: vLLM's CPU attention takes head size 32
+        assert configs[name].head_dim == 32 and configs[name].vocab_size == 1024
+        assert all(t < PROMPT_LEN + BUDGET for t in PRESETS[name].thresholds)
+
+
+@pytest.mark.parametrize("preset", ZOO)
+def test_the_sequential_reference_serves_every_preset(preset: str) -> None:
+    # 64 and 70: at and past the long-RoPE threshold from the prompt on.
+    prompts = make_prompts([PROMPT_LEN, 3, ZOO_ROPE_THRESHOLD, 70], seed=5)
+    requests = [Request(p, SamplingParams(max_tokens=BUDGET)) for p in prompts]
+    got = drain(SequentialEngine(preset), requests)
+    assert [got[r.request_id][0] for r in requests] == [generate(preset, p, BUDGET)
+                                                        for p in prompts]
+
+
+def test_llama3_rope_is_served_by_the_batched_engines() -> None:
+    prompts = make_prompts([PROMPT_LEN, 3, 90], seed=6)
+    expected = [generate("tiny-llama-rope", p, BUDGET) for p in prompts]
+    for engine in (ContinuousBatchEngine("tiny-llama-rope"), PagedEngine("tiny-llama-rope"),
+                   StaticBatchEngine("tiny-llama-rope")):
+        requests = [Request(p, SamplingParams(max_tokens=BUDGET)) for p in prompts]
+        got = drain(engine, requests)
+        assert [got[r.request_id][0] for r in requests] == expected, type(engine).__name__
+
+
+@pytest.mark.parametrize(("preset", "lacking"), [
+    ("tiny-mistral-swa", "sliding-window attention"),
+    ("tiny-gemma-mixed", "architecture 'gemma2'"),
+    ("tiny-moe", "architecture 'mixtral'"),
+    ("tiny-phi3-longrope", "architecture 'phi3'"),
+])
+@pytest.mark.parametrize("engine", [ContinuousBatchEngine, PagedEngine, StaticBatchEngine])
+def test_the_batched_engines_refuse_what_they_lack(engine: type, preset: str,
+                                                    lacking: str) -> None:
+    with pytest.raises(ValueError, match=f"model: {engine.__name__}|cannot serve it: {lacking}"):
+        engine(preset)
+
+
+def test_refusal_names_the_feature() -> None:
+    from transformers import LlamaConfig, Qwen2Config
+
+    from engines.core.decoder import unsupported
+
+    assert unsupported(load_model("tiny").config) == ""
+    swa = Qwen2Config(use_sliding_window=True, sliding_window=8, max_window_layers=0)
+    assert "sliding_window=8" in unsupported(swa)
+    dynamic = LlamaConfig(rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4,
+                                           "factor": 2.0})
+    assert "RoPE scaling 'dynamic'" in unsupported(dynamic)
+    assert "mlp_bias" in unsupported(LlamaConfig(mlp_bias=True))
