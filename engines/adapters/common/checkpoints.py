@@ -1,0 +1,87 @@
+"""A preset saved as a checkpoint and converted offline for a library, each once and cached.
+
+Cache key of a converted directory: the checkpoint's name (preset and seed), the sha256 of its
+weights and config, and the library's version, so a changed preset, seed or converter never
+loads a stale conversion, and a second call (in this process or a later one) converts nothing.
+Imports no third-party engine library: each adapter's convert module passes its own converter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from engines.models import PRESETS, build_preset, save_checkpoint
+
+__all__ = ["ConversionError", "cache_root", "checkpoint_dir", "converted_dir", "weights_digest"]
+
+
+class ConversionError(RuntimeError):
+    """The offline conversion could not run or failed; the message says why."""
+
+
+def cache_root() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "batching-engines"
+
+
+def _publish(build: Callable[[Path], object], path: Path) -> Path:
+    """Run `build(tmp)` into a fresh folder beside `path`, then rename it into place: a
+    half-written directory is never found, and parallel workers racing for it are harmless."""
+    if path.is_dir():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
+    try:
+        build(tmp)
+        tmp.rename(path)
+    except OSError:
+        if not path.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def checkpoint_dir(preset: str, *, seed: int) -> Path:
+    """The preset saved once as a checkpoint directory (keyed by its definition and seed)."""
+    if preset not in PRESETS:
+        raise ValueError(f"model: unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
+    digest = hashlib.sha256(repr(PRESETS[preset]).encode()).hexdigest()[:10]
+    path = cache_root() / f"{preset}-seed{seed}-{digest}"
+    if (path / "config.json").is_file():
+        return path
+    shutil.rmtree(path, ignore_errors=True)  # a leftover without its config is no checkpoint
+    return _publish(lambda tmp: save_checkpoint(build_preset(preset, seed=seed), tmp), path)
+
+
+def weights_digest(checkpoint: Path) -> str:
+    """sha256 over the checkpoint's config and weight files, in name order."""
+    h = hashlib.sha256()
+    files = sorted(checkpoint.glob("*.safetensors")) + [checkpoint / "config.json"]
+    if not files[0].name.endswith(".safetensors"):
+        raise ConversionError(f"model: {str(checkpoint)!r} has no safetensors weights")
+    for f in files:
+        h.update(f.name.encode())
+        with f.open("rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def converted_dir(model: str, seed: int, *, library: str, version: str, marker: str,
+                  convert: Callable[[Path, Path], None]) -> Path:
+    """`convert(checkpoint, out)`'s directory for a preset name or a checkpoint directory,
+    under cache_root()/library, converting once; `marker` is the file a finished conversion
+    has (a directory without it is converted again)."""
+    checkpoint = checkpoint_dir(model, seed=seed) if model in PRESETS else Path(model)
+    if not (checkpoint / "config.json").is_file():
+        raise ValueError(f"model: {model!r} is neither a preset nor a checkpoint directory")
+    path = cache_root() / library / f"{checkpoint.name}-{weights_digest(checkpoint)}-{version}"
+    if (path / marker).is_file():
+        return path
+    return _publish(lambda tmp: convert(checkpoint, tmp), path)
