@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The conformance suite on the two third-party engines and every variant factory of theirs,
+# The conformance suite on the third-party engines and every variant factory of theirs,
 # plus the adapters' own tests:
 # - transformers' continuous batching in the main venv (transformers 5.24), and its adapter
 #   tests again on the lowest supported release, 5.16.0 (installed beside the main venv with
@@ -13,6 +13,11 @@
 #   in CI: openvino-genai 2026.4.1 fails them under batching-ci (docs/findings.md reports 7
 #   and 8: real bugs, which a strict xfail cannot declare, as batching-dev does not reach
 #   them).
+# - CTranslate2 in its own venv (built by ci/ct2-env.sh, skipped the same way): its default
+#   factory under the arguments' profile, ct2_batch1 and ct2_max (max_batch_size 1 and 16)
+#   under NARROW_ARGS. Measured on the shared 2-core machine (load 6-9): the default 93 s
+#   under batching-ci; under batching-dev ct2_batch1 28 s and ct2_max 15 s (under batching-ci
+#   59 s and 160 s). The venv takes about 5 minutes to build the first time.
 # Every run compares against engines.sequential:SequentialEngine (the same weights), and the
 # suite's summary says what the engines exercised (preemptions, chunked prompts, prefix-cache
 # hit tokens), so that "passed" says what ran. Extra arguments go to every suite run (e.g.
@@ -45,6 +50,11 @@ VLLM_FACTORIES=(
     engines.adapters.vllm_variants:vllm_one_seq
     engines.adapters.vllm_variants:vllm_stress
 )
+CT2_FACTORIES=(
+    engines.adapters.ct2:make_engine
+    engines.adapters.ct2_variants:ct2_batch1
+    engines.adapters.ct2_variants:ct2_max
+)
 OPENVINO_FACTORIES=(
     engines.adapters.openvino:make_engine
     engines.adapters.openvino_variants:openvino_split_fuse
@@ -65,6 +75,7 @@ if [[ -n ${ONLY:-} ]]; then
     mapfile -t OPENVINO_FACTORIES < <(printf '%s\n' "${OPENVINO_FACTORIES[@]}" | grep -E "$ONLY" || true)
     mapfile -t HF_FACTORIES < <(printf '%s\n' "${HF_FACTORIES[@]}" | grep -E "$ONLY" || true)
     mapfile -t VLLM_FACTORIES < <(printf '%s\n' "${VLLM_FACTORIES[@]}" | grep -E "$ONLY" || true)
+    mapfile -t CT2_FACTORIES < <(printf '%s\n' "${CT2_FACTORIES[@]}" | grep -E "$ONLY" || true)
 fi
 # Factories that take the arguments' profile; the rest take NARROW_ARGS.
 FULL_PROFILE='(:make_engine|:openvino_split_fuse)$'
@@ -120,21 +131,39 @@ else
     done
 fi
 
-if [[ -n ${ONLY:-} && ${#OPENVINO_FACTORIES[@]} -eq 0 ]]; then
-    exit 0  # ONLY picked no OpenVINO factory: its venv is not needed
+# ONLY picked no OpenVINO factory: its venv is not needed.
+if [[ -z ${ONLY:-} || ${#OPENVINO_FACTORIES[@]} -gt 0 ]]; then
+    start=$SECONDS
+    OPY=$(bash ci/openvino-env.sh | tail -n 1)
+    echo "   (ci/openvino-env.sh: $((SECONDS - start)) s)"
+    if [[ -z $OPY ]]; then
+        echo "SKIP: OpenVINO conformance suite and adapter tests (its venv could not be built: see above)"
+    else
+        if [[ -z ${ONLY:-} ]]; then
+            echo "== adapter tests under OpenVINO's venv ($OPY; the first converts the preset)"
+            "$OPY" -m pytest tests/test_openvino_adapter.py tests/test_adapters_book.py \
+                -p no:cacheprovider -q
+        fi
+        for factory in "${OPENVINO_FACTORIES[@]+"${OPENVINO_FACTORIES[@]}"}"; do
+            suite "$OPY" "$factory" "$@"
+        done
+    fi
+fi
+
+if [[ -n ${ONLY:-} && ${#CT2_FACTORIES[@]} -eq 0 ]]; then
+    exit 0  # ONLY picked no CTranslate2 factory: its venv is not needed
 fi
 start=$SECONDS
-OPY=$(bash ci/openvino-env.sh | tail -n 1)
-echo "   (ci/openvino-env.sh: $((SECONDS - start)) s)"
-if [[ -z $OPY ]]; then
-    echo "SKIP: OpenVINO conformance suite and adapter tests (its venv could not be built: see above)"
+CPY=$(bash ci/ct2-env.sh | tail -n 1)
+echo "   (ci/ct2-env.sh: $((SECONDS - start)) s)"
+if [[ -z $CPY ]]; then
+    echo "SKIP: CTranslate2 conformance suite and adapter tests (its venv could not be built: see above)"
     exit 0
 fi
 if [[ -z ${ONLY:-} ]]; then
-    echo "== adapter tests under OpenVINO's venv ($OPY; the first converts the preset)"
-    "$OPY" -m pytest tests/test_openvino_adapter.py tests/test_adapters_book.py \
-        -p no:cacheprovider -q
+    echo "== adapter tests under CTranslate2's venv ($CPY; the first converts the preset)"
+    "$CPY" -m pytest tests/test_ct2_adapter.py tests/test_adapters_book.py -p no:cacheprovider -q
 fi
-for factory in "${OPENVINO_FACTORIES[@]+"${OPENVINO_FACTORIES[@]}"}"; do
-    suite "$OPY" "$factory" "$@"
+for factory in "${CT2_FACTORIES[@]+"${CT2_FACTORIES[@]}"}"; do
+    suite "$CPY" "$factory" "$@"
 done

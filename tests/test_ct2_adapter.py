@@ -12,7 +12,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from engines.protocol import Abortable, Engine, FinishReason, InvalidRequest, Request, SamplingParams
+from engines.protocol import (
+    Abortable,
+    Engine,
+    FinishReason,
+    InvalidRequest,
+    Request,
+    SamplingParams,
+)
 from tests.helpers import (
     abort_one_of_two_mid_run,
     assert_generate_tokens_with_mid_run_arrivals,

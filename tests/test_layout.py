@@ -116,10 +116,12 @@ FLOW: dict[str, set[str]] = {
     "engines.slot": _ENGINE_BASE,
     "engines.paged": _ENGINE_BASE,
     "engines.sequential": _ENGINE_BASE,
-    "engines.adapters.common": {"engines.core", "engines.protocol"},
+    # models: the presets a converting adapter saves as checkpoints (common.checkpoints).
+    "engines.adapters.common": {"engines.core", "engines.protocol", "engines.models"},
     "engines.adapters.hf": _ADAPTER_BASE,
     "engines.adapters.vllm": _ADAPTER_BASE,
     "engines.adapters.openvino": _ADAPTER_BASE,
+    "engines.adapters.ct2": _ADAPTER_BASE,
     "engines.testing": {"engines.protocol", "engines.factories"},
     "engines.bench": {"engines.protocol", "engines.factories", "engines.models"},
 }
@@ -134,6 +136,7 @@ SHIMS = {
     "engines.adapters.hf_variants": "engines.adapters.hf.variants",
     "engines.adapters.vllm_variants": "engines.adapters.vllm.variants",
     "engines.adapters.openvino_variants": "engines.adapters.openvino.variants",
+    "engines.adapters.ct2_variants": "engines.adapters.ct2.variants",
 }
 # Packages that import nothing: `import engines.adapters` must not pull in torch or vllm.
 BARE = {"engines", "engines.adapters"}
@@ -256,11 +259,14 @@ def test_every_engines_file_the_repo_names_exists() -> None:
 # Packages that replaced a flat module, re-exporting the engine the public spec path names.
 REEXPORTING_PACKAGES = {"engines.paged": "engines.paged.engine",
                         "engines.adapters.vllm": "engines.adapters.vllm.adapter",
-                        "engines.adapters.openvino": "engines.adapters.openvino.adapter"}
+                        "engines.adapters.openvino": "engines.adapters.openvino.adapter",
+                        "engines.adapters.ct2": "engines.adapters.ct2.adapter"}
 _HAS_VLLM = importlib.util.find_spec("vllm") is not None
 _HAS_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
+_HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 _NEEDS = {"vllm": (_HAS_VLLM, "vllm not installed"),
-          "openvino": (_HAS_OPENVINO, "openvino_genai not installed")}
+          "openvino": (_HAS_OPENVINO, "openvino_genai not installed"),
+          "ct2": (_HAS_CT2, "ctranslate2 not installed")}
 
 
 @pytest.mark.parametrize("old", [

@@ -37,10 +37,10 @@ Translations (where the library's semantics differ from the protocol):
 - logprobs: accepted, and answered with `top_logprobs=None` (the protocol's "no logprobs
   from this engine"): the library has no top candidates per token (its callback's `log_prob`
   is the chosen token's only, and None unless asked for per batch).
-- not mapped: `repetition_penalty` (not verified equal to ours: it diverged from engines.sequential on a
-  20-token prompt), `min_tokens` (`min_length` only suppresses `end_token`s, which the adapter
-  does not use), min_p, frequency and presence penalties (absent). Requests asking for them
-  are refused by name.
+- not mapped: `repetition_penalty` (not verified equal to ours: it diverged from
+  engines.sequential on a 20-token prompt), `min_tokens` (`min_length` only suppresses
+  `end_token`s, which the adapter does not use), min_p, frequency and presence penalties
+  (absent). Requests asking for them are refused by name.
 
 Not exposed by the library, so absent here (never faked): slot tables, KV blocks and counts
 of what its scheduler did (so no SlotIntrospection, KVIntrospection or `exercised()`).
@@ -63,7 +63,7 @@ import ctranslate2
 from engines.adapters.common.book import Live, RequestBook
 from engines.adapters.ct2.convert import ct2_dir, vocabulary
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, preset_max_model_len
-from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
+from engines.protocol import FinishReason, Request, StepOutput
 
 __all__ = ["SEEDS_LIMIT", "SUPPORTED_SAMPLING", "CT2Engine", "ctranslate2_engine", "make_engine"]
 
