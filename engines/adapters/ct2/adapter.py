@@ -37,8 +37,9 @@ Translations (where the library's semantics differ from the protocol):
 - logprobs: accepted, and answered with `top_logprobs=None` (the protocol's "no logprobs
   from this engine"): the library has no top candidates per token (its callback's `log_prob`
   is the chosen token's only, and None unless asked for per batch).
-- not mapped: `repetition_penalty` (not verified equal to ours: it diverged from
-  engines.sequential on a 20-token prompt), `min_tokens` (`min_length` only suppresses
+- not mapped: `repetition_penalty` (the library's covers its decoding loop's tokens only: the
+  generated ones, the prompt's last, and in a batch the longer prompts' tails; ours covers
+  prompt + output), `min_tokens` (`min_length` only suppresses
   `end_token`s, which the adapter does not use), min_p, frequency and presence penalties
   (absent). Requests asking for them are refused by name.
 
