@@ -37,11 +37,10 @@ Translations (where the library's semantics differ from the protocol):
 - logprobs: accepted, and answered with `top_logprobs=None` (the protocol's "no logprobs
   from this engine"): the library has no top candidates per token (its callback's `log_prob`
   is the chosen token's only, and None unless asked for per batch).
-- not mapped: `repetition_penalty` (the library's covers its decoding loop's tokens only: the
-  generated ones, the prompt's last, and in a batch the longer prompts' tails; ours covers
-  prompt + output), `min_tokens` (`min_length` only suppresses
-  `end_token`s, which the adapter does not use), min_p, frequency and presence penalties
-  (absent). Requests asking for them are refused by name.
+- not mapped: `repetition_penalty` (documented as over previously generated tokens: it left
+  a prompt token unpenalized here, where ours covers prompt + output), `min_tokens`
+  (`min_length` only suppresses `end_token`s, which the adapter does not use), min_p,
+  frequency and presence penalties (absent). Requests asking for them are refused by name.
 
 Not exposed by the library, so absent here (never faked): slot tables, KV blocks and counts
 of what its scheduler did (so no SlotIntrospection, KVIntrospection or `exercised()`).
