@@ -237,7 +237,7 @@ class CT2Engine:
             "include_prompt_in_result": False,
             "end_token": [],  # the adapter ends each request itself (module docstring)
             "beam_size": 1,
-            "sampling_topk": topk,
+            "sampling_topk": min(topk, self.vocab_size),  # top_k past the vocabulary: all of it
             "sampling_topp": topp,
             "sampling_temperature": temperature or 1.0,
             "callback": batch.callback,
