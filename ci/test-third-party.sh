@@ -1,178 +1,198 @@
 #!/usr/bin/env bash
-# The conformance suite on the two third-party engines and every variant factory of theirs,
-# plus the adapters' own tests:
+# The conformance suite on the third-party engines, plus the adapters' own tests, each library
+# in the venv its ci/NAME-env.sh builds (skipped visibly, never silently, where that venv
+# cannot be built):
 # - transformers' continuous batching in the main venv (transformers 5.24), and its adapter
-#   tests again on the lowest supported release, 5.16.0 (installed beside the main venv with
-#   pip --target into .venv-tf-min, put first on PYTHONPATH);
-# - vLLM's CPU engine in its own venv (built by ci/vllm-env.sh; skipped, visibly, only where
-#   that venv cannot be built);
-# - OpenVINO GenAI in its own venv (built by ci/openvino-env.sh, skipped the same way): its
-#   default factory and openvino_split_fuse (a 16-token step budget), both under the
-#   arguments' profile, plus the other variants when OPENVINO_ALL=1
-#   (ci/test-third-party-thorough.sh sets it) or ONLY names them. Its stress variants are not
-#   in CI: openvino-genai 2026.4.1 fails them under batching-ci (docs/findings.md reports 7
-#   and 8: real bugs, which a strict xfail cannot declare, as batching-dev does not reach
-#   them).
-# - onnxruntime-genai in its own venv (built by ci/ortgenai-env.sh, skipped the same way): its
-#   default factory under the arguments' profile, its variants (ortgenai_batch1, ortgenai_max)
-#   under NARROW_ARGS, and its adapter tests.
-# Every run compares against engines.sequential:SequentialEngine (the same weights), and the
-# suite's summary says what the engines exercised (preemptions, chunked prompts, prefix-cache
-# hit tokens), so that "passed" says what ran. Extra arguments go to every suite run (e.g.
+#   tests again on the lowest supported release, 5.16.0 (pip --target into .venv-tf-min, put
+#   first on PYTHONPATH);
+# - vLLM's CPU engine in-process (.venv-vllm), and vLLM's OpenAI server over HTTP
+#   (engines.adapters.http:vllm_server: the client in the main venv, the server launched from
+#   .venv-vllm and stopped at the end);
+# - OpenVINO GenAI (.venv-openvino), onnxruntime-genai (.venv-ortgenai), CTranslate2
+#   (.venv-ct2);
+# - the model zoo slice: engines on a preset other than tiny, against the sequential
+#   reference on that preset (engines.zoo; the whole engine x preset matrix is
+#   ci/zoo-matrix.sh).
+# Every run compares against the sequential reference on the same weights, and the suite's
+# summary says what the engines exercised (preemptions, chunked prompts, prefix-cache hit
+# tokens), so that "passed" says what ran. Extra arguments go to every suite run (CI passes
 # --hypothesis-profile=batching-ci).
-# Time: each library's default factory (and OpenVINO's split-fuse variant) take the
-# arguments' profile; every other variant, the stress ones (every feature at once, under
-# pressure) included, runs with NARROW_ARGS after them (default
-# --hypothesis-profile=batching-dev: the seed workloads plus 4 examples per check), which keeps
-# CI within its hour: under batching-ci the stress variants took 385 s (transformers) and
-# 169 s (vLLM), and a fresh-clone CI with them ran past 60 minutes. NARROW_ARGS= gives them
-# the arguments' profile too (ci/test-third-party-thorough.sh does).
-# ONLY=pattern runs just the factories whose spec matches it (grep -E), and skips the adapter
-# tests.
+#
+# What runs (CI's budget, measured in docs/engines.md "Running the suite on the adapters"):
+# each library's default factory under the arguments' profile, and one stress variant each
+# (OpenVINO: its split-fuse one, as openvino-genai 2026.4.1 fails its pool-pressure variants,
+# docs/findings.md reports 7 and 8), the HTTP server and the zoo slice under NARROW_ARGS
+# (default --hypothesis-profile=batching-dev: the seed workloads plus 4 examples a check).
+# ALL_VARIANTS=1 (ci/test-third-party-thorough.sh sets it) adds every other variant, the
+# pool-pressure ones last, and the real-server HTTP adapter test; NARROW_ARGS= gives every
+# factory the arguments' profile. ONLY=pattern runs just the factories whose spec matches it
+# (grep -E) from the full list, skips the adapter tests, and builds no venv it does not need.
+#
+# The venvs: .ci/run starts their builds in the background (ci/envs.sh) while the main tests
+# run; each is waited for here before its first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-.venv/bin/python}
-HF_FACTORIES=(
-    engines.adapters.hf_continuous:make_engine
-    engines.adapters.hf_variants:hf_block_sharing
-    engines.adapters.hf_variants:hf_small_budget
-    engines.adapters.hf_variants:hf_small_cache
-    engines.adapters.hf_variants:hf_stress
-)
-VLLM_FACTORIES=(
-    engines.adapters.vllm:make_engine
-    engines.adapters.vllm_variants:vllm_prefix_caching
-    engines.adapters.vllm_variants:vllm_chunked_prefill
-    engines.adapters.vllm_variants:vllm_preemption
-    engines.adapters.vllm_variants:vllm_one_seq
-    engines.adapters.vllm_variants:vllm_stress
-)
-OPENVINO_FACTORIES=(
-    engines.adapters.openvino:make_engine
-    engines.adapters.openvino_variants:openvino_split_fuse
-)
-if [[ -n ${OPENVINO_ALL:-} || -n ${ONLY:-} ]]; then
-    # The pool-pressure variants last: openvino-genai 2026.4.1 fails them under batching-ci
-    # (docs/findings.md reports 7 and 8).
-    OPENVINO_FACTORIES+=(
-        engines.adapters.openvino_variants:openvino_prefix_caching
-        engines.adapters.openvino_variants:openvino_no_split_fuse
-        engines.adapters.openvino_variants:openvino_one_seq
-        engines.adapters.openvino_variants:openvino_preemption
-        engines.adapters.openvino_variants:openvino_pressure
-        engines.adapters.openvino_variants:openvino_stress
-    )
+ALL=${ALL_VARIANTS:-${ONLY:+1}}
+
+HF_FACTORIES=(engines.adapters.hf_continuous:make_engine engines.adapters.hf_variants:hf_stress)
+VLLM_FACTORIES=(engines.adapters.vllm:make_engine engines.adapters.vllm_variants:vllm_stress)
+HTTP_FACTORIES=(engines.adapters.http:vllm_server)
+OPENVINO_FACTORIES=(engines.adapters.openvino:make_engine
+                    engines.adapters.openvino_variants:openvino_split_fuse)
+ORTGENAI_FACTORIES=(engines.adapters.ortgenai:make_engine)
+CT2_FACTORIES=(engines.adapters.ct2:make_engine engines.adapters.ct2_variants:ct2_max)
+# The zoo slice, in the main venv: our paged engine where it serves a zoo preset, and
+# transformers' continuous batching on the all-sliding-window one.
+ZOO_FACTORIES=(engines.zoo:paged_tiny_llama_rope engines.zoo:hf_continuous_tiny_mistral_swa)
+if [[ -n $ALL ]]; then
+    HF_FACTORIES+=(engines.adapters.hf_variants:hf_block_sharing
+                   engines.adapters.hf_variants:hf_small_budget
+                   engines.adapters.hf_variants:hf_small_cache)
+    VLLM_FACTORIES+=(engines.adapters.vllm_variants:vllm_prefix_caching
+                     engines.adapters.vllm_variants:vllm_chunked_prefill
+                     engines.adapters.vllm_variants:vllm_preemption
+                     engines.adapters.vllm_variants:vllm_one_seq)
+    # The pool-pressure variants last: openvino-genai 2026.4.1 fails them under batching-ci.
+    OPENVINO_FACTORIES+=(engines.adapters.openvino_variants:openvino_prefix_caching
+                         engines.adapters.openvino_variants:openvino_no_split_fuse
+                         engines.adapters.openvino_variants:openvino_one_seq
+                         engines.adapters.openvino_variants:openvino_preemption
+                         engines.adapters.openvino_variants:openvino_pressure
+                         engines.adapters.openvino_variants:openvino_stress)
+    ORTGENAI_FACTORIES+=(engines.adapters.ortgenai_variants:ortgenai_batch1
+                         engines.adapters.ortgenai_variants:ortgenai_max)
+    CT2_FACTORIES+=(engines.adapters.ct2_variants:ct2_batch1)
 fi
-ORTGENAI_FACTORIES=(
-    engines.adapters.ortgenai:make_engine
-    engines.adapters.ortgenai_variants:ortgenai_batch1
-    engines.adapters.ortgenai_variants:ortgenai_max
-)
 if [[ -n ${ONLY:-} ]]; then
-    mapfile -t ORTGENAI_FACTORIES < <(printf '%s\n' "${ORTGENAI_FACTORIES[@]}" | grep -E "$ONLY" || true)
-    mapfile -t OPENVINO_FACTORIES < <(printf '%s\n' "${OPENVINO_FACTORIES[@]}" | grep -E "$ONLY" || true)
-    mapfile -t HF_FACTORIES < <(printf '%s\n' "${HF_FACTORIES[@]}" | grep -E "$ONLY" || true)
-    mapfile -t VLLM_FACTORIES < <(printf '%s\n' "${VLLM_FACTORIES[@]}" | grep -E "$ONLY" || true)
+    pick() { printf '%s\n' "$@" | grep -E "$ONLY" || true; }
+    mapfile -t HF_FACTORIES < <(pick "${HF_FACTORIES[@]}")
+    mapfile -t VLLM_FACTORIES < <(pick "${VLLM_FACTORIES[@]}")
+    mapfile -t HTTP_FACTORIES < <(pick "${HTTP_FACTORIES[@]}")
+    mapfile -t OPENVINO_FACTORIES < <(pick "${OPENVINO_FACTORIES[@]}")
+    mapfile -t ORTGENAI_FACTORIES < <(pick "${ORTGENAI_FACTORIES[@]}")
+    mapfile -t CT2_FACTORIES < <(pick "${CT2_FACTORIES[@]}")
+    mapfile -t ZOO_FACTORIES < <(pick "${ZOO_FACTORIES[@]}")
 fi
 # Factories that take the arguments' profile; the rest take NARROW_ARGS.
 FULL_PROFILE='(:make_engine|:openvino_split_fuse)$'
 read -r -a NARROW <<<"${NARROW_ARGS---hypothesis-profile=batching-dev}"
+
 suite() {  # python, factory, extra pytest args...
-    local py=$1 factory=$2
+    local py=$1 factory=$2 reference=engines.sequential:SequentialEngine
     shift 2
     local extra=()
     # pytest takes the last --hypothesis-profile given: the narrow one wins for variants.
     [[ $factory =~ $FULL_PROFILE ]] || extra=("${NARROW[@]+"${NARROW[@]}"}")
+    # A zoo factory is compared with the sequential reference on its own preset.
+    if [[ $factory == engines.zoo:* ]]; then
+        reference="engines.zoo:sequential_tiny_${factory#*_tiny_}"
+    fi
     echo "== conformance suite: --engine $factory ($py) ${extra[*]+"${extra[*]}"}"
     local start=$SECONDS
     "$py" -m pytest --pyargs engines.testing.conformance --engine "$factory" \
-        --reference-engine engines.sequential:SequentialEngine -p no:cacheprovider -q "$@" \
+        --reference-engine "$reference" -p no:cacheprovider -q "$@" \
         "${extra[@]+"${extra[@]}"}"
     echo "   ($factory: $((SECONDS - start)) s)"
 }
 
-for factory in "${HF_FACTORIES[@]+"${HF_FACTORIES[@]}"}"; do
-    suite "$PY" "$factory" "$@"
-done
+suites() {  # python, extra pytest args... -- factories...
+    local py=$1 args=() factory
+    shift
+    while [[ $# -gt 0 && $1 != -- ]]; do args+=("$1"); shift; done
+    shift
+    for factory in "$@"; do
+        suite "$py" "$factory" "${args[@]+"${args[@]}"}"
+    done
+}
 
+venv() {  # name: the python of the venv ci/NAME-env.sh builds ("" where it cannot be built)
+    local start=$SECONDS python
+    bash ci/envs.sh wait "$1" >&2
+    python=$(bash "ci/$1-env.sh" | tail -n 1)
+    echo "   (ci/$1-env.sh: $((SECONDS - start)) s)" >&2
+    echo "$python"
+}
+
+skipped() {
+    echo "SKIP: $1 conformance suite and adapter tests (its venv could not be built: see above)"
+}
+
+adapter_tests() {  # python, test files...: not under ONLY
+    local py=$1
+    shift
+    [[ -n ${ONLY:-} ]] && return 0
+    echo "== adapter tests under $py: $*"
+    "$py" -m pytest "$@" -p no:cacheprovider -q
+}
+
+# transformers, in the main venv.
+suites "$PY" "$@" -- "${HF_FACTORIES[@]+"${HF_FACTORIES[@]}"}"
 MIN=${TRANSFORMERS_MIN:-5.16.0}
 if [[ -z ${ONLY:-} ]]; then
-if [[ ! -f .venv-tf-min/.built-$MIN ]]; then
-    rm -rf .venv-tf-min
-    "$PY" -m pip install -q --target .venv-tf-min "transformers==$MIN"
-    touch ".venv-tf-min/.built-$MIN"
-fi
-echo "== adapter tests on transformers $MIN (the lowest supported)"
-PYTHONPATH=.venv-tf-min "$PY" -c "import transformers as t; assert t.__version__ == '$MIN', t.__version__"
-export PYTHONPATH=.venv-tf-min
-"$PY" -m pytest tests/test_adapters.py tests/test_adapters_kv.py -p no:cacheprovider -q
-# Not hf_stress or hf_small_cache: their pools hold exactly the context, and 5.16-5.17 cannot
-# serve a prompt one token short of it (a finding, pinned in tests/test_adapters_kv.py).
-# A compatibility run: both under NARROW_ARGS.
-suite "$PY" engines.adapters.hf_continuous:make_engine "$@" "${NARROW[@]+"${NARROW[@]}"}"
-suite "$PY" engines.adapters.hf_variants:hf_block_sharing "$@"
-unset PYTHONPATH
-fi
-
-VPY=
-if [[ -z ${ONLY:-} || ${#VLLM_FACTORIES[@]} -gt 0 ]]; then  # else its venv is not needed
-    VPY=$(bash ci/vllm-env.sh | tail -n 1)
-fi
-if [[ -n ${ONLY:-} && ${#VLLM_FACTORIES[@]} -eq 0 ]]; then
-    :
-elif [[ -z $VPY ]]; then
-    echo "SKIP: vLLM conformance suite and adapter tests (its venv could not be built: see above)"
-else
-    if [[ -z ${ONLY:-} ]]; then
-        echo "== adapter tests under vLLM's venv ($VPY)"
-        "$VPY" -m pytest tests/test_adapters.py tests/test_adapters_book.py \
-            tests/test_adapters_kv.py tests/test_adapters_vllm.py -p no:cacheprovider -q
+    if [[ ! -f .venv-tf-min/.built-$MIN ]]; then
+        rm -rf .venv-tf-min
+        "$PY" -m pip install -q --target .venv-tf-min "transformers==$MIN"
+        touch ".venv-tf-min/.built-$MIN"
     fi
-    for factory in "${VLLM_FACTORIES[@]+"${VLLM_FACTORIES[@]}"}"; do
-        suite "$VPY" "$factory" "$@"
-    done
+    echo "== adapter tests on transformers $MIN (the lowest supported)"
+    PYTHONPATH=.venv-tf-min "$PY" -c "import transformers as t; assert t.__version__ == '$MIN', t.__version__"
+    export PYTHONPATH=.venv-tf-min
+    "$PY" -m pytest tests/test_adapters.py tests/test_adapters_kv.py -p no:cacheprovider -q
+    # Not hf_stress or hf_small_cache: their pools hold exactly the context, and 5.16-5.17
+    # cannot serve a prompt one token short of it (a finding, pinned in
+    # tests/test_adapters_kv.py). A compatibility run: under NARROW_ARGS.
+    suite "$PY" engines.adapters.hf_continuous:make_engine "$@" "${NARROW[@]+"${NARROW[@]}"}"
+    unset PYTHONPATH
 fi
 
-openvino() {
-    local start=$SECONDS OPY
-    OPY=$(bash ci/openvino-env.sh | tail -n 1)
-    echo "   (ci/openvino-env.sh: $((SECONDS - start)) s)"
-    if [[ -z $OPY ]]; then
-        echo "SKIP: OpenVINO conformance suite and adapter tests (its venv could not be built: see above)"
-        return 0
+# vLLM: in-process, then its OpenAI server over HTTP (the client runs in the main venv).
+if [[ -z ${ONLY:-} || ${#VLLM_FACTORIES[@]} -gt 0 || ${#HTTP_FACTORIES[@]} -gt 0 ]]; then
+    VPY=$(venv vllm)
+    if [[ -z $VPY ]]; then
+        skipped "vLLM (in-process and its OpenAI server)"
+    else
+        adapter_tests "$VPY" tests/test_adapters.py tests/test_adapters_book.py \
+            tests/test_adapters_kv.py tests/test_adapters_vllm.py
+        suites "$VPY" "$@" -- "${VLLM_FACTORIES[@]+"${VLLM_FACTORIES[@]}"}"
+        export BATCHING_VLLM_PYTHON=$VPY
+        if [[ -n $ALL ]]; then  # one server start for the adapter's own real-server test
+            adapter_tests "$PY" tests/test_http_adapter.py
+        fi
+        suites "$PY" "$@" -- "${HTTP_FACTORIES[@]+"${HTTP_FACTORIES[@]}"}"
+        unset BATCHING_VLLM_PYTHON
     fi
-    if [[ -z ${ONLY:-} ]]; then
-        echo "== adapter tests under OpenVINO's venv ($OPY; the first converts the preset)"
-        "$OPY" -m pytest tests/test_openvino_adapter.py tests/test_adapters_book.py \
-            -p no:cacheprovider -q
-    fi
-    for factory in "${OPENVINO_FACTORIES[@]+"${OPENVINO_FACTORIES[@]}"}"; do
-        suite "$OPY" "$factory" "$@"
-    done
-}
+fi
 
-ortgenai() {
-    local start=$SECONDS GPY
-    GPY=$(bash ci/ortgenai-env.sh | tail -n 1)
-    echo "   (ci/ortgenai-env.sh: $((SECONDS - start)) s)"
-    if [[ -z $GPY ]]; then
-        echo "SKIP: onnxruntime-genai conformance suite and adapter tests (its venv could not be built: see above)"
-        return 0
-    fi
-    if [[ -z ${ONLY:-} ]]; then
-        echo "== adapter tests under onnxruntime-genai's venv ($GPY; the first builds the model)"
-        "$GPY" -m pytest tests/test_ortgenai_adapter.py -p no:cacheprovider -q
-    fi
-    for factory in "${ORTGENAI_FACTORIES[@]+"${ORTGENAI_FACTORIES[@]}"}"; do
-        suite "$GPY" "$factory" "$@"
-    done
-}
-
-# ONLY that picks no factory of a library does not build its venv.
 if [[ -z ${ONLY:-} || ${#OPENVINO_FACTORIES[@]} -gt 0 ]]; then
-    openvino "$@"
+    OPY=$(venv openvino)
+    if [[ -z $OPY ]]; then
+        skipped "OpenVINO GenAI"
+    else
+        adapter_tests "$OPY" tests/test_openvino_adapter.py tests/test_adapters_book.py
+        suites "$OPY" "$@" -- "${OPENVINO_FACTORIES[@]+"${OPENVINO_FACTORIES[@]}"}"
+    fi
 fi
+
 if [[ -z ${ONLY:-} || ${#ORTGENAI_FACTORIES[@]} -gt 0 ]]; then
-    ortgenai "$@"
+    GPY=$(venv ortgenai)
+    if [[ -z $GPY ]]; then
+        skipped "onnxruntime-genai"
+    else
+        adapter_tests "$GPY" tests/test_ortgenai_adapter.py
+        suites "$GPY" "$@" -- "${ORTGENAI_FACTORIES[@]+"${ORTGENAI_FACTORIES[@]}"}"
+    fi
 fi
+
+if [[ -z ${ONLY:-} || ${#CT2_FACTORIES[@]} -gt 0 ]]; then
+    CPY=$(venv ct2)
+    if [[ -z $CPY ]]; then
+        skipped "CTranslate2"
+    else
+        adapter_tests "$CPY" tests/test_ct2_adapter.py tests/test_adapters_book.py
+        suites "$CPY" "$@" -- "${CT2_FACTORIES[@]+"${CT2_FACTORIES[@]}"}"
+    fi
+fi
+
+suites "$PY" "$@" -- "${ZOO_FACTORIES[@]+"${ZOO_FACTORIES[@]}"}"

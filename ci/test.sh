@@ -20,5 +20,5 @@ bash ci/test-paged.sh
 echo "== asv: HEAD built into its own environment (as on the GPU runner), every benchmark once"
 bash ci/asv-smoke.sh
 
-echo "== the conformance suite on third-party engines (transformers CB, vLLM CPU, OpenVINO GenAI)"
+echo "== the conformance suite on third-party engines and servers, and the zoo slice"
 bash ci/test-third-party.sh --hypothesis-profile=batching-ci

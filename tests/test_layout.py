@@ -123,6 +123,7 @@ FLOW: dict[str, set[str]] = {
     "engines.adapters.openvino": _ADAPTER_BASE,
     "engines.adapters.ortgenai": _ADAPTER_BASE,
     "engines.adapters.http": _ADAPTER_BASE,
+    "engines.adapters.ct2": _ADAPTER_BASE,
     "engines.testing": {"engines.protocol", "engines.factories"},
     "engines.bench": {"engines.protocol", "engines.factories", "engines.models"},
 }
@@ -138,6 +139,7 @@ SHIMS = {
     "engines.adapters.vllm_variants": "engines.adapters.vllm.variants",
     "engines.adapters.openvino_variants": "engines.adapters.openvino.variants",
     "engines.adapters.ortgenai_variants": "engines.adapters.ortgenai.variants",
+    "engines.adapters.ct2_variants": "engines.adapters.ct2.variants",
 }
 # Packages that import nothing: `import engines.adapters` must not pull in torch or vllm.
 BARE = {"engines", "engines.adapters"}
@@ -268,6 +270,13 @@ _HAS_ORTGENAI = importlib.util.find_spec("onnxruntime_genai") is not None
 _NEEDS = {"vllm": (_HAS_VLLM, "vllm not installed"),
           "openvino": (_HAS_OPENVINO, "openvino_genai not installed"),
           "ortgenai": (_HAS_ORTGENAI, "onnxruntime_genai not installed")}
+                        "engines.adapters.ct2": "engines.adapters.ct2.adapter"}
+_HAS_VLLM = importlib.util.find_spec("vllm") is not None
+_HAS_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
+_HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
+_NEEDS = {"vllm": (_HAS_VLLM, "vllm not installed"),
+          "openvino": (_HAS_OPENVINO, "openvino_genai not installed"),
+          "ct2": (_HAS_CT2, "ctranslate2 not installed")}
 
 
 @pytest.mark.parametrize("old", [

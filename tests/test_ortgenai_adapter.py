@@ -70,7 +70,7 @@ def test_factory_declares_what_the_library_has(engine: Engine) -> None:
 
 def test_a_second_factory_call_builds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     import engines.adapters.ortgenai.convert as convert
-    from engines.adapters.common.checkpoint import checkpoint_dir, weights_digest
+    from engines.adapters.common.checkpoints import checkpoint_dir, weights_digest
 
     first = convert.ortgenai_dir("tiny", 0)
     convert.ortgenai_dir.cache_clear()

@@ -200,9 +200,9 @@ class HFContinuousEngine(KVMixin):
 
 
 # transformers <= 5.24.0 (the newest): the paged attention functions continuous batching runs
-# (eager_paged, sdpa_paged) drop the `softcap` their callers pass (docs/findings.md report 14).
+# (eager_paged, sdpa_paged) drop the `softcap` their callers pass (docs/findings.md report 15).
 SOFTCAP_DROPPED = ("transformers' continuous batching drops attention logit soft-capping "
-                   "(docs/findings.md report 14): logits differ from the model's own forward")
+                   "(docs/findings.md report 15): logits differ from the model's own forward")
 
 
 def _known_failures(model: PreTrainedModel) -> dict[str, str]:

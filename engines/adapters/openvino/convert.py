@@ -7,10 +7,8 @@ optimum-intel 2.2.0 needs transformers < 5.6 and this package needs >= 5.16, so 
 runs in a subprocess with its own layer first on PYTHONPATH: `ci/openvino-env.sh` installs it
 into `<venv>/optimum-export` (`BATCHING_OPENVINO_EXPORT` names another folder).
 
-Cache key: the converted directory is named by the sha256 of the checkpoint's weights and
-config and by the openvino version, so a changed preset, seed or converter never loads a stale
-IR, and a second call (in this process or a later one) converts nothing (the checkpoint and
-cache helpers are engines.adapters.common.checkpoint's, shared with onnxruntime-genai).
+Cache key (engines.adapters.common.checkpoints): the checkpoint's weights and config and the
+openvino version.
 """
 
 from __future__ import annotations
@@ -21,23 +19,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engines.adapters.common.checkpoint import (
+from engines.adapters.common.checkpoints import (
     ConversionError,
     cache_root,
     checkpoint_dir,
-    publish,
+    converted_dir,
     weights_digest,
 )
-from engines.models import PRESETS
 
-__all__ = [
-    "ConversionError",
-    "cache_root",
-    "checkpoint_dir",
-    "export_layer",
-    "openvino_dir",
-    "weights_digest",
-]
+__all__ = ["ConversionError", "cache_root", "checkpoint_dir", "export_layer", "openvino_dir",
+           "weights_digest"]
 
 EXPORT_ENV = "BATCHING_OPENVINO_EXPORT"
 
@@ -73,11 +64,7 @@ def openvino_dir(model: str, seed: int) -> Path:
     """The converted IR of a preset name or a checkpoint directory, converting it once."""
     import openvino
 
-    checkpoint = checkpoint_dir(model, seed=seed) if model in PRESETS else Path(model)
-    if not (checkpoint / "config.json").is_file():
-        raise ValueError(f"model: {model!r} is neither a preset nor a checkpoint directory")
     version = openvino.get_version().split("-")[0]
-    path = cache_root() / "openvino" / f"{checkpoint.name}-{weights_digest(checkpoint)}-{version}"
-    if (path / "openvino_model.xml").is_file():
-        return path
-    return publish(lambda tmp: _convert(checkpoint, tmp), path)
+    # Through the module global, so that a test can replace _convert.
+    return converted_dir(model, seed, library="openvino", version=version,
+                         marker="openvino_model.xml", convert=lambda c, out: _convert(c, out))

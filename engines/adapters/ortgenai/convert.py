@@ -1,7 +1,7 @@
 """A preset (or checkpoint) as an onnxruntime-genai model directory, built offline once and
 cached.
 
-The preset is saved as a safetensors checkpoint (engines.adapters.common.checkpoint), then
+The preset is saved as a safetensors checkpoint (engines.adapters.common.checkpoints), then
 `python -m onnxruntime_genai.models.builder -p fp32 -e cpu` writes `model.onnx` and
 `genai_config.json`. The builder sets `eos_token_id` to 0 for a checkpoint without one (ours
 have none), and the library then ends every request that generates token 0. It accepts no EOS
@@ -10,7 +10,8 @@ list falls back to 0, so the config is rewritten to name `eos_id(vocab)`, the la
 the adapter turns a stop there that the request did not ask for into a continuation
 (engines.adapters.ortgenai.adapter).
 
-Cache key: the directory is named by the checkpoint's weights digest and the library version.
+Cache key (engines.adapters.common.checkpoints): the checkpoint's weights and config and the
+library version.
 """
 
 from __future__ import annotations
@@ -23,14 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engines.adapters.common.checkpoint import (
-    ConversionError,
-    cache_root,
-    checkpoint_dir,
-    publish,
-    weights_digest,
-)
-from engines.models import PRESETS
+from engines.adapters.common.checkpoints import ConversionError, converted_dir
 
 __all__ = ["ConversionError", "eos_id", "ortgenai_dir"]
 
@@ -62,12 +56,6 @@ def ortgenai_dir(model: str, seed: int) -> Path:
     """The built model of a preset name or a checkpoint directory, building it once."""
     import onnxruntime_genai
 
-    checkpoint = checkpoint_dir(model, seed=seed) if model in PRESETS else Path(model)
-    if not (checkpoint / "config.json").is_file():
-        raise ValueError(f"model: {model!r} is neither a preset nor a checkpoint directory")
-    version = onnxruntime_genai.__version__
-    path = (cache_root() / "ortgenai"
-            / f"{checkpoint.name}-{weights_digest(checkpoint)}-{version}")
-    if (path / "genai_config.json").is_file():
-        return path
-    return publish(lambda tmp: _build(checkpoint, tmp), path)
+    # Through the module global, so that a test can replace _build.
+    return converted_dir(model, seed, library="ortgenai", version=onnxruntime_genai.__version__,
+                         marker="genai_config.json", convert=lambda c, out: _build(c, out))

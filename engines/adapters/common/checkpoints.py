@@ -1,10 +1,9 @@
-"""Presets as checkpoints on disk, and converted models cached beside them: what every adapter
-whose library converts a checkpoint offline (OpenVINO, onnxruntime-genai) shares.
+"""A preset saved as a checkpoint and converted offline for a library, each once and cached.
 
-A preset is saved once per definition and seed; a converted directory is named by the
-checkpoint's weights digest (and, by each caller, the converter's version), so a changed preset,
-seed or converter never loads a stale conversion, and a second call converts nothing.
-Imports no third-party engine library.
+Cache key of a converted directory: the checkpoint's name (preset and seed), the sha256 of its
+weights and config, and the library's version, so a changed preset, seed or converter never
+loads a stale conversion, and a second call (in this process or a later one) converts nothing.
+Imports no third-party engine library: each adapter's convert module passes its own converter.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from engines.models import PRESETS, build_preset, save_checkpoint
 
-__all__ = ["ConversionError", "cache_root", "checkpoint_dir", "publish", "weights_digest"]
+__all__ = ["ConversionError", "cache_root", "checkpoint_dir", "converted_dir", "weights_digest"]
 
 
 class ConversionError(RuntimeError):
@@ -30,7 +29,7 @@ def cache_root() -> Path:
     return base / "batching-engines"
 
 
-def publish(build: Callable[[Path], object], path: Path) -> Path:
+def _publish(build: Callable[[Path], object], path: Path) -> Path:
     """Run `build(tmp)` into a fresh folder beside `path`, then rename it into place: a
     half-written directory is never found, and parallel workers racing for it are harmless."""
     if path.is_dir():
@@ -57,7 +56,7 @@ def checkpoint_dir(preset: str, *, seed: int) -> Path:
     if (path / "config.json").is_file():
         return path
     shutil.rmtree(path, ignore_errors=True)  # a leftover without its config is no checkpoint
-    return publish(lambda tmp: save_checkpoint(build_preset(preset, seed=seed), tmp), path)
+    return _publish(lambda tmp: save_checkpoint(build_preset(preset, seed=seed), tmp), path)
 
 
 def weights_digest(checkpoint: Path) -> str:
@@ -72,3 +71,17 @@ def weights_digest(checkpoint: Path) -> str:
             for chunk in iter(lambda: stream.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()[:16]
+
+
+def converted_dir(model: str, seed: int, *, library: str, version: str, marker: str,
+                  convert: Callable[[Path, Path], None]) -> Path:
+    """`convert(checkpoint, out)`'s directory for a preset name or a checkpoint directory,
+    under cache_root()/library, converting once; `marker` is the file a finished conversion
+    has (a directory without it is converted again)."""
+    checkpoint = checkpoint_dir(model, seed=seed) if model in PRESETS else Path(model)
+    if not (checkpoint / "config.json").is_file():
+        raise ValueError(f"model: {model!r} is neither a preset nor a checkpoint directory")
+    path = cache_root() / library / f"{checkpoint.name}-{weights_digest(checkpoint)}-{version}"
+    if (path / marker).is_file():
+        return path
+    return _publish(lambda tmp: convert(checkpoint, tmp), path)

@@ -1,0 +1,283 @@
+"""CTranslate2's static batching (`ctranslate2` 4.8.5) behind the engine protocol.
+
+One `ctranslate2.Generator` per engine, over the preset converted offline to float32
+(engines.adapters.ct2.convert), on the CPU in float32 so that greedy tokens can match
+transformers exactly. The library batches statically: `generate_batch` takes a whole batch
+and returns when its last member ends. So the adapter forms a batch from what is waiting when
+no batch runs (up to `max_batch_size`, oldest first); requests that arrive meanwhile wait for
+the next batch, and the suite's workloads reach the batched path.
+
+Steps: the batch runs in a worker thread, and the library's per-token `callback` (called once
+per batch index and decoding iteration) holds it in lockstep with `step()`: each `step()` lets
+it run one decoding iteration (the first one includes the prefill) and returns the tokens that
+iteration produced. That keeps the protocol's meaning of a step (one unit of the engine's
+work, tokens returned when they exist), so the bench's TTFT and ITL are the library's own,
+not a whole batch's run handed out afterwards. An iteration boundary is where a batch index
+calls back a second time; iterations that produce no token (the library feeds the rest of
+a longer prompt token by token) fold into the next step.
+
+Translations (where the library's semantics differ from the protocol):
+- stop tokens and budgets: `end_token`, `max_length` and the sampling options apply to a whole
+  batch, and the model's EOS (token 0 of the converted vocabulary) would stop every request.
+  So the adapter passes `end_token=[]` and `max_length` = the batch's largest budget, and ends
+  each request itself from the callback (returning True stops that batch index only): at a
+  stop id (kept in the output, STOP) or at its budget (LENGTH).
+- abort: the callback returns True at the aborted index's next token; the adapter emits the
+  ABORT. A request still waiting is just dropped from the queue.
+- batch keys: requests share a batch only when their sampling options (temperature, top_k,
+  top_p) are equal, since the library takes them per batch.
+- prompts of one token are batched only with prompts of one token: with
+  `include_prompt_in_result=False`, a batch whose shortest prompt has one token gives the
+  longer prompts wrong tokens (docs/findings.md, report 14).
+- sampling: `sampling_temperature`, `sampling_topk` (0: the full vocabulary) and
+  `sampling_topp`. Seeds are refused (InvalidRequest naming `seed`): the library's only
+  seed, `ctranslate2.set_random_seed`, is process-wide, and reseeding it before a batch did
+  not make the same request draw the same tokens twice here, so the `seeds` check is
+  declared an expected failure with that reason.
+- logprobs: accepted, and answered with `top_logprobs=None` (the protocol's "no logprobs
+  from this engine"): the library has no top candidates per token (its callback's `log_prob`
+  is the chosen token's only, and None unless asked for per batch).
+- not mapped: `repetition_penalty` (documented as over previously generated tokens: it left
+  a prompt token unpenalized here, where ours covers prompt + output), `min_tokens`
+  (`min_length` only suppresses `end_token`s, which the adapter does not use), min_p,
+  frequency and presence penalties (absent). Requests asking for them are refused by name.
+
+Not exposed by the library, so absent here (never faked): slot tables, KV blocks and counts
+of what its scheduler did (so no SlotIntrospection, KVIntrospection or `exercised()`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import weakref
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import ctranslate2
+
+from engines.adapters.common.book import Live, RequestBook
+from engines.adapters.ct2.convert import ct2_dir, vocabulary
+from engines.models import DEFAULT_PRESET, DEFAULT_SEED, preset_max_model_len
+from engines.protocol import FinishReason, Request, StepOutput
+
+__all__ = ["SEEDS_LIMIT", "SUPPORTED_SAMPLING", "CT2Engine", "ctranslate2_engine", "make_engine"]
+
+SUPPORTED_SAMPLING = frozenset({"max_tokens", "stop_token_ids", "temperature", "top_k", "top_p",
+                                "logprobs"})
+SEEDS_LIMIT = ("ctranslate2 has one process-wide seed (set_random_seed), which did not "
+               "reproduce a request's draws when set again before it; seeded requests are "
+               "refused")
+
+_open_batches: weakref.WeakSet[_Batch] = weakref.WeakSet()
+
+
+@atexit.register
+def _cancel_open_batches() -> None:
+    """A batch left mid-run (an engine dropped while broken) holds the library's worker in
+    our callback: release it, so that the interpreter can exit."""
+    for batch in list(_open_batches):
+        batch.cancel()
+
+
+def _batch_key(request: Request) -> tuple[float, int, float, bool]:
+    p = request.params
+    one = len(request.prompt_token_ids) == 1  # report 14: never beside longer prompts
+    if p.temperature == 0:
+        return (0.0, 1, 1.0, one)
+    return (float(p.temperature), max(int(p.top_k), 0), float(p.top_p), one)
+
+
+@dataclass
+class _Batch:
+    """One `generate_batch` call in its worker thread, and the gate between it and step()."""
+
+    lives: list[Live]
+    allowed: int = 0  # decoding iterations step() has let the worker run
+    round: int = 0  # the iteration the worker is calling back for (0: the first)
+    seen: set[int] = field(default_factory=set)  # batch indexes called back this iteration
+    tokens: list[list[int]] = field(default_factory=list)  # per index, generated so far
+    stopped: list[bool] = field(default_factory=list)  # per index: ended or aborted
+    done: bool = False
+    error: BaseException | None = None
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def __post_init__(self) -> None:
+        self.tokens = [[] for _ in self.lives]
+        self.stopped = [False] * len(self.lives)
+
+    def __hash__(self) -> int:  # in a WeakSet: by identity
+        return id(self)
+
+    def callback(self, result: Any) -> bool:
+        """The library's per-token callback, on its own worker thread: True stops the index."""
+        i = int(result.batch_id)
+        with self.cond:
+            if i in self.seen:  # a new decoding iteration: the previous one is complete
+                self.seen.clear()
+                self.round += 1
+                self.cond.notify_all()
+            while self.allowed <= self.round:  # until step() lets this iteration run
+                self.cond.wait()
+            self.seen.add(i)
+            if self.stopped[i]:
+                return True
+            self.tokens[i].append(int(result.token_id))
+            params = self.lives[i].request.params
+            if (len(self.tokens[i]) >= params.max_tokens
+                    or self.tokens[i][-1] in params.stop_token_ids):
+                self.stopped[i] = True
+            return self.stopped[i]
+
+    def cancel(self) -> None:
+        with self.cond:
+            self.stopped = [True] * len(self.lives)
+            self.allowed = 1 << 62
+            self.cond.notify_all()
+
+
+class CT2Engine:
+    """One `ctranslate2.Generator`; batches run in a worker thread, one iteration a step."""
+
+    def __init__(self, model_dir: str | Path, *, max_batch_size: int, max_model_len: int,
+                 label: str = "ctranslate2") -> None:
+        if not isinstance(max_batch_size, int) or max_batch_size < 1:
+            raise ValueError(f"max_batch_size: must be an integer >= 1, got {max_batch_size!r}")
+        self.label = label
+        self._words = vocabulary(Path(model_dir))
+        self.vocab_size = len(self._words)
+        self.max_model_len = max_model_len
+        self.max_batch_size = max_batch_size
+        self.max_concurrency = max_batch_size  # requests one batch runs at once
+        self.supported_sampling = SUPPORTED_SAMPLING
+        self.expected_failed_checks: dict[str, str] = {"seeds": SEEDS_LIMIT}
+        # The threads this process may use (taskset), not the library's default of 4.
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+        self._gen = ctranslate2.Generator(str(model_dir), device="cpu", compute_type="float32",
+                                          inter_threads=1, intra_threads=threads)
+        self._book = RequestBook()
+        self._waiting: deque[Live] = deque()
+        self._batch: _Batch | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- the protocol --------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        key = self._book.add(request, vocab_size=self.vocab_size,
+                             max_model_len=self.max_model_len, supported=self.supported_sampling)
+        live = self._book.get(key)
+        assert live is not None
+        self._waiting.append(live)
+
+    def abort_request(self, request_id: Hashable) -> None:
+        key = self._book.abort(request_id)
+        if key is None:
+            return
+        for live in self._waiting:
+            if live.key == key:
+                self._waiting.remove(live)
+                return
+        batch = self._batch
+        if batch is not None:
+            with batch.cond:
+                for i, live in enumerate(batch.lives):
+                    if live.key == key:
+                        batch.stopped[i] = True
+
+    def has_work(self) -> bool:
+        return self._book.has_work()
+
+    def step(self) -> list[StepOutput]:
+        outputs = self._book.take_aborts()
+        if self._batch is None and self._waiting:
+            self._start()
+        batch = self._batch
+        if batch is None:
+            return outputs
+        with batch.cond:
+            batch.allowed += 1
+            batch.cond.notify_all()
+            while not batch.done and batch.round < batch.allowed:
+                batch.cond.wait()
+            if batch.error is not None:
+                raise batch.error
+            snapshot = [(list(t), s) for t, s in zip(batch.tokens, batch.stopped, strict=True)]
+        for live, (tokens, stopped) in zip(batch.lives, snapshot, strict=True):
+            if self._book.get(live.key) is None:  # aborted (its ABORT is owed) or finished
+                continue
+            finish = None
+            if stopped or batch.done:
+                last = tokens[-1] if tokens else None
+                finish = (FinishReason.STOP if last in live.request.params.stop_token_ids
+                          else FinishReason.LENGTH)
+            out = self._book.delta(live, tokens, finish)
+            if out is not None and live.request.params.logprobs:
+                out = replace(out, top_logprobs=None, logprobs=None)  # none from the library
+            if out is not None:
+                outputs.append(out)
+        if batch.done:
+            assert self._thread is not None
+            self._thread.join()
+            self._batch = self._thread = None
+        return outputs
+
+    def _start(self) -> None:
+        key = _batch_key(self._waiting[0].request)
+        lives = [live for live in self._waiting if _batch_key(live.request) == key]
+        lives = lives[: self.max_batch_size]
+        for live in lives:
+            self._waiting.remove(live)
+        batch = _Batch(lives)
+        temperature, topk, topp, _ = key
+        options = {
+            "max_length": max(live.request.params.max_tokens for live in lives),
+            "include_prompt_in_result": False,
+            "end_token": [],  # the adapter ends each request itself (module docstring)
+            "beam_size": 1,
+            "sampling_topk": min(topk, self.vocab_size),  # top_k past the vocabulary: all of it
+            "sampling_topp": topp,
+            "sampling_temperature": temperature or 1.0,
+            "callback": batch.callback,
+        }
+        prompts = [[self._words[t] for t in live.request.prompt_token_ids] for live in lives]
+
+        def run() -> None:
+            try:
+                self._gen.generate_batch(prompts, **options)
+            except BaseException as exc:  # step() raises it on the caller's thread
+                batch.error = exc
+            with batch.cond:
+                batch.done = True
+                batch.cond.notify_all()
+
+        self._batch = batch
+        _open_batches.add(batch)
+        self._thread = threading.Thread(target=run, name=f"{self.label}-batch", daemon=True)
+        self._thread.start()
+
+    def __del__(self) -> None:
+        batch = getattr(self, "_batch", None)
+        if batch is not None:
+            batch.cancel()
+
+
+def ctranslate2_engine(
+    model: str | Path = DEFAULT_PRESET,
+    *,
+    seed: int = DEFAULT_SEED,
+    max_batch_size: int = 8,
+    max_model_len: int | None = None,
+    label: str = "ctranslate2",
+) -> CT2Engine:
+    """An engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
+    path = ct2_dir(str(model), seed)
+    max_model_len = max_model_len or preset_max_model_len(model) or 512
+    return CT2Engine(path, max_batch_size=max_batch_size, max_model_len=max_model_len,
+                     label=label)
+
+
+# The conventional name for --engine.
+make_engine = ctranslate2_engine

@@ -1,0 +1,48 @@
+"""A preset (or checkpoint) as a CTranslate2 model directory, converted offline once and cached.
+
+The preset is saved as a safetensors checkpoint, then ctranslate2's own converter
+(`TransformersConverter`, what `ct2-transformers-converter` runs) writes `model.bin`,
+`config.json` and `vocabulary.json` in float32. It needs no tokenizer: the vocabulary it
+writes is invented (`<|endoftext|>`, `<extra_id_0>`, ...), one string per token id, and the
+adapter maps ids through it. Cache key (engines.adapters.common.checkpoints): the checkpoint's
+weights and config and the ctranslate2 version.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+from engines.adapters.common.checkpoints import ConversionError, converted_dir
+
+__all__ = ["ConversionError", "ct2_dir", "vocabulary"]
+
+
+def _convert(checkpoint: Path, out: Path) -> None:
+    from ctranslate2.converters import TransformersConverter
+
+    try:
+        TransformersConverter(str(checkpoint)).convert(str(out), quantization="float32",
+                                                       force=True)
+    except Exception as exc:  # the converter raises whatever its loaders raise
+        raise ConversionError(f"ctranslate2's TransformersConverter failed on "
+                              f"{str(checkpoint)!r}: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=8)
+def ct2_dir(model: str, seed: int) -> Path:
+    """The converted model of a preset name or a checkpoint directory, converting it once."""
+    import ctranslate2
+
+    # Through the module global, so that a test can replace _convert.
+    return converted_dir(model, seed, library="ctranslate2", version=ctranslate2.__version__,
+                         marker="model.bin", convert=lambda c, out: _convert(c, out))
+
+
+def vocabulary(model_dir: Path) -> list[str]:
+    """The converted model's token strings, indexed by token id."""
+    words = json.loads((model_dir / "vocabulary.json").read_text())
+    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+        raise ConversionError(f"{str(model_dir)!r}: vocabulary.json is not a list of strings")
+    return words
