@@ -92,3 +92,26 @@ def test_refusal_names_the_feature() -> None:
                                            "factor": 2.0})
     assert "RoPE scaling 'dynamic'" in unsupported(dynamic)
     assert "mlp_bias" in unsupported(LlamaConfig(mlp_bias=True))
+
+
+@pytest.mark.parametrize(("preset", "blocks", "cached"), [
+    # Sliding and full layers: the full layers' 3 blocks for 40 tokens, then the window's 1.
+    ("tiny-gemma-mixed", 4, PROMPT_LEN),
+    # Every layer slides: a 16-token ring of 1 block holds the last 16 tokens' KV only.
+    ("tiny-mistral-swa", 1, ZOO_WINDOW),
+])
+def test_the_transformers_kv_view_reads_each_cache_allocator(preset: str, blocks: int,
+                                                             cached: int) -> None:
+    from engines.adapters.hf.continuous import hf_continuous
+
+    engine = hf_continuous(preset)
+    (prompt,) = make_prompts([PROMPT_LEN], seed=8)
+    request = Request(prompt, SamplingParams(max_tokens=3))
+    engine.add_request(request)
+    engine.step()  # the prompt fits the step budget: prefilled at once
+    (table,) = engine.kv_block_tables().values()
+    assert len(table) == len(set(table)) == blocks
+    assert engine.kv_cached_tokens()[request.request_id] == cached
+    assert engine.kv_free_blocks() + blocks == engine.kv_total_blocks
+    drain(engine, [])
+    assert engine.kv_free_blocks() == engine.kv_total_blocks

@@ -8,7 +8,8 @@ the supported releases have:
   model with sliding and full layers has two allocators over the one pool (block ids are
   unique across them): the view is their union, a request's full-attention blocks first, so
   that its block j still holds tokens j * block_size onwards, then its sliding-window blocks
-  (a window's worth, reused in a ring);
+  (a window's worth, reused in a ring). Where every layer slides (no full-attention
+  allocator), a request holds the KV of its last `window` tokens only, and says so;
 - 5.16 and 5.17: `cache.group_cache_managers` with a per-request `block_table`, and
   `cache._block_manager`, whose `num_free_blocks` already counts cached blocks as free.
 Both: a request's KV covers its `position_offset` tokens. Anything else raises `Unavailable`.
@@ -75,6 +76,16 @@ class KVView:
             free += pool.count_free_blocks(a.index) + len(a.ledger.cached_blocks)
         return int(free)
 
+    @property
+    def window(self) -> int | None:
+        """Where every layer is sliding-window (no full-attention allocator), the window: a
+        request then holds the KV of its last `window` tokens at most (a ring of blocks), not
+        of all it has cached. None where some layer keeps every token."""
+        if not self._allocators or any(a.layer_type == "full_attention"
+                                       for a in self._allocators):
+            return None
+        return min(int(a.sliding_window) for a in self._allocators)
+
     def tables(self) -> dict[str, list[int]]:
         """Library request id -> block ids, for requests holding blocks."""
         owners = self._allocators or [self._group]
@@ -136,8 +147,10 @@ class KVMixin:
     def kv_cached_tokens(self) -> Mapping[Hashable, int]:
         tables = self._kv.tables()
         active = self._processor.scheduler.active_requests
+        window = self._kv.window
         return {
-            live.request.request_id: int(active[live.key].position_offset)
+            live.request.request_id: (offset if window is None else min(offset, window))
             for live in self._book.live()
             if live.key in tables and live.key in active
+            for offset in (int(active[live.key].position_offset),)
         }
