@@ -48,14 +48,15 @@ def _setup_children(parent: int) -> list[int]:
     return found
 
 
-def _lines(fd: int, until: float, enough: int | None = None) -> list[str]:
+def _lines(fd: int, until: float, enough: int | None = None,
+           progress: re.Pattern[str] = PROGRESS) -> list[str]:
     """What arrives on fd until then (a pipe read without blocking), or until `enough`
-    progress lines have come."""
+    lines matching `progress` have come."""
     os.set_blocking(fd, False)
     data = b""
     while time.monotonic() < until:
         text = data.decode(errors="replace")
-        if enough is not None and sum(map(bool, map(PROGRESS.match, text.splitlines()))) >= enough:
+        if enough is not None and sum(map(bool, map(progress.match, text.splitlines()))) >= enough:
             break
         try:
             data += os.read(fd, 65536)
@@ -194,8 +195,10 @@ def test_an_interrupted_setup_ends_and_says_where() -> None:
     proc = _setup(stall=None)
     try:
         assert proc.stdout is not None
-        lines = _lines(proc.stdout.fileno(), time.monotonic() + 1.5)
-        assert sum("demo setup" in line for line in lines) >= 3, lines  # 0.2 s apart
+        # 0.2 s apart; a generous deadline, as a busy machine starts the process slowly.
+        lines = _lines(proc.stdout.fileno(), time.monotonic() + 20, enough=3,
+                       progress=re.compile(r".*demo setup"))
+        assert sum("demo setup" in line for line in lines) >= 3, lines
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(timeout=10)
         rest = _lines(proc.stdout.fileno(), time.monotonic() + 0.2)
