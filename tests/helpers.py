@@ -221,3 +221,13 @@ def abort_one_of_two_mid_run(engine: Engine) -> tuple[tuple[int, ...], list[Step
     while engine.has_work():
         rest += engine.step()
     return prompt, rest
+
+
+def assert_abort_frees_the_id(engine: Engine) -> None:
+    """abort_one_of_two_mid_run, then only the other request's outputs follow, and the aborted
+    id serves a new request with generate's tokens."""
+    prompt, rest = abort_one_of_two_mid_run(engine)
+    assert rest and all(o.request_id == "other" for o in rest)
+    again = Request(prompt, SamplingParams(max_tokens=4), request_id="victim")
+    assert drain(engine, [again])["victim"] == (hf_generate(prompt, 4), FinishReason.LENGTH)
+

@@ -23,7 +23,7 @@ from engines.protocol import (
     SamplingParams,
 )
 from tests.helpers import (
-    abort_one_of_two_mid_run,
+    assert_abort_frees_the_id,
     assert_generate_tokens_with_mid_run_arrivals,
     drain,
     greedy,
@@ -129,10 +129,7 @@ def test_stop_token_is_included_and_reported(engine: Engine) -> None:
 
 
 def test_abort_emits_one_empty_abort_and_frees_the_id(engine: Engine) -> None:
-    prompt, rest = abort_one_of_two_mid_run(engine)
-    assert rest and all(o.request_id == "other" for o in rest)
-    again = Request(prompt, SamplingParams(max_tokens=4), request_id="victim")
-    assert drain(engine, [again])["victim"] == (hf_generate(prompt, 4), FinishReason.LENGTH)
+    assert_abort_frees_the_id(engine)
 
 
 def test_bad_input_is_refused_before_the_library(engine: Engine) -> None:
