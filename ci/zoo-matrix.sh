@@ -6,8 +6,8 @@
 # with an error naming what the engine lacks; nothing ran).
 #   bash ci/zoo-matrix.sh [pytest args...]    e.g. --hypothesis-profile=batching-ci
 # ENGINES="paged hf_continuous" restricts the engines, PRESETS="tiny_moe" the presets (the
-# preset names with underscores); VLLM_PYTHON / OPENVINO_PYTHON name the venvs of those
-# adapters (default .venv-vllm, .venv-openvino: built by ci/vllm-env.sh, ci/openvino-env.sh;
+# preset names with underscores); VLLM_PYTHON, OPENVINO_PYTHON, ORTGENAI_PYTHON, CT2_PYTHON name
+# the venvs of those adapters (default .venv-<name>, built by ci/<name>-env.sh;
 # an engine whose venv is absent is reported "not run" in the table, never silently left out).
 # The table goes to stdout's end and to $OUT (default zoo-matrix.md); each run's log to
 # zoo-matrix-logs/.
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 PROFILE_ARGS=("$@")
 [[ ${#PROFILE_ARGS[@]} -gt 0 ]] || PROFILE_ARGS=(--hypothesis-profile=batching-dev)
-read -r -a ENGINE_LIST <<<"${ENGINES:-sequential static continuous paged hf_continuous vllm openvino}"
+read -r -a ENGINE_LIST <<<"${ENGINES:-sequential static continuous paged hf_continuous vllm openvino ortgenai ct2}"
 read -r -a PRESET_LIST <<<"${PRESETS:-tiny_llama_rope tiny_mistral_swa tiny_gemma_mixed tiny_moe tiny_phi3_longrope}"
 OUT=${OUT:-zoo-matrix.md}
 LOGS=zoo-matrix-logs
@@ -26,6 +26,8 @@ python_for() {
     case $1 in
         vllm) echo "${VLLM_PYTHON:-.venv-vllm/bin/python}" ;;
         openvino) echo "${OPENVINO_PYTHON:-.venv-openvino/bin/python}" ;;
+        ortgenai) echo "${ORTGENAI_PYTHON:-.venv-ortgenai/bin/python}" ;;
+        ct2) echo "${CT2_PYTHON:-.venv-ct2/bin/python}" ;;
         *) echo "${PYTHON:-.venv/bin/python}" ;;
     esac
 }

@@ -27,6 +27,8 @@ ENGINES: dict[str, str] = {
     "hf_continuous": "engines.adapters.hf.continuous:hf_continuous",
     "vllm": "engines.adapters.vllm.adapter:vllm_cpu",
     "openvino": "engines.adapters.openvino.adapter:openvino_genai_engine",
+    "ortgenai": "engines.adapters.ortgenai.adapter:ortgenai_engine",
+    "ct2": "engines.adapters.ct2.adapter:ctranslate2_engine",
 }
 _PRESETS = {name.replace("-", "_"): name for name in ZOO}
 
