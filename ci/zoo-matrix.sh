@@ -42,14 +42,19 @@ for engine in "${ENGINE_LIST[@]}"; do
             rows+=("| $engine | $preset | not run: no $py | | |")
             continue
         fi
-        # Construction first: a refusal is the engine's declared "unsupported", not a failure.
+        # Construction first: a refusal is the engine's declared "unsupported", and a factory
+        # that cannot be built (a conversion the library's tools refuse) is "not run"; neither
+        # is a failure of the suite.
         refusal=$("$py" -c "import engines.zoo as z
 try:
     getattr(z, '${engine}_${preset}')()
 except ValueError as e:
-    print(str(e).splitlines()[0])" 2>/dev/null | tail -1)
+    print('unsupported (declared)|' + str(e).splitlines()[0])
+except Exception as e:
+    print('not run: the factory raised ' + type(e).__name__ + '|' + str(e).splitlines()[0])" \
+            2>/dev/null | tail -1)
         if [[ -n $refusal ]]; then
-            rows+=("| $engine | $preset | unsupported (declared) | | ${refusal//|/\\|} |")
+            rows+=("| $engine | $preset | ${refusal%%|*} | | ${refusal#*|} |")
             continue
         fi
         start=$SECONDS
