@@ -49,10 +49,11 @@ for engine in "${ENGINE_LIST[@]}"; do
 try:
     getattr(z, '${engine}_${preset}')()
 except ValueError as e:
-    print('unsupported (declared)|' + str(e).splitlines()[0])
+    print('ZOO-VERDICT unsupported (declared)|' + str(e).splitlines()[0])
 except Exception as e:
-    print('not run: the factory raised ' + type(e).__name__ + '|' + str(e).splitlines()[0])" \
-            2>/dev/null | tail -1)
+    print('ZOO-VERDICT not run: the factory raised ' + type(e).__name__ + '|'
+          + str(e).splitlines()[0])" 2>/dev/null | grep '^ZOO-VERDICT ' | tail -1)
+        refusal=${refusal#ZOO-VERDICT }  # libraries log to stdout too: only our line counts
         if [[ -n $refusal ]]; then
             rows+=("| $engine | $preset | ${refusal%%|*} | | ${refusal#*|} |")
             continue
