@@ -40,19 +40,22 @@ _QWEN25_COMMON: dict[str, Any] = {
     "tie_word_embeddings": True,
 }
 
+# The tiny preset's shapes, which the model zoo shares.
+_TINY_SHAPES: dict[str, Any] = {
+    "vocab_size": 1024,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 1024,
+    "tie_word_embeddings": False,
+}
+
 PRESETS: dict[str, Preset] = {
     # Head size 32: the smallest vLLM's CPU attention accepts, so vLLM can run these weights.
     "tiny": Preset(
-        {
-            "vocab_size": 1024,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 4,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "max_position_embeddings": 1024,
-            "tie_word_embeddings": False,
-        },
+        dict(_TINY_SHAPES),
         weight_std=0.15,
         max_model_len=512,
         purpose="tests: ~280k parameters, fp32, a step takes about a millisecond",
@@ -102,23 +105,15 @@ PRESETS: dict[str, Preset] = {
 # The zoo: the tiny preset's shapes (head size 32, which vLLM's CPU attention accepts) in other
 # architectures. Windows and thresholds are 16 and 64 tokens, which the suite's prompts plus
 # budgets (1 to 510 tokens) cross often.
-_TINY_SHAPES: dict[str, Any] = {
-    "vocab_size": 1024,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 32,
-    "max_position_embeddings": 1024,
-    "tie_word_embeddings": False,
-}
+# Other architectures derive a different head size from these shapes (Gemma-2's is 256): the
+# zoo names it.
+_ZOO_SHAPES: dict[str, Any] = {**_TINY_SHAPES, "head_dim": 32}
 ZOO_WINDOW = 16
 ZOO_ROPE_THRESHOLD = 64
 
 PRESETS.update({
     "tiny-llama-rope": Preset(
-        {**_TINY_SHAPES, "rope_parameters": {
+        {**_ZOO_SHAPES, "rope_parameters": {
             "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": ZOO_ROPE_THRESHOLD}},
         weight_std=0.15,
@@ -127,7 +122,7 @@ PRESETS.update({
         architecture="llama",
     ),
     "tiny-mistral-swa": Preset(
-        {**_TINY_SHAPES, "sliding_window": ZOO_WINDOW},
+        {**_ZOO_SHAPES, "sliding_window": ZOO_WINDOW},
         weight_std=0.15,
         max_model_len=512,
         purpose="Mistral, every layer sliding-window attention (a 16-token window)",
@@ -135,7 +130,7 @@ PRESETS.update({
         thresholds=(ZOO_WINDOW,),
     ),
     "tiny-gemma-mixed": Preset(
-        {**_TINY_SHAPES, "tie_word_embeddings": True, "sliding_window": ZOO_WINDOW,
+        {**_ZOO_SHAPES, "tie_word_embeddings": True, "sliding_window": ZOO_WINDOW,
          "layer_types": ["sliding_attention", "full_attention"] * 2,
          "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
          "query_pre_attn_scalar": 32},
@@ -147,7 +142,7 @@ PRESETS.update({
         thresholds=(ZOO_WINDOW,),
     ),
     "tiny-moe": Preset(
-        {**_TINY_SHAPES, "num_local_experts": 4, "num_experts_per_tok": 2,
+        {**_ZOO_SHAPES, "num_local_experts": 4, "num_experts_per_tok": 2,
          "sliding_window": None},
         weight_std=0.15,
         max_model_len=512,
@@ -155,7 +150,7 @@ PRESETS.update({
         architecture="mixtral",
     ),
     "tiny-phi3-longrope": Preset(
-        {**_TINY_SHAPES, "original_max_position_embeddings": ZOO_ROPE_THRESHOLD,
+        {**_ZOO_SHAPES, "original_max_position_embeddings": ZOO_ROPE_THRESHOLD,
          "rope_parameters": {
              "rope_type": "longrope", "rope_theta": 10000.0, "factor": 1024 / ZOO_ROPE_THRESHOLD,
              "short_factor": [1.0] * 16,

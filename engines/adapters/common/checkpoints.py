@@ -17,7 +17,8 @@ from pathlib import Path
 
 from engines.models import PRESETS, build_preset, save_checkpoint
 
-__all__ = ["ConversionError", "cache_root", "checkpoint_dir", "converted_dir", "weights_digest"]
+__all__ = ["ConversionError", "cache_root", "checkpoint_dir", "converted_dir", "preset_digest",
+           "publish", "weights_digest"]
 
 
 class ConversionError(RuntimeError):
@@ -29,7 +30,7 @@ def cache_root() -> Path:
     return base / "batching-engines"
 
 
-def _publish(build: Callable[[Path], object], path: Path) -> Path:
+def publish(build: Callable[[Path], object], path: Path) -> Path:
     """Run `build(tmp)` into a fresh folder beside `path`, then rename it into place: a
     half-written directory is never found, and parallel workers racing for it are harmless."""
     if path.is_dir():
@@ -51,12 +52,16 @@ def checkpoint_dir(preset: str, *, seed: int) -> Path:
     """The preset saved once as a checkpoint directory (keyed by its definition and seed)."""
     if preset not in PRESETS:
         raise ValueError(f"model: unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
-    digest = hashlib.sha256(repr(PRESETS[preset]).encode()).hexdigest()[:10]
-    path = cache_root() / f"{preset}-seed{seed}-{digest}"
+    path = cache_root() / f"{preset}-seed{seed}-{preset_digest(preset)}"
     if (path / "config.json").is_file():
         return path
     shutil.rmtree(path, ignore_errors=True)  # a leftover without its config is no checkpoint
-    return _publish(lambda tmp: save_checkpoint(build_preset(preset, seed=seed), tmp), path)
+    return publish(lambda tmp: save_checkpoint(build_preset(preset, seed=seed), tmp), path)
+
+
+def preset_digest(preset: str) -> str:
+    """A short hash of the preset's definition: an edited preset never loads stale weights."""
+    return hashlib.sha256(repr(PRESETS[preset]).encode()).hexdigest()[:10]
 
 
 def weights_digest(checkpoint: Path) -> str:
@@ -84,4 +89,4 @@ def converted_dir(model: str, seed: int, *, library: str, version: str, marker: 
     path = cache_root() / library / f"{checkpoint.name}-{weights_digest(checkpoint)}-{version}"
     if (path / marker).is_file():
         return path
-    return _publish(lambda tmp: convert(checkpoint, tmp), path)
+    return publish(lambda tmp: convert(checkpoint, tmp), path)

@@ -7,11 +7,7 @@ where a tokenizer is served (it refuses them with --skip-tokenizer-init).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 __all__ = ["server_checkpoint", "write_tokenizer"]
@@ -42,23 +38,18 @@ def server_checkpoint(preset: str = "tiny", *, seed: int = 0) -> Path:
     """The preset's seeded weights and a tokenizer, written once into a cache directory."""
     # Here, not at module level: torch and transformers take seconds to import, and the
     # adapter and the URL form never need them.
+    from engines.adapters.common.checkpoints import cache_root, preset_digest, publish
     from engines.models import PRESETS, build_preset, save_checkpoint
 
     if preset not in PRESETS:
         raise ValueError(f"preset: {preset!r} is not one of {sorted(PRESETS)}")
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "batching-engines"
-    # The preset's definition is in the name: an edited preset never loads stale weights.
-    digest = hashlib.sha256(repr(PRESETS[preset]).encode()).hexdigest()[:10]
-    path = root / f"{preset}-seed{seed}-{digest}-{TOKENIZER}"
-    if not (path / "tokenizer.json").is_file():
-        root.mkdir(parents=True, exist_ok=True)
-        # Written aside and renamed into place: parallel workers may race to write it.
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{preset}-"))
+    path = cache_root() / f"{preset}-seed{seed}-{preset_digest(preset)}-{TOKENIZER}"
+    if (path / "tokenizer.json").is_file():
+        return path
+
+    def build(tmp: Path) -> None:
         model = build_preset(preset, seed=seed)
         save_checkpoint(model, tmp)
         write_tokenizer(tmp, int(model.config.vocab_size))
-        try:
-            tmp.rename(path)
-        except OSError:  # another worker won the race; its copy is identical
-            shutil.rmtree(tmp, ignore_errors=True)
-    return path
+
+    return publish(build, path)
