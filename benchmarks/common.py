@@ -48,7 +48,8 @@ def config() -> Config:
         # 7 closed runs and 3 replicas: enough samples for asv's statistics, in about a
         # minute and a half on 2 cores.
         cfg = cfg.with_(capacity_requests=48, iterations=3, goodput_iterations=2,
-                        closed_requests=16, runs=7, admissions_per_class=6, replicas=3)
+                        closed_requests=16, runs=7, admissions_per_class=6, replicas=3,
+                        reference_requests=None)
     else:
         cfg = cfg.with_(replicas=2, runs=6)
     return cfg.with_(capacity_requests=_env_int("BENCH_REQUESTS") or cfg.capacity_requests,

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.bench import comparison, draws, output, summary, traces
+from engines.bench import comparison, draws, output, priority, summary, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
 from engines.bench.describe import banner, describe
 from engines.bench.devices import default_device
@@ -32,11 +32,12 @@ from engines.factories import EngineSpecError, load_factory, load_labeled
 from engines.models import PRESETS
 from engines.protocol import Engine
 
-# Measured, not promised: the --quick run on the CPU preset, by scripts/bench_stability.py.
 HF_GENERATE = "engines.adapters.hf.generate:HFGenerateEngine"  # `closed`'s baseline
-QUICK_HELP = ("small draws (150-request probes, brackets 4.4%% wide, one try per rate on the "
-              "CPU-time clock): measured 170-172 s wall on 2 cores, the bench's core to itself "
-              "and the other one busy (load 2.6-4.7); 338-419 s beside a busy loop on its core")
+# Measured, not promised: the --quick run on the CPU preset, by scripts/bench_stability.sh.
+QUICK_HELP = ("small draws (300-request probes, brackets 4.4%% wide, one try per rate on the "
+              "CPU-time clock, an 800-request reference run): measured 119-131 s wall on a "
+              "core of 2 whose other core was saturated (load 17-35), beside a busy loop on "
+              "its core too (the stepping thread under SCHED_FIFO, --priority)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
                         "not advance (engines/bench/clocks.py); auto: cpu for the default "
                         "engines on CPU with --threads 1, else wall. cpu is right only for "
                         "engines doing all their work on that thread")
+    p.add_argument("--priority", choices=priority.MODES, default="auto",
+                   help="auto: under the cpu clock, step the engines on a SCHED_FIFO thread "
+                        "where the OS permits it, so that no other process on the core "
+                        "preempts a step (a preempted step resumes with cold caches, which the "
+                        "cpu clock counts; engines/bench/priority.py); realtime: that or an "
+                        "error; normal: never")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the CPU presets gain nothing from more, "
                         "and oversubscribed spin-waits on a shared machine wreck the timings)")
@@ -127,7 +134,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     config = _config(args)
     started = time.perf_counter()
     factories = _factories(args, config)
-    with progress(not args.no_progress) as bar:
+    with (progress(not args.no_progress) as bar,
+          priority.stepping_priority(args.priority, config.clock) as scheduling):
         bar.stage("building engines", len(factories), unit="engine")
         engines = comparison.build(factories, bar)
         bar.close()
@@ -137,10 +145,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      default=not args.engine, clock=config.clock,
                      slo_given=config.slo_ttft_s is not None and config.slo_itl_s is not None),
               file=sys.stderr)
+        print(f"  scheduling: {scheduling.note}", file=sys.stderr)
         result = comparison.run(engines, config, bar=bar)
     table = summary.summary(result)
     output.write(result, table, args.out, plots=not args.no_plots)
     print(output.closing_text(result, table))
+    print(f"scheduling: {scheduling.note}")
     print(f"wrote {args.out}/ in {time.perf_counter() - started:.0f} s")
     return 0
 
@@ -160,7 +170,9 @@ def cmd_closed(args: argparse.Namespace) -> int:
     trace = traces.closed(items, tag="cmp")
     print(f"closed: {draws.describe(items)}; preset {config.preset}, "
           f"{config.warmup} warm-up + {config.runs} recorded runs", file=sys.stderr)
-    with progress(not args.no_progress) as bar:
+    with (progress(not args.no_progress) as bar,
+          priority.stepping_priority(args.priority, config.clock) as scheduling):
+        print(f"  scheduling: {scheduling.note}", file=sys.stderr)
         results = comparison.closed_stage(engines, trace, config, bar=bar)
     rows = []
     for name, result in results.items():

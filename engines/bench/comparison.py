@@ -5,7 +5,8 @@
    every probe round, each round judged by its own targets (engines.bench.slo.PairedSLO).
 2. Closed mixed runs (2 warm-up, 5 recorded): output tokens/s and where the search starts.
 3. Per replica (one by default; asv asks for more, as samples): the capacity search, the
-   goodput search below it, and a reference open-loop run of twice a probe's requests for
+   goodput search below it, and a reference open-loop run (twice a probe's requests unless
+   `reference_requests` says otherwise; --quick keeps the full run's 800) for
    the latency columns, each engine at `reference_load` (0.5) x its own closed-batch request
    rate, so an engine's latency figures never move because another engine's did. The closed
    rate, not the capacity bracket: a median of paired closed runs moves a few percent between
@@ -161,8 +162,9 @@ def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], confi
     rates = {name: config.reference_rps or config.reference_load * _closed_rps(r.closed)
              for name, r in results.items()}
     live = {name: rate for name, rate in rates.items() if rate > 0}
-    # Twice a probe's requests: a p95 of 400 requests rests on 20 of them, not 10.
-    reference_items = mixed(2 * config.capacity_requests, seed=seed + 4)
+    # Twice a probe's requests unless given: a p95 of 400 requests rests on 20 of them, not 10.
+    reference_items = mixed(config.reference_requests or 2 * config.capacity_requests,
+                            seed=seed + 4)
     bar.stage(f"reference run ({of})", 1)
     refs = run_paired({n: engines[n] for n in live},
                       {n: traces.poisson(reference_items, rate, seed=seed, tag=f"ref{replica}")

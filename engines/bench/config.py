@@ -59,6 +59,9 @@ class Config:
     # every latency by 25-80%; at 0.5, by 10-20%.
     reference_load: float = 0.5
     reference_rps: float | None = None  # or every engine at this one rate
+    # Requests of the reference run (the latency columns); None: twice a probe's, so that a
+    # p95 rests on 2x the requests a probe's would.
+    reference_requests: int | None = None
     replicas: int = 1  # independent capacity and goodput searches (asv's samples)
     clock: str = "wall"  # what engine clocks count: "wall" or "cpu" (engines.bench.clocks)
 
@@ -69,6 +72,8 @@ class Config:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if not 0 < self.reference_load <= 1:
             raise ValueError(f"reference_load: must be in (0, 1], got {self.reference_load}")
+        if self.reference_requests is not None and self.reference_requests < 1:
+            raise ValueError(f"reference_requests: must be >= 1, got {self.reference_requests}")
         for name in ("slo_ttft_s", "slo_itl_s", "reference_rps"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -94,11 +99,18 @@ class Config:
         if quick:
             # Brackets 4.4% wide (the table's ties are 5%); goodput searched down to
             # capacity / 16: static batching's is about capacity / 9 under the default SLO.
-            base.update(capacity_requests=150, iterations=4, goodput_iterations=4,
-                        goodput_halvings=4)
+            # Fewer bisection steps; probes of 300 requests, not 400: a capacity verdict is a
+            # latency slope over the probe's span, whose noise falls as requests^1.5, and
+            # 150-request probes moved paged's capacity by 10% between runs, enough to tie it
+            # with continuous's. The reference run keeps the full run's size (2 x 400): its
+            # medians are sub-step waits (continuous batching's median queue wait is under
+            # half a step), which moved by 1.3x between quick runs on 300 requests
+            # (scripts/bench_stability.sh, docs/benchmarks.md).
+            base.update(capacity_requests=300, iterations=4, goodput_iterations=4,
+                        goodput_halvings=4, reference_requests=800)
             if device.startswith("cuda"):  # a 1.5B step is ~10 ms: keep the run in minutes
                 base.update(capacity_requests=48, iterations=3, goodput_iterations=2,
-                            admissions_per_class=6)
+                            admissions_per_class=6, reference_requests=None)
         if overrides.get("clock") == "cpu":
             # A retry is for a slow spell, which the wall clock counts and this thread's CPU
             # time does not (engines/bench/clocks.py). Here a second try is only a second

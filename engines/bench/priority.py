@@ -1,0 +1,91 @@
+"""Keep other processes on the bench's core from preempting the engines' steps.
+
+The CPU-time clock (engines.bench.clocks) does not count the time slices another process gets,
+but it still counts what they leave behind: a step that resumes after another process ran
+finds its caches and TLB cold. Measured on this project's 2-core VM (scripts/step_preemption.py,
+3,840 steps each), a static-engine decode step of one row: 0.64 ms median alone on its core,
+0.92 ms beside a busy loop on that core, 0.63 ms beside the same busy loop with the stepping
+thread under SCHED_FIFO. Small steps suffer most (a preemption costs about 0.3 ms of refill, a fixed
+amount), so a busy neighbour slowed static batching at low load by ~25% and its SLO yardstick
+(a long prefill) by ~10%: the goodput ratios moved by 1.5x between a quiet and a busy run.
+
+So, under the CPU-time clock, the thread that steps the engines runs under SCHED_FIFO at the
+lowest real-time priority (1) where the OS permits it (root, CAP_SYS_NICE or an RLIMIT_RTPRIO):
+no ordinary process on that core preempts a step, and the kernel's real-time throttling
+(sched_rt_runtime_us, 95% of each second by default) still leaves the others 5% of the core.
+Only with the CPU-time clock: there all of an engine's work runs on the stepping thread (that
+is that clock's premise), while an engine with worker threads or processes (the wall clock's
+engines: vLLM, servers, CTranslate2's worker) would have its own workers starved by it. The
+policy is per thread (Linux): threads that exist already keep theirs, a thread started inside
+inherits it (the bench starts none but tqdm's monitor, which sleeps), and it is restored when
+the measurement ends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+Mode = Literal["auto", "realtime", "normal"]
+MODES: tuple[Mode, ...] = ("auto", "realtime", "normal")
+RT_PRIORITY = 1  # the lowest: above every ordinary process, below every real-time one
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduling:
+    realtime: bool
+    note: str  # what the run was scheduled as, and why: printed with the results
+
+
+def check(mode: str, clock: str) -> None:
+    """Refuse a mode that cannot be honoured, naming the option and the value."""
+    if mode not in MODES:
+        raise ValueError(f"priority: must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "realtime" and clock != "cpu":
+        raise ValueError(f"priority: 'realtime' needs --clock cpu (an engine timed on the wall "
+                         f"clock may compute in other threads, which a real-time stepping "
+                         f"thread would starve), got --clock {clock}")
+
+
+@contextmanager
+def stepping_priority(mode: str, clock: str) -> Iterator[Scheduling]:
+    """Run the block with the calling thread under SCHED_FIFO where `mode` and `clock` allow
+    it and the OS permits it; yield what was done. `realtime` that the OS refuses raises
+    (the user asked for it); `auto` falls back to normal scheduling and says so."""
+    check(mode, clock)
+    if mode == "normal":
+        yield Scheduling(False, "normal scheduling (--priority normal): other processes on "
+                                "this core slow the figures")
+        return
+    if clock != "cpu":
+        yield Scheduling(False, "normal scheduling: timed on the wall clock, whose engines may "
+                                "compute in threads a real-time stepping thread would starve")
+        return
+    if not hasattr(os, "sched_setscheduler"):
+        if mode == "realtime":
+            raise ValueError("priority: 'realtime' needs SCHED_FIFO, which this OS lacks")
+        yield Scheduling(False, "normal scheduling: no SCHED_FIFO on this OS; other processes "
+                                "on this core slow the figures")
+        return
+    before = os.sched_getscheduler(0)
+    before_param = os.sched_getparam(0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RT_PRIORITY))
+    except PermissionError as exc:
+        if mode == "realtime":
+            raise ValueError(f"priority: 'realtime' was refused by the OS ({exc.strerror}): it "
+                             "needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of at least "
+                             f"{RT_PRIORITY}") from exc
+        yield Scheduling(False, "normal scheduling: SCHED_FIFO not permitted (needs root, "
+                                "CAP_SYS_NICE or an RLIMIT_RTPRIO); other processes on this "
+                                "core slow the figures (docs/benchmarks.md)")
+        return
+    try:
+        yield Scheduling(True, f"the stepping thread under SCHED_FIFO {RT_PRIORITY}: no "
+                               "ordinary process on its core preempts a step "
+                               "(--priority normal turns this off)")
+    finally:
+        os.sched_setscheduler(0, before, before_param)
