@@ -9,7 +9,7 @@ symptom on a hand-made workload.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from engines.paged.blocks import BlockKey, block_key
@@ -94,10 +94,74 @@ class AbortLeaksBlocks(PagedEngine):
         return []
 
 
+class PrefixKeyIgnoresLastToken(PagedEngine):
+    """A prefix-cache key leaves out the block's last token (an off-by-one in the slice)."""
+
+    # A prompt equal to a cached or running one up to a block's last token is handed that
+    # one's KV for it. Only a near miss shows it: prompts that share whole blocks, or none,
+    # get the right blocks.
+    caught_by = "reference_parity"
+    reference = SequentialEngine
+
+    def _block_key(self, parent: BlockKey | None, tokens: Sequence[int]) -> BlockKey:
+        return block_key(parent, tokens[:-1])
+
+
+class HoldsSpareBlock(PagedEngine):
+    """Every allocation takes one block more than the request's tokens need, "for the next
+    token", and the request keeps it until it finishes."""
+
+    # Tokens are right and every block is accounted for (held or free); the request just
+    # holds a block none of its KV is in. Only the upper bound on a request's blocks sees it.
+    caught_by = "kv_accounting"
+
+    def _blocks_for(self, tokens: int) -> int:
+        return super()._blocks_for(tokens) + (tokens > 0)
+
+
+class PreemptedTableLingers(PagedEngine):
+    """A preempted request's blocks go back to the pool, but its KV view keeps listing them
+    until the request is admitted again."""
+
+    # Its tokens are right (the view is all that is wrong), and the default pool holds every
+    # request running at once, so it never preempts: only the KV checks on a variant with a
+    # smaller pool (two requests' worth of blocks for 16 seats) reach the bug.
+    caught_by = "kv_accounting"
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._stale: dict[Hashable, tuple[int, ...]] = {}
+
+    def _preempt(self, seq: PagedRequest) -> None:
+        self._stale[seq.request.request_id] = tuple(seq.blocks)
+        super()._preempt(seq)
+
+    def _admit(self, plan: dict[PagedRequest, int], budget: int,
+               fewer_than: int | None = None) -> None:
+        super()._admit(plan, budget, fewer_than)
+        for seq in self.running:
+            self._stale.pop(seq.request.request_id, None)
+
+    def kv_block_tables(self) -> dict[Hashable, Sequence[int]]:
+        live = {seq.request.request_id for seq in self.waiting}
+        return {**{rid: t for rid, t in self._stale.items() if rid in live},
+                **super().kv_block_tables()}
+
+
+def _small_pool_lingering() -> PreemptedTableLingers:
+    return PreemptedTableLingers(max_batch_size=16, num_blocks=2 * 512 // 16)
+
+
+PreemptedTableLingers.variants = {"small_pool": _small_pool_lingering}  # type: ignore[attr-defined]
+
+
 PAGED_PLANTED: list[Any] = [
     PrefixKeyIgnoresPast,
     FreesSharedBlocks,
     RepeatsTokenOnResume,
     ChunkStartsOneEarly,
     AbortLeaksBlocks,
+    PrefixKeyIgnoresLastToken,
+    HoldsSpareBlock,
+    PreemptedTableLingers,
 ]
