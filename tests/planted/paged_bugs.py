@@ -120,36 +120,27 @@ class HoldsSpareBlock(PagedEngine):
 
 
 class PreemptedTableLingers(PagedEngine):
-    """A preempted request's blocks go back to the pool, but its KV view keeps listing them
-    until the request is admitted again."""
+    """The KV view lists a preempted request's blocks that the prefix cache still holds as
+    its table while it waits (it will take them back when it resumes)."""
 
-    # Its tokens are right (the view is all that is wrong), and the default pool holds every
+    # Those blocks are held by nobody and counted free: held + free exceeds the pool. Its
+    # tokens are right (the view is all that is wrong), and the default pool holds every
     # request running at once, so it never preempts: only the KV checks on a variant with a
-    # smaller pool (two requests' worth of blocks for 16 seats) reach the bug.
+    # smaller pool (one whole context's worth of blocks for 16 seats) reach the bug.
     caught_by = "kv_accounting"
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self._stale: dict[Hashable, tuple[int, ...]] = {}
-
-    def _preempt(self, seq: PagedRequest) -> None:
-        self._stale[seq.request.request_id] = tuple(seq.blocks)
-        super()._preempt(seq)
-
-    def _admit(self, plan: dict[PagedRequest, int], budget: int,
-               fewer_than: int | None = None) -> None:
-        super()._admit(plan, budget, fewer_than)
-        for seq in self.running:
-            self._stale.pop(seq.request.request_id, None)
-
     def kv_block_tables(self) -> dict[Hashable, Sequence[int]]:
-        live = {seq.request.request_id for seq in self.waiting}
-        return {**{rid: t for rid, t in self._stale.items() if rid in live},
-                **super().kv_block_tables()}
+        tables = super().kv_block_tables()
+        for seq in self.waiting:
+            hits = self._cached_prefix(seq) if seq.output else []  # output: it ran before
+            if hits:
+                tables[seq.request.request_id] = tuple(hits)
+        return tables
 
 
 def _small_pool_lingering() -> PreemptedTableLingers:
-    return PreemptedTableLingers(max_batch_size=16, num_blocks=2 * 512 // 16)
+    # engines.paged_variants.small_pool's configuration: one whole context for 16 seats.
+    return PreemptedTableLingers(max_batch_size=16, num_blocks=512 // 16)
 
 
 PreemptedTableLingers.variants = {"small_pool": _small_pool_lingering}  # type: ignore[attr-defined]
