@@ -108,11 +108,11 @@ class PrefixKeyIgnoresLastToken(PagedEngine):
 
 
 class HoldsSpareBlock(PagedEngine):
-    """Every allocation takes one block more than the request's tokens need, "for the next
-    token", and the request keeps it until it finishes."""
+    """Every allocation takes a block more than the tokens need, kept until the request ends."""
 
-    # Tokens are right and every block is accounted for (held or free); the request just
-    # holds a block none of its KV is in. Only the upper bound on a request's blocks sees it.
+    # "For the next token". Tokens are right and every block is accounted for (held or
+    # free); the request just holds a block none of its KV is in. Only the upper bound on a
+    # request's blocks sees it.
     caught_by = "kv_accounting"
 
     def _blocks_for(self, tokens: int) -> int:
@@ -120,13 +120,13 @@ class HoldsSpareBlock(PagedEngine):
 
 
 class PreemptedTableLingers(PagedEngine):
-    """The KV view lists a preempted request's blocks that the prefix cache still holds as
-    its table while it waits (it will take them back when it resumes)."""
+    """The KV view lists a waiting preempted request's still-cached blocks as its table."""
 
-    # Those blocks are held by nobody and counted free: held + free exceeds the pool. Its
-    # tokens are right (the view is all that is wrong), and the default pool holds every
-    # request running at once, so it never preempts: only the KV checks on a variant with a
-    # smaller pool (one whole context's worth of blocks for 16 seats) reach the bug.
+    # It will take them back when it resumes, so the view lists them already. Those blocks
+    # are held by nobody and counted free: held + free exceeds the pool. Its tokens are
+    # right (the view is all that is wrong), and the default pool holds every request
+    # running at once, so it never preempts: only the KV checks on a variant with a smaller
+    # pool (one whole context's worth of blocks for 16 seats) reach the bug.
     caught_by = "kv_accounting"
 
     def kv_block_tables(self) -> dict[Hashable, Sequence[int]]:
