@@ -200,7 +200,8 @@ def test_the_summary_counts_crossings_and_says_when_nothing_is_declared() -> Non
     bare.record(t, dataclasses.replace(ZOO_LIMITS, thresholds=(), max_batch_size=8))
     notes = Coverage.notes(bare.as_dict())
     assert any("declares no position thresholds" in n for n in notes)
-    assert any("no workload can make it preempt" in n for n in notes)
+    assert any("256 blocks (kv_total_blocks) hold a whole context for each of the 8 requests"
+               in n and "none was drawn to make it preempt" in n for n in notes)
     assert "limits:" not in Coverage.describe(bare.as_dict())
 
 

@@ -39,7 +39,8 @@ UNDRAWN = "sampling not drawn: "
 # Said once per engine where nothing could be counted: no threshold declared, or a KV pool
 # that the requests running at once cannot overflow (so the engine never preempts).
 NO_THRESHOLDS = "limits: no position thresholds declared"
-POOL_FITS = "limits: the pool holds every request running at once"
+POOL_FITS = "limits: the pool holds every request running at once"  # its blocks
+POOL_SEATS = "limits: requests the engine runs at once"
 NEAR_MISS = "near-miss prompts"
 WITHHELD = "sampling not drawn under tie-aware parity: "
 _DEFAULT = SamplingParams()
@@ -86,8 +87,9 @@ class Coverage:
         self.most["in flight at once"] = max(self.most["in flight at once"], _in_flight(trace))
         if not limits.thresholds:
             self.most[NO_THRESHOLDS] = 1
-        if limits.pool_overflows is False:
-            self.most[POOL_FITS] = 1
+        if limits.pool_overflows is False and limits.kv_blocks is not None:
+            self.most[POOL_FITS] = limits.kv_blocks
+            self.most[POOL_SEATS] = limits.slots
         for name in sorted(PROCESSED - limits.sampling_fields):  # said, not silently skipped
             prefix = WITHHELD if limits.sampling_withheld else UNDRAWN
             self.most[f"{prefix}{name}"] = 1
@@ -162,10 +164,12 @@ class Coverage:
                        "compared with it, so no request was drawn to cross one and none was "
                        "counted")
         if data.get(f"max {POOL_FITS}"):
-            out.append("limits: the KV pool (kv_total_blocks) holds as many whole-context "
-                       "requests as the engine runs at once, so no workload can make it "
-                       "preempt; preemption is reached only on an engine or variant with a "
-                       "smaller pool")
+            out.append(f"limits: the KV pool's {data[f'max {POOL_FITS}']} blocks "
+                       "(kv_total_blocks) hold a whole context for each of the "
+                       f"{data.get(f'max {POOL_SEATS}', 0)} requests the engine runs at once, "
+                       "so no workload overflows it and none was drawn to make it preempt; "
+                       "preemption is reached on an engine or --engine-variant with a "
+                       "smaller pool (kv_accounting judges a variant's KV view too)")
         for key, n in data.items():
             found = _reason(key)
             if n and found is not None:
