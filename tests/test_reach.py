@@ -217,3 +217,16 @@ def test_kv_accounting_judges_each_kv_variant_with_its_own_view() -> None:
     quiet = Judge(oracle=None, variants={"small": lambda w: ok},  # type: ignore[arg-type]
                   kv_variants={"small": "make_engine = small"})
     assert check_kv_accounting(ok, quiet) == {"small": 0}
+
+
+def test_a_bad_declaration_is_a_usage_error_naming_the_engine() -> None:
+    from engines.factories import EngineSpecError
+    from engines.testing.context import build_context
+    from examples.toy_engine import ToyEngine
+
+    class Declares(ToyEngine):
+        position_thresholds = {"sliding window": -4}
+
+    with pytest.raises(EngineSpecError, match=r"Declares: position_thresholds: 'sliding "
+                                              r"window' is -4; expected a positive int"):
+        build_context(Declares, name="Declares")

@@ -130,6 +130,11 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
             raise EngineSpecError(f"{label} engine has vocab_size {other.vocab_size} but the "
                                   f"engine under test has {engine.vocab_size}: they cannot "
                                   "serve the same requests (not the same model?)")
+    for label, e in [(source, engine), *((f"{n} engine", o) for n, (_, o) in others.items())]:
+        try:
+            position_thresholds(e)
+        except ValueError as exc:  # a declaration the suite cannot use: a usage error
+            raise EngineSpecError(f"{label}: {exc}") from None
     limits = EngineLimits.of(
         engine,
         # Every engine compared must accept every request drawn.
