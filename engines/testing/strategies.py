@@ -291,13 +291,17 @@ def request_mixes(
             prompt = draw(shared_prefix_prompts(limits, pool, room), label=f"r{i}.shared")
         else:
             prompt = draw(prompts(limits, max_len=room), label=f"r{i}.prompt")
-        if alone is not None and _penalized(params) and len(prompt) < room:
+        # A crossing request is about positions: no prompt extension or stop id that would
+        # move its prompt past the threshold or end its output before it.
+        positional = kind == "cross"
+        if alone is not None and not positional and _penalized(params) and len(prompt) < room:
             # Penalties bite on tokens the request would generate: extend the prompt by its
             # own greedy continuation (random weights decode in cycles, so the tokens come
             # round again and the penalties change what is chosen).
             more = alone(prompt, SamplingParams(max_tokens=min(8, room - len(prompt))))
             prompt = (*prompt, *more)[:room]
-        if alone is not None and not (params.temperature > 0 and params.seed is None):
+        if alone is not None and not positional and not (params.temperature > 0
+                                                          and params.seed is None):
             own = alone(prompt, params)
             stops = draw(stop_ids(limits, own, prompt), label=f"r{i}.stop_token_ids")
             if params.min_tokens and own and draw(st.booleans(), label=f"r{i}.early_stop"):
