@@ -257,6 +257,17 @@ def save_checkpoint(model: PreTrainedModel, path: str | Path) -> Path:
     return path
 
 
+def preset_thresholds(spec: object) -> dict[str, int]:
+    """A preset's thresholds by name, for an engine's `position_thresholds` (engines.protocol):
+    its sliding window, else a RoPE scaling threshold. Empty for anything but a preset name."""
+    preset = PRESETS.get(str(spec)) if isinstance(spec, str | Path) else None
+    if preset is None:
+        return {}
+    window = preset.config.get("sliding_window")
+    return {("sliding window" if t == window else "RoPE scaling threshold"): t
+            for t in preset.thresholds}
+
+
 def preset_max_model_len(spec: str | Path) -> int | None:
     preset = PRESETS.get(str(spec))
     return preset.max_model_len if preset else None

@@ -26,6 +26,8 @@ __all__ = [
     "SamplingParams",
     "SlotIntrospection",
     "StepOutput",
+    "kv_extra_blocks",
+    "position_thresholds",
     "supported_sampling",
 ]
 
@@ -168,7 +170,10 @@ class KVIntrospection(Protocol):
     Block ids are the engine's own, distinct per physical block. Logical block j of a request
     holds its tokens j*kv_block_size .. (j+1)*kv_block_size - 1 (prompt, then generated).
     A block may sit in several requests' tables only as a shared prefix block: full, at the
-    same index j in each, over the same tokens.
+    same index j in each, over the same tokens. A request holds exactly the blocks its cached
+    tokens need, ceil(cached / kv_block_size): no fewer (its KV must be somewhere) and no more
+    (a block with none of its tokens cached is pool memory taken from others), unless the
+    engine declares `kv_extra_blocks` (see `kv_extra_blocks()`).
     """
 
     kv_block_size: int  # tokens per block
@@ -179,6 +184,33 @@ class KVIntrospection(Protocol):
     def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]: ...  # request -> block ids
 
     def kv_cached_tokens(self) -> Mapping[Hashable, int]: ...  # request -> tokens with KV
+
+
+def position_thresholds(engine: object) -> dict[str, int]:
+    """The positions past which the engine's model computes differently, by name, as the
+    engine declares them (`position_thresholds` on the engine, a mapping such as
+    {"sliding window": 4096, "RoPE scaling threshold": 8192}; none if it says nothing).
+    The suite draws prompts and budgets that cross each one, and counts those that did.
+    Every value must be a positive int (a ValueError names the one that is not)."""
+    declared = getattr(engine, "position_thresholds", None)
+    if not declared:
+        return {}
+    out = {}
+    for name, value in dict(declared).items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"position_thresholds: {name!r} is {value!r}; expected a "
+                             "positive int (a token position)")
+        out[str(name)] = value
+    return out
+
+
+def kv_extra_blocks(engine: object) -> int:
+    """Blocks a request of a KVIntrospection engine may hold beyond those its cached tokens
+    need (`kv_extra_blocks` on the engine, default 0): for an engine that allocates a block
+    ahead of the tokens it has computed, or whose view lists a second cache group's blocks
+    (a sliding-window ring beside the full-attention table) in the same table."""
+    declared = getattr(engine, "kv_extra_blocks", None)
+    return 0 if declared is None else int(declared)
 
 
 @runtime_checkable

@@ -3,6 +3,10 @@
 the preset's dashes written as underscores. For example `engines.zoo:sequential_tiny_moe` (the
 reference on the experts preset) or `engines.zoo:hf_continuous_tiny_gemma_mixed`.
 
+Each factory's engine declares the preset's sliding window and RoPE scaling threshold
+(`position_thresholds`, engines.protocol), where it does not already, so that the suite's
+workloads cross them on every engine.
+
 An engine that cannot serve a preset says so when the factory is called (our batched engines
 raise ValueError naming what they lack); the adapters' libraries are imported only then, so
 this module imports anywhere.
@@ -14,7 +18,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from engines.models import ZOO
+from engines.models import ZOO, preset_thresholds
 
 __all__ = ["ENGINES", "factory", "zoo_specs"]
 
@@ -42,7 +46,12 @@ def factory(engine: str, preset: str) -> Callable[[], Any]:
     module, _, attr = ENGINES[engine].partition(":")
 
     def make() -> Any:
-        return getattr(importlib.import_module(module), attr)(preset)
+        engine = getattr(importlib.import_module(module), attr)(preset)
+        if not getattr(engine, "position_thresholds", None):
+            # A third-party engine does not know our preset: declare its window and RoPE
+            # threshold for it, so that the suite's workloads cross them there too.
+            engine.position_thresholds = preset_thresholds(preset)
+        return engine
 
     make.__name__ = make.__qualname__ = f"{engine}_{preset.replace('-', '_')}"
     return make

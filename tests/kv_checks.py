@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
-from engines.protocol import FinishReason, KVIntrospection, Request, StepOutput
+from engines.protocol import (
+    FinishReason,
+    KVIntrospection,
+    Request,
+    StepOutput,
+    kv_extra_blocks,
+)
 from tests.helpers import drain
 
 Results = dict[Hashable, tuple[list[int], FinishReason | None]]
@@ -14,8 +20,9 @@ Results = dict[Hashable, tuple[list[int], FinishReason | None]]
 
 def check_kv(engine: KVIntrospection, streams: dict[Hashable, tuple[int, ...]],
              when: str) -> None:
-    """Held + free == total; tables hold enough blocks for their cached tokens and no block
-    twice; a block in two tables is a full block at the same index over equal tokens."""
+    """Held + free == total; tables hold the blocks their cached tokens need (no more than
+    the engine's declared kv_extra_blocks beyond) and no block twice; a block in two tables
+    is a full block at the same index over equal tokens."""
     __tracebackhide__ = True
     tables, cached = engine.kv_block_tables(), engine.kv_cached_tokens()
     bs, total = engine.kv_block_size, engine.kv_total_blocks
@@ -26,8 +33,11 @@ def check_kv(engine: KVIntrospection, streams: dict[Hashable, tuple[int, ...]],
     owners: dict[int, list[tuple[Hashable, int]]] = defaultdict(list)
     for rid, table in tables.items():
         assert len(set(table)) == len(table), f"{when}: {rid!r} holds a block twice: {table}"
-        assert len(table) >= -(-cached[rid] // bs), f"{when}: {rid!r} caches {cached[rid]} " \
+        need = -(-cached[rid] // bs)
+        assert len(table) >= need, f"{when}: {rid!r} caches {cached[rid]} " \
             f"tokens in {len(table)} blocks"
+        assert len(table) <= need + kv_extra_blocks(engine), (
+            f"{when}: {rid!r} holds {len(table)} blocks for {cached[rid]} cached tokens")
         assert cached[rid] <= len(streams[rid]), f"{when}: {rid!r} caches more than it has"
         for j, block in enumerate(table):
             owners[block].append((rid, j))

@@ -17,6 +17,9 @@ from tests.planted.paged_bugs import (
     AbortLeaksBlocks,
     ChunkStartsOneEarly,
     FreesSharedBlocks,
+    HoldsSpareBlock,
+    PreemptedTableLingers,
+    PrefixKeyIgnoresLastToken,
     PrefixKeyIgnoresPast,
     RepeatsTokenOnResume,
 )
@@ -101,3 +104,53 @@ def test_aborted_request_blocks_never_return(cls: type[PagedEngine]) -> None:
     leaked = engine.kv_total_blocks - engine.kv_free_blocks()
     assert not engine.kv_block_tables()
     assert (leaked > 0) == (cls is AbortLeaksBlocks)
+
+
+@pytest.mark.parametrize("cls", [PrefixKeyIgnoresLastToken, PagedEngine],
+                         ids=lambda c: c.__name__)
+def test_prefix_key_ignoring_a_blocks_last_token(cls: type[PagedEngine]) -> None:
+    """B equals A but for the last token of A's first block: only the buggy key hits."""
+    [x] = make_prompts([33], seed=34)
+    a = Request(x, SamplingParams(max_tokens=4))
+    b = Request((*x[:15], (x[15] + 1) % 1024, *x[16:]), SamplingParams(max_tokens=8))
+    engine = cls()
+    drain(engine, [a])
+    got = drain(engine, [b])
+    hit = got[b.request_id][0] != alone([b])[b.request_id]
+    assert hit == (cls is PrefixKeyIgnoresLastToken)
+    assert (engine.prefix_cache_hits > 0) == (cls is PrefixKeyIgnoresLastToken)
+
+
+@pytest.mark.parametrize("cls", [HoldsSpareBlock, PagedEngine], ids=lambda c: c.__name__)
+def test_a_spare_block_is_held(cls: type[PagedEngine]) -> None:
+    requests = greedy(make_prompts([20, 5], seed=35), [6, 6])
+    engine = cls()
+    spare: list[int] = []
+
+    def on_step(step: int, outputs: list[StepOutput]) -> None:
+        cached = engine.kv_cached_tokens()
+        spare.extend(len(t) - -(-cached[r] // engine.kv_block_size)
+                     for r, t in engine.kv_block_tables().items())
+
+    got = drain(engine, requests, on_step=on_step)
+    assert set(spare) == ({1} if cls is HoldsSpareBlock else {0})
+    assert {r: t for r, (t, _) in got.items()} == alone(requests)
+
+
+@pytest.mark.parametrize("cls", [PreemptedTableLingers, PagedEngine], ids=lambda c: c.__name__)
+def test_a_preempted_requests_table_lingers(cls: type[PagedEngine]) -> None:
+    """Sixteen 24-token prompts fill a 32-block pool; their outputs overflow it."""
+    requests = greedy(make_prompts([24] * 16, seed=36), [16] * 16)
+    engine = cls(max_batch_size=16, num_blocks=32)
+    over: list[int] = []
+
+    def on_step(step: int, outputs: list[StepOutput]) -> None:
+        held = {b for t in engine.kv_block_tables().values() for b in t}
+        over.append(len(held) + engine.kv_free_blocks() - engine.kv_total_blocks)
+
+    got = drain(engine, requests, on_step=on_step)
+    assert engine.preemptions > 0
+    assert (max(over) > 0) == (cls is PreemptedTableLingers)
+    assert {r: t for r, (t, _) in got.items()} == alone(requests)
+    # The default pool holds 8 whole contexts for 8 seats: it never preempts.
+    assert cls().kv_total_blocks == 8 * 512 // 16

@@ -19,7 +19,13 @@ from torch import nn
 from engines.core.request_state import RequestState
 from engines.core.sampling import make_generator
 from engines.core.validation import check_request
-from engines.models import DEFAULT_PRESET, load_model, parse_dtype, preset_max_model_len
+from engines.models import (
+    DEFAULT_PRESET,
+    load_model,
+    parse_dtype,
+    preset_max_model_len,
+    preset_thresholds,
+)
 from engines.protocol import ALL_PARAMS, Request, StepOutput
 
 ModelSpec = str | Path | nn.Module
@@ -62,6 +68,9 @@ class EngineCore(Generic[S]):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size: must be >= 1, got {max_batch_size}")
         self.max_batch_size: int = max_batch_size
+        # engines.protocol.position_thresholds: the preset's window or RoPE threshold, which
+        # the suite's workloads then cross.
+        self.position_thresholds: dict[str, int] = preset_thresholds(model)
         self.waiting: deque[S] = deque()
         self.running: list[S] = []  # admitted, in admission order (slot engines: index == slot)
         self._live: dict[Hashable, S] = {}  # every unfinished request

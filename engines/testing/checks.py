@@ -40,6 +40,7 @@ class Given:
     limits: EngineLimits
     reference: bool = False
     variants: bool = False
+    kv_variants: bool = False  # some variant has KVIntrospection of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +57,8 @@ class Need:
 
 SLOTS = Need("slot introspection", lambda g: g.limits.max_batch_size is not None,
              "{check} needs engines.protocol.SlotIntrospection")
-KV = Need("KV introspection", lambda g: g.limits.kv,
-          "{check} needs engines.protocol.KVIntrospection")
+KV = Need("KV introspection", lambda g: g.limits.kv or g.kv_variants,
+          "{check} needs engines.protocol.KVIntrospection (on the engine or a variant)")
 REFERENCE = Need("a reference engine", lambda g: g.reference,
                  "no reference engine given (--reference-engine MODULE:CALLABLE, e.g. "
                  "engines.sequential:SequentialEngine over the same weights)")
@@ -126,7 +127,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("slot_lengths", slots.check_slot_lengths, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("zero_waste", slots.check_zero_waste, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("work_conservation", slots.check_work_conservation, needs=(SLOTS,)),
-    Check("kv_accounting", kv.check_kv_accounting, needs=(KV,)),
+    Check("kv_accounting", kv.check_kv_accounting, needs=(KV,), tally=kv.tally),
     Check("stateful", None),
 )
 
@@ -163,10 +164,12 @@ class Applicability:
 
 
 def applicability(limits: EngineLimits, declared: Mapping[str, str], *, reference: bool = False,
-                  variants: bool = False) -> dict[str, Applicability]:
+                  variants: bool = False, kv_variants: bool = False
+                  ) -> dict[str, Applicability]:
     """Every check's fate on an engine with these limits and declared expected failures,
-    given whether the run has a reference engine and config variants."""
-    given = Given(limits, reference=reference, variants=variants)
+    given whether the run has a reference engine and config variants (and whether any of
+    them has a KV view)."""
+    given = Given(limits, reference=reference, variants=variants, kv_variants=kv_variants)
     out: dict[str, Applicability] = {}
     for check in catalogue():
         skip = check.skip_reason(given)

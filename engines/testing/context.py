@@ -7,12 +7,19 @@ answers and workload runs are shared, and no piece keeps results of its own betw
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from engines.factories import EngineSpecError
-from engines.protocol import BASE_PARAMS, Engine, supported_sampling
+from engines.protocol import (
+    BASE_PARAMS,
+    Engine,
+    KVIntrospection,
+    position_thresholds,
+    supported_sampling,
+)
 from engines.testing.checks import Applicability, applicability, draws_sampling
 from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
 from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
@@ -62,16 +69,30 @@ class SuiteContext:
 
 
 def _variant_runner(pool: EnginePool, deadline: float | None) -> Callable[[Workload], Trace]:
+    """Serves a workload on the variant; a finished run is kept, so that the checks judging
+    variants (`variants` compares their tokens, `kv_accounting` their KV views) share it."""
+    kept = RunCache()
+
     def run(w: Workload) -> Trace:
+        found = kept.get(w)
+        if found is not None:
+            return found.trace
         engine = pool.acquire()[0]
         trace = None
         try:
             trace = run_workload(engine, w, deadline=deadline)
         finally:
             pool.release(engine, ok=trace is not None and not trace.stalled)
+        kept.keep(w, trace, fresh=False, history=())
         return trace
 
     return run
+
+
+def _seats(engine: Engine) -> int:
+    """How many requests an engine runs at once, as EngineLimits.slots reads it."""
+    found = EngineLimits.of(engine)
+    return found.slots
 
 
 def _probe(factory: Factory, source: str) -> tuple[EnginePool, Engine]:
@@ -109,6 +130,11 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
             raise EngineSpecError(f"{label} engine has vocab_size {other.vocab_size} but the "
                                   f"engine under test has {engine.vocab_size}: they cannot "
                                   "serve the same requests (not the same model?)")
+    for label, e in [(source, engine), *((f"{n} engine", o) for n, (_, o) in others.items())]:
+        try:
+            position_thresholds(e)
+        except ValueError as exc:  # a declaration the suite cannot use: a usage error
+            raise EngineSpecError(f"{label}: {exc}") from None
     limits = EngineLimits.of(
         engine,
         # Every engine compared must accept every request drawn.
@@ -118,6 +144,20 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         sampling=draws_sampling(declared),
         **_sampling_fields(options, [engine, *(o for _, o in others.values())]),
     )
+    if not limits.thresholds:
+        # The same weights (the vocabularies agree): a reference or variant that knows the
+        # model's window or RoPE threshold gives the engine under test the reach too.
+        for label, (_, other) in others.items():
+            found = position_thresholds(other)
+            if found:
+                who = ("the reference engine" if label == "reference"
+                       else f"variant {label!r}")
+                limits = dataclasses.replace(limits, thresholds=tuple(sorted(found.items())),
+                                             thresholds_from=who)
+                break
+    pools = {(int(e.kv_total_blocks), _seats(e)) for n, (_, e) in others.items()
+             if n != "reference" and isinstance(e, KVIntrospection)}
+    limits = dataclasses.replace(limits, variant_pools=tuple(sorted(pools)))
     for p, e in [(pool, engine), *others.values()]:
         p.release(e)
     if not pool.cheap and (pool.build_s or 0) < 2.0:
@@ -133,7 +173,11 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
             others.pop("reference")[0], deadline=options.step_timeout,
             repro_source=factory_source(options.reference, options.reference_spec))
     variants = {n: _variant_runner(p, options.step_timeout) for n, (p, _) in others.items()}
-    judge = Judge(oracle, options.parity, options.tolerance, reference, variants)
+    # Variants with a KV view of their own: kv_accounting judges their runs too (a variant
+    # with a smaller pool preempts where the default engine cannot).
+    kv_variants = {n: factory_source(options.variants[n], None) for n, (_, e) in others.items()
+                   if isinstance(e, KVIntrospection)}
+    judge = Judge(oracle, options.parity, options.tolerance, reference, variants, kv_variants)
     return SuiteContext(
         name=name,
         factory=factory,
@@ -142,7 +186,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         judge=judge,
         limits=limits,
         checks=applicability(limits, declared, reference=reference is not None,
-                             variants=bool(variants)),
+                             variants=bool(variants), kv_variants=bool(kv_variants)),
         options=options,
         repro_source=repro_source,
     )

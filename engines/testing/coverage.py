@@ -16,6 +16,7 @@ from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
 from engines.testing.oracle import TOP_K
 from engines.testing.properties.seeds import FALSE_ALARM, MOST_SEEDS_ASKED, SOURCES, SeedGroup
 from engines.testing.recorder import Trace
+from engines.testing.strategies import is_near_miss
 
 __all__ = ["Coverage"]
 
@@ -35,6 +36,12 @@ BOUND = f"{FALSE_ALARM:g}".replace("e-0", "e-")  # as the check's docstring writ
 # those not drawn (an engine compared does not declare them) are named in a note.
 PROCESSED = ALL_PARAMS - BASE_PARAMS
 UNDRAWN = "sampling not drawn: "
+# Said once per engine where nothing could be counted: no threshold declared, or a KV pool
+# that the requests running at once cannot overflow (so the engine never preempts).
+NO_THRESHOLDS = "limits: no position thresholds declared"
+POOL_FITS = "limits: the pool holds every request running at once"  # its blocks
+POOL_SEATS = "limits: requests the engine runs at once"
+NEAR_MISS = "near-miss prompts"
 WITHHELD = "sampling not drawn under tie-aware parity: "
 _DEFAULT = SamplingParams()
 
@@ -50,7 +57,11 @@ class Coverage:
         c["requests"] += len(w.requests)
         c["aborts"] += len(w.aborts)
         c["bad requests"] += len(w.bad)
-        for r in w.requests:
+        block = limits.block
+        for j, r in enumerate(w.requests):
+            if any(is_near_miss(r.prompt_token_ids, q.prompt_token_ids, block)
+                   for q in w.requests[:j]):
+                c[NEAR_MISS] += 1
             p, toks = r.params, trace.tokens(r.request_id)
             if p.temperature > 0:
                 c["seeded" if p.seed is not None else "unseeded"] += 1
@@ -61,6 +72,12 @@ class Coverage:
                 c["at the whole context"] += 1
             if limits.kv and len(r.prompt_token_ids) + len(toks) > 2 * limits.block:
                 c["across 2+ KV blocks"] += 1
+            n, total = len(r.prompt_token_ids), len(r.prompt_token_ids) + len(toks)
+            for name, at in limits.thresholds:
+                if total > at:
+                    c[f"past the {name} ({at})"] += 1
+                    if n <= at:
+                        c[f"across the {name} ({at}) while decoding"] += 1
             reason = trace.finish_reason(r.request_id)
             if reason == FinishReason.STOP:
                 c["stopped" + (" at the last budgeted token"
@@ -68,6 +85,11 @@ class Coverage:
             self.most["longest prompt"] = max(self.most["longest prompt"],
                                               len(r.prompt_token_ids))
         self.most["in flight at once"] = max(self.most["in flight at once"], _in_flight(trace))
+        if not limits.thresholds:
+            self.most[NO_THRESHOLDS] = 1
+        if limits.pool_overflows is False and limits.kv_blocks is not None:
+            self.most[POOL_FITS] = limits.kv_blocks
+            self.most[POOL_SEATS] = limits.slots
         for name in sorted(PROCESSED - limits.sampling_fields):  # said, not silently skipped
             prefix = WITHHELD if limits.sampling_withheld else UNDRAWN
             self.most[f"{prefix}{name}"] = 1
@@ -117,7 +139,7 @@ class Coverage:
                             "(why: below)")
                 unjudged = 0
             if v and not k.startswith(ENGINE) and not k.removeprefix("max ").startswith(
-                    (SEEDS, UNDRAWN, WITHHELD)):
+                    (SEEDS, UNDRAWN, WITHHELD, "limits: ")):
                 ours.append(f"{v} {k}" if not k.startswith("max ") else f"{k[4:]} {v}")
         engines = [f"{v} {k.removeprefix(ENGINE)}" for k, v in data.items()
                    if k.startswith(ENGINE)]
@@ -136,6 +158,18 @@ class Coverage:
                              if k.startswith(f"max {prefix}"))
             if undrawn:
                 out.append(f"sampling: not drawn, {because}: {', '.join(undrawn)}")
+        if data.get(f"max {NO_THRESHOLDS}"):
+            out.append("limits: the engine declares no position thresholds (a sliding window, "
+                       "a RoPE scaling threshold: `position_thresholds`), nor does an engine "
+                       "compared with it, so no request was drawn to cross one and none was "
+                       "counted")
+        if data.get(f"max {POOL_FITS}"):
+            out.append(f"limits: the KV pool's {data[f'max {POOL_FITS}']} blocks "
+                       "(kv_total_blocks) hold a whole context for each of the "
+                       f"{data.get(f'max {POOL_SEATS}', 0)} requests the engine runs at once, "
+                       "so no workload overflows it and none was drawn to make it preempt; "
+                       "preemption is reached on an engine or --engine-variant with a "
+                       "smaller pool (kv_accounting judges a variant's KV view too)")
         for key, n in data.items():
             found = _reason(key)
             if n and found is not None:

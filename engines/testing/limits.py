@@ -10,6 +10,7 @@ from engines.protocol import (
     Engine,
     KVIntrospection,
     SlotIntrospection,
+    position_thresholds,
     supported_sampling,
 )
 
@@ -43,6 +44,14 @@ class EngineLimits:
     sampling_fields: frozenset[str] = BASE_PARAMS
     # Why declared processing fields are not drawn either, where they are not ("": drawn).
     sampling_withheld: str = ""
+    # Positions past which the model computes differently (a sliding window, a RoPE scaling
+    # threshold), by name, sorted: what the engine declares (engines.protocol's
+    # position_thresholds), else an engine compared with it over the same model.
+    thresholds: tuple[tuple[str, int], ...] = ()
+    thresholds_from: str = ""  # who declared them: "the engine", "the reference engine", ...
+    # (kv_total_blocks, requests run at once) of each config variant with a KV view: the
+    # seed workloads overflow each pool that can overflow (engines.testing.seed_workloads).
+    variant_pools: tuple[tuple[int, int], ...] = ()
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 
@@ -63,6 +72,10 @@ class EngineLimits:
             "kv": kv,
             "sampling_fields": supported_sampling(engine),
         }
+        declared_thresholds = position_thresholds(engine)
+        if declared_thresholds:
+            fields["thresholds"] = tuple(sorted(declared_thresholds.items()))
+            fields["thresholds_from"] = "the engine"
         fields.update(overrides)
         return cls(**fields)  # type: ignore[arg-type]
 
@@ -87,6 +100,19 @@ class EngineLimits:
     def burst(self) -> int:
         """Requests in a burst: more than twice what the engine runs at once."""
         return 2 * self.slots + 1
+
+    @property
+    def reachable_thresholds(self) -> tuple[tuple[str, int], ...]:
+        """The declared thresholds a request can pass: below the context."""
+        return tuple((n, t) for n, t in self.thresholds if t < self.max_model_len - 1)
+
+    @property
+    def pool_overflows(self) -> bool | None:
+        """Whether requests running at once can need more KV blocks than the pool holds, so
+        that the engine must preempt (None: no pool declared)."""
+        if self.kv_blocks is None:
+            return None
+        return self.slots * -(-self.max_model_len // self.block) > self.kv_blocks
 
     @property
     def long_budget(self) -> int:

@@ -21,6 +21,7 @@ from engines.protocol import (
     Request,
     SlotIntrospection,
     StepOutput,
+    kv_extra_blocks,
 )
 from engines.testing.crash import EngineCrashed, call_engine, step_deadline
 from engines.testing.workload import Abort, BadRequest, Workload
@@ -42,6 +43,7 @@ class KVSnapshot:
     free: int
     tables: dict[Hashable, tuple[int, ...]]
     cached: dict[Hashable, int]
+    extra: int = 0  # blocks a request may hold beyond its cached tokens' (kv_extra_blocks)
 
 
 @dataclass(slots=True)
@@ -251,6 +253,7 @@ class Recorder:
             tables={self.to_display.get(r, r): tuple(int(b) for b in t)
                     for r, t in dict(tables).items()},
             cached={self.to_display.get(r, r): int(n) for r, n in dict(cached).items()},
+            extra=kv_extra_blocks(eng),
         )
 
     def drain(self, bound: int) -> Trace:

@@ -21,7 +21,9 @@ def seed_workloads(
     short ones in staggered arrivals; slot reuse after the engine idled; aborts of a running,
     a waiting and a finished request; stop ids at the first and the last budgeted token;
     seeded sampling beside greedy and unseeded; prompts sharing whole KV blocks, and a block
-    after two different prefixes; the whole context; and (for bad input) every bad kind."""
+    after two different prefixes; near misses of a cached and a running prompt; prompts and
+    budgets across each declared position threshold; the whole context; and (for bad input)
+    every bad kind."""
     v = limits.vocab_size
     budget = max(1, min(limits.max_tokens, 4))
     room = limits.max_model_len - budget
@@ -52,8 +54,18 @@ def seed_workloads(
         shared = [req(0, a + x + (5,), limits.long_budget), req(1, c + x + (6,), 3),
                   req(2, a + x + (7, 8), 3), req(3, a + x + (5,), 2), req(4, x + (9,), 3)]
         out.append(Workload(tuple(shared), (0, 0, 1, 3, 4), label="shared prefix blocks"))
+    if limits.max_model_len > 2 * blk + 3 + budget:
+        out.append(_near_misses(limits, req, budget))
+    if limits.reachable_thresholds:
+        out.append(_past_thresholds(limits, req))
     if limits.kv_blocks is not None:
         out.append(_past_the_pool(limits, req))
+    pools = {*limits.variant_pools, *([(limits.kv_blocks, limits.slots)]
+                                      if limits.kv_blocks is not None else [])}
+    for blocks, seats in sorted(pools):
+        found = _overflowing(limits, req, blocks, seats)
+        if found is not None:
+            out.append(found)
     whole = max(1, limits.max_model_len - 2)
     edge = [req(0, pseudo_tokens(9, whole, v), 2), req(1, [3, 4], budget)]
     out.append(Workload(tuple(edge), (0, 1), label="the whole context, admitted mid-stream"))
@@ -116,3 +128,56 @@ def _past_the_pool(limits: EngineLimits, req: Callable[..., Request]) -> Workloa
     length = max(1, min(limits.max_model_len - budget, need))
     reqs = [req(i, pseudo_tokens(100 + i, length, limits.vocab_size), budget) for i in range(n)]
     return Workload(tuple(reqs), tuple(0 for _ in reqs), label="more KV than the pool holds")
+
+
+def _overflowing(limits: EngineLimits, req: Callable[..., Request], blocks: int,
+                 seats: int) -> Workload | None:
+    """For a pool of `blocks` serving `seats` requests at once: that many requests (16 at
+    most) whose prompts fill most of the pool, so that every one is admitted, and whose
+    outputs then need a quarter more blocks than it holds: the engine must preempt while
+    they decode. None where whole-context requests in every seat still fit the pool."""
+    n = max(2, min(seats, 16))
+    tokens = -(-blocks * limits.block * 5 // 4 // n)
+    if tokens > limits.max_model_len or seats * -(-limits.max_model_len // limits.block) <= blocks:
+        return None
+    prompt = max(1, tokens * 3 // 5)
+    reqs = [req(i, pseudo_tokens(300 + i, prompt, limits.vocab_size), tokens - prompt)
+            for i in range(n)]
+    return Workload(tuple(reqs), (0,) * n,
+                    label=f"prompts filling a pool of {blocks} blocks, outputs past it")
+
+def _near_misses(limits: EngineLimits, req: Callable[..., Request], budget: int) -> Workload:
+    """A prompt of two full blocks and a tail, then near misses of it while it runs and after
+    it finished (its blocks cached): its first block's last token changed (equal up to it), a
+    token inside its second block changed, and its second block's last token changed. A
+    prefix-cache key that ignores part of a block hands them its KV."""
+    blk, v = limits.block, limits.vocab_size
+    base = pseudo_tokens(7, 2 * blk + 3, v)
+
+    def changed(pos: int) -> tuple[int, ...]:
+        return (*base[:pos], (base[pos] + 1) % v, *base[pos + 1:])
+
+    reqs = [req(0, base, 2 * budget + 4), req(1, changed(blk - 1), budget),
+            req(2, changed(blk + blk // 2), budget), req(3, changed(2 * blk - 1), budget),
+            req(4, changed(blk - 1), budget)]
+    # r1-r3 arrive while r0 decodes (its prompt blocks cached and held); r4 once it is done.
+    late = 2 * budget + 4 + 2 * budget + 6
+    return Workload(tuple(reqs), (0, 2, 2, 3, late), label="near-miss prompts")
+
+
+def _past_thresholds(limits: EngineLimits, req: Callable[..., Request]) -> Workload:
+    """Per declared position threshold (a sliding window, a RoPE scaling threshold), a prompt
+    ending just short of it whose output crosses it, and one ending just past it, beside a
+    short request: the code past the threshold runs, in prefill and in decode, batched."""
+    reqs: list[Request] = []
+    for i, (_, at) in enumerate(limits.reachable_thresholds):
+        seed = 200 + 2 * i
+        short = max(1, at - 2)
+        past = min(at + 3, limits.max_model_len - 2)
+        reqs += [req(len(reqs), pseudo_tokens(seed, short, limits.vocab_size),
+                     min(6, limits.max_model_len - short)),
+                 req(len(reqs) + 1, pseudo_tokens(seed + 1, past, limits.vocab_size),
+                     min(3, limits.max_model_len - past))]
+    reqs.append(req(len(reqs), (5, 4, 3), 4))
+    return Workload(tuple(reqs), tuple(i // 3 for i in range(len(reqs))),
+                    label="across the declared position thresholds")

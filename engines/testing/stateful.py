@@ -107,9 +107,11 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def add_request(self, data: st.DataObject) -> None:
+        # Near misses are drawn of the prompts added so far (running, or finished and cached).
+        earlier = tuple(r.prompt_token_ids for r in self.rec.requests)
         (req,) = self._engine(lambda: data.draw(request_mixes(
-            self.limits, alone=self.ctx.oracle.tokens, min_size=1, max_size=1),
-            label="request"))
+            self.limits, alone=self.ctx.oracle.tokens, min_size=1, max_size=1,
+            earlier=earlier), label="request"))
         req = Request(req.prompt_token_ids, req.params, request_id=f"r{self.n_requests}")
         self.n_requests += 1
         note(f"before step {self.rec.k}: add {req}")

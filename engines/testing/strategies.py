@@ -10,8 +10,11 @@ Public API, for use in your own tests:
   power-of-two lengths and one either side) admitted mid-stream, duplicates; budgets from 1,
   a few long enough to cross KV blocks; greedy, seeded and unseeded sampling; stop ids that
   fire at the first token, at the last budgeted one, anywhere, several at once, or a prompt
-  token (drawn from the request's own output served alone, given an `alone` callable); and
-  bursts of more than twice the engine's concurrency.
+  token (drawn from the request's own output served alone, given an `alone` callable);
+  near misses of a cached or running prompt (one token of one of its full KV blocks
+  changed); prompts and budgets that cross the engine's declared position thresholds (a
+  sliding window, a RoPE scaling threshold); and bursts of more than twice the engine's
+  concurrency.
 - `arrival_schedules`, `aborts_for`: a burst at step 0, staggered arrivals, arrivals after the
   engine has drained and idled; aborts while waiting, running or already done.
 - `workloads`: all of it, plus bad requests (engines.testing.bad_requests), as one Workload.
@@ -91,6 +94,65 @@ def shared_prefix_prompts(draw: st.DrawFn, limits: EngineLimits,
     prompt = tuple(t for b in blocks for t in b)[:room]
     tail = draw(prompts(limits, max_len=limits.block), label="tail") if len(prompt) < room else ()
     return (prompt + tail)[:room]
+
+
+def near_miss_sources(prompts: Sequence[tuple[int, ...]], block: int) -> list[tuple[int, ...]]:
+    """Prompts with a full KV block that a prefix cache looks up (a block before the last
+    token, whose logits are always computed)."""
+    return [p for p in prompts if (len(p) - 1) // block >= 1]
+
+
+@st.composite
+def near_miss_prompts(draw: st.DrawFn, limits: EngineLimits,
+                      sources: Sequence[tuple[int, ...]], room: int) -> tuple[int, ...]:
+    """An earlier prompt (cached or still running) with one token of one of its full blocks
+    changed: the block's last token (equal up to it), or any of them. A prefix-cache key that
+    ignores part of a block hands this prompt the other one's KV."""
+    source = draw(st.sampled_from(list(sources)), label="near_miss_of")
+    full = (len(source) - 1) // limits.block
+    j = draw(st.integers(0, full - 1), label="near_miss_block")
+    if draw(st.booleans(), label="near_miss_at_last"):
+        pos = (j + 1) * limits.block - 1
+    else:
+        pos = draw(st.integers(j * limits.block, (j + 1) * limits.block - 1),
+                   label="near_miss_pos")
+    shift = draw(st.integers(1, limits.vocab_size - 1), label="near_miss_token")
+    prompt = list(source)
+    prompt[pos] = (prompt[pos] + shift) % limits.vocab_size
+    return tuple(prompt[:max(room, pos + 1)])
+
+
+def is_near_miss(prompt: Sequence[int], of: Sequence[int], block: int) -> bool:
+    """Whether `prompt` equals `of` but for one token of a block full in both (everything
+    before that block equal, and the rest of the block too)."""
+    d = next((i for i, (a, b) in enumerate(zip(prompt, of, strict=False)) if a != b), None)
+    if d is None:
+        return False
+    end = (d // block + 1) * block
+    return min(len(prompt), len(of)) >= end and tuple(prompt[d + 1:end]) == tuple(of[d + 1:end])
+
+
+@st.composite
+def crossing(draw: st.DrawFn, limits: EngineLimits,
+             params: SamplingParams) -> tuple[tuple[int, ...], SamplingParams]:
+    """A prompt and budget that pass one of the engine's declared position thresholds (a
+    sliding window, a RoPE scaling threshold): the prompt ends just before it and the output
+    crosses it, or the prompt itself ends just past it."""
+    name, at = draw(st.sampled_from(list(limits.reachable_thresholds)), label="threshold")
+    before = draw(st.booleans(), label="cross_while_decoding")
+    if before:
+        d = draw(st.integers(0, min(8, at - 1)), label="tokens_short_of_threshold")
+        length = at - d
+        budget = d + 1 + draw(st.integers(0, 3), label="tokens_past_threshold")
+    else:
+        length = at + 1 + draw(st.integers(0, 8), label="prompt_past_threshold")
+        budget = params.max_tokens
+    length = min(length, limits.max_model_len - 1)
+    budget = max(1, min(budget, limits.max_model_len - length))
+    seed = draw(st.integers(0, 2**16), label="crossing_prompt_seed")
+    params = dataclasses.replace(params, max_tokens=budget,
+                                 min_tokens=min(params.min_tokens, budget))
+    return pseudo_tokens(seed, length, limits.vocab_size), params
 
 
 @st.composite
@@ -184,9 +246,13 @@ def request_mixes(
     alone: AloneFn | None = None,
     min_size: int = 1,
     max_size: int | None = None,
+    earlier: Sequence[tuple[int, ...]] = (),
 ) -> list[Request]:
     """A list of requests with display ids r0, r1, ...: usually up to one more than the
-    engine runs at once, sometimes a burst of more than twice that (limits.burst)."""
+    engine runs at once, sometimes a burst of more than twice that (limits.burst). Near
+    misses are drawn of the mix's own prompts and of `earlier` ones (the state machine's
+    cached or running prompts); prompts and budgets that cross the engine's declared
+    position thresholds, where it declares any."""
     small = max(min_size, min(limits.slots + 1, 10))
     n_max = max_size if max_size is not None else small
     if max_size is None and draw(st.integers(0, 5), label="burst") == 0:
@@ -196,13 +262,26 @@ def request_mixes(
                           limits.vocab_size) for _ in range(draw(st.integers(1, 3)))]
     out: list[Request] = []
     longs = 0
+    kinds = ["short", "short", "shared", "duplicate", "long", "near_miss"]
+    if limits.reachable_thresholds:
+        kinds += ["cross", "cross"]
     for i in range(n):
-        kind = draw(st.sampled_from(["short", "short", "shared", "duplicate", "long"]),
-                    label=f"r{i}.kind")
+        kind = draw(st.sampled_from(kinds), label=f"r{i}.kind")
         long_budget = draw(st.integers(0, 4), label=f"r{i}.long_budget") == 0
         params = draw(sampling_params(limits, 1, long=long_budget), label=f"r{i}.params")
         room = limits.max_model_len - params.max_tokens
-        if kind == "duplicate" and out:
+        sources = near_miss_sources([*earlier, *(r.prompt_token_ids for r in out)],
+                                    limits.block)
+        if kind == "cross":
+            prompt, params = draw(crossing(limits, params), label=f"r{i}.crossing")
+            room = limits.max_model_len - params.max_tokens
+        elif kind == "near_miss" and sources:
+            prompt = draw(near_miss_prompts(limits, sources, room), label=f"r{i}.near_miss")
+            room = limits.max_model_len - len(prompt)
+            if params.max_tokens > room:
+                params = dataclasses.replace(params, max_tokens=room,
+                                             min_tokens=min(params.min_tokens, room))
+        elif kind == "duplicate" and out:
             prompt = draw(st.sampled_from([r.prompt_token_ids for r in out]), label="same_prompt")
             prompt = prompt[:room]
         elif kind == "long" and longs < 2:
@@ -212,13 +291,17 @@ def request_mixes(
             prompt = draw(shared_prefix_prompts(limits, pool, room), label=f"r{i}.shared")
         else:
             prompt = draw(prompts(limits, max_len=room), label=f"r{i}.prompt")
-        if alone is not None and _penalized(params) and len(prompt) < room:
+        # A crossing request is about positions: no prompt extension or stop id that would
+        # move its prompt past the threshold or end its output before it.
+        positional = kind == "cross"
+        if alone is not None and not positional and _penalized(params) and len(prompt) < room:
             # Penalties bite on tokens the request would generate: extend the prompt by its
             # own greedy continuation (random weights decode in cycles, so the tokens come
             # round again and the penalties change what is chosen).
             more = alone(prompt, SamplingParams(max_tokens=min(8, room - len(prompt))))
             prompt = (*prompt, *more)[:room]
-        if alone is not None and not (params.temperature > 0 and params.seed is None):
+        if alone is not None and not positional and not (params.temperature > 0
+                                                          and params.seed is None):
             own = alone(prompt, params)
             stops = draw(stop_ids(limits, own, prompt), label=f"r{i}.stop_token_ids")
             if params.min_tokens and own and draw(st.booleans(), label=f"r{i}.early_stop"):

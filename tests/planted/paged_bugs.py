@@ -9,7 +9,7 @@ symptom on a hand-made workload.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from engines.paged.blocks import BlockKey, block_key
@@ -94,10 +94,65 @@ class AbortLeaksBlocks(PagedEngine):
         return []
 
 
+class PrefixKeyIgnoresLastToken(PagedEngine):
+    """A prefix-cache key leaves out the block's last token (an off-by-one in the slice)."""
+
+    # A prompt equal to a cached or running one up to a block's last token is handed that
+    # one's KV for it. Only a near miss shows it: prompts that share whole blocks, or none,
+    # get the right blocks.
+    caught_by = "reference_parity"
+    reference = SequentialEngine
+
+    def _block_key(self, parent: BlockKey | None, tokens: Sequence[int]) -> BlockKey:
+        return block_key(parent, tokens[:-1])
+
+
+class HoldsSpareBlock(PagedEngine):
+    """Every allocation takes a block more than the tokens need, kept until the request ends."""
+
+    # "For the next token". Tokens are right and every block is accounted for (held or
+    # free); the request just holds a block none of its KV is in. Only the upper bound on a
+    # request's blocks sees it.
+    caught_by = "kv_accounting"
+
+    def _blocks_for(self, tokens: int) -> int:
+        return super()._blocks_for(tokens) + (tokens > 0)
+
+
+class PreemptedTableLingers(PagedEngine):
+    """The KV view lists a waiting preempted request's still-cached blocks as its table."""
+
+    # It will take them back when it resumes, so the view lists them already. Those blocks
+    # are held by nobody and counted free: held + free exceeds the pool. Its tokens are
+    # right (the view is all that is wrong), and the default pool holds every request
+    # running at once, so it never preempts: only the KV checks on a variant with a smaller
+    # pool (one whole context's worth of blocks for 16 seats) reach the bug.
+    caught_by = "kv_accounting"
+
+    def kv_block_tables(self) -> dict[Hashable, Sequence[int]]:
+        tables = super().kv_block_tables()
+        for seq in self.waiting:
+            hits = self._cached_prefix(seq) if seq.output else []  # output: it ran before
+            if hits:
+                tables[seq.request.request_id] = tuple(hits)
+        return tables
+
+
+def _small_pool_lingering() -> PreemptedTableLingers:
+    # engines.paged_variants.small_pool's configuration: one whole context for 16 seats.
+    return PreemptedTableLingers(max_batch_size=16, num_blocks=512 // 16)
+
+
+PreemptedTableLingers.variants = {"small_pool": _small_pool_lingering}  # type: ignore[attr-defined]
+
+
 PAGED_PLANTED: list[Any] = [
     PrefixKeyIgnoresPast,
     FreesSharedBlocks,
     RepeatsTokenOnResume,
     ChunkStartsOneEarly,
     AbortLeaksBlocks,
+    PrefixKeyIgnoresLastToken,
+    HoldsSpareBlock,
+    PreemptedTableLingers,
 ]

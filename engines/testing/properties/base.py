@@ -39,6 +39,9 @@ class Judge:
     tolerance: float = 1e-3
     reference: AloneOracle | None = None
     variants: Mapping[str, VariantRunner] = field(default_factory=dict)
+    # The variants with KVIntrospection, each with the source lines that build it (for a
+    # report about its KV view): kv_accounting judges their runs of each workload too.
+    kv_variants: Mapping[str, str] = field(default_factory=dict)
 
     def comparable(self, params: SamplingParams) -> bool:
         """Whether a request's tokens are a function of the request, so that two runs must

@@ -1,5 +1,6 @@
 """KV accounting, for engines with KVIntrospection (block pools): every block is either held
-or free, a request holds the blocks its cached tokens need, blocks are shared only as full
+or free, a request holds exactly the blocks its cached tokens need (no fewer, and no more
+than the extra the engine declares in `kv_extra_blocks`), blocks are shared only as full
 prefix blocks over the same tokens, and a drained engine holds nothing (as vLLM's own tests
 assert of an empty scheduler)."""
 
@@ -7,11 +8,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Hashable
+from typing import TYPE_CHECKING
 
-from engines.testing.properties.base import Judge, fail
+from engines.testing.crash import EngineCrashed
+from engines.testing.properties.base import Judge, Violation, fail
 from engines.testing.recorder import KVSnapshot, Trace
 
-__all__ = ["check_kv_accounting"]
+if TYPE_CHECKING:  # coverage imports the properties
+    from engines.testing.coverage import Coverage
+
+__all__ = ["check_kv_accounting", "tally"]
 
 
 def _streams(trace: Trace, upto: int) -> dict[Hashable, tuple[int, ...]]:
@@ -37,9 +43,17 @@ def _judge_snapshot(kv: KVSnapshot, streams: dict[Hashable, tuple[int, ...]],
         if len(set(table)) != len(table):
             raise fail("kv_accounting", f"{when}, request {rid!r} holds a block twice: {table}.")
         cached = kv.cached.get(rid, 0)
-        if len(table) * bs < cached:
+        need = -(-cached // bs)
+        if len(table) < need:
             raise fail("kv_accounting", f"{when}, request {rid!r} caches {cached} tokens in "
-                       f"{len(table)} block(s) of {bs}: it needs {-(-cached // bs)}.")
+                       f"{len(table)} block(s) of {bs}: it needs {need}.")
+        if len(table) > need + kv.extra:
+            allowed = (f" plus the {kv.extra} extra the engine declares (kv_extra_blocks)"
+                       if kv.extra else " (the engine declares no kv_extra_blocks)")
+            raise fail("kv_accounting", f"{when}, request {rid!r} holds {len(table)} block(s) "
+                       f"of {bs} for {cached} cached token(s): at most {need} are "
+                       f"needed{allowed}. The others hold none of its tokens' KV: pool "
+                       "memory taken from other requests.")
         stream = streams.get(rid)
         if stream is not None and cached > len(stream):
             raise fail("kv_accounting", f"{when}, request {rid!r} caches {cached} tokens but "
@@ -63,19 +77,51 @@ def _judge_snapshot(kv: KVSnapshot, streams: dict[Hashable, tuple[int, ...]],
                            f"{kv.cached.get(a, 0)} and {kv.cached.get(b, 0)}.")
 
 
-def check_kv_accounting(trace: Trace, judge: Judge | None = None) -> None:
-    """Held + free blocks add up to the pool after every step; each request holds enough
-    blocks for what it caches and never a block twice; a block in two tables is a full shared
-    prefix block at the same index over the same tokens; after the drain, nothing is held."""
+def check_kv_accounting(trace: Trace, judge: Judge | None = None) -> dict[str, int]:
+    """Held + free blocks add up to the pool after every step; each request holds the blocks
+    its cached tokens need (ceil(cached / block size), plus at most the engine's declared
+    kv_extra_blocks) and never a block twice; a block in two tables is a full shared
+    prefix block at the same index over the same tokens; after the drain, nothing is held.
+    The same for the workload's run on every config variant with a KV view of its own."""
+    __tracebackhide__ = True
+    _judge_trace(trace, "")
+    judged: dict[str, int] = {}
+    if judge is None:
+        return judged
+    for name, source in judge.kv_variants.items():
+        try:
+            other = judge.variants[name](trace.workload)
+        except EngineCrashed as exc:
+            raise fail("kv_accounting", f"variant {name!r} crashed on this workload: "
+                       f"{exc}") from None
+        try:
+            _judge_trace(other, f"on variant {name!r}, ")
+        except Violation as bad:
+            raise Violation(bad.prop, f"{bad}\n\nThe script below builds the engine under "
+                            f"test; to see this, build variant {name!r} instead:\n\n"
+                            f"{source}") from None
+        judged[name] = other.exercised.get("preemptions", 0)
+    return judged
+
+
+def tally(coverage: Coverage, preemptions: dict[str, int]) -> None:
+    """The preemptions each KV variant counted over the workloads judged on it (the engine's
+    own are in its exercised() counters)."""
+    for name, n in preemptions.items():
+        coverage.counts[f"preemptions on variant {name}"] += n
+
+
+def _judge_trace(trace: Trace, where: str) -> None:
     __tracebackhide__ = True
     for rec in trace.steps:
         if rec.kv is not None:
-            _judge_snapshot(rec.kv, _streams(trace, rec.index), f"after step {rec.index}")
+            _judge_snapshot(rec.kv, _streams(trace, rec.index),
+                            f"{where}after step {rec.index}")
     last = trace.kv_after_drain
     if last is None or trace.stalled:
         return
     if last.tables or last.free != last.total:
-        raise fail("kv_accounting", f"after every request finished and has_work() turned "
+        raise fail("kv_accounting", f"{where}after every request finished and has_work() turned "
                    f"False, {sorted(map(str, last.tables))} still hold blocks and "
                    f"{last.free} of {last.total} are free. Expected every block free or "
                    "evictable.")
