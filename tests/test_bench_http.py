@@ -7,6 +7,7 @@ the schedule itself is only the loose bound)."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
@@ -262,3 +263,28 @@ def test_workload_and_rates_parsing() -> None:
     mixed: Callable[..., list[WorkItem]] = rates.workload
     assert len({w.prompt_len for w in mixed(40, max_model_len=512, vocab_size=64,
                                             seed=0)}) > 1
+
+
+VLLM_PYTHON = os.environ.get("BATCHING_VLLM_PYTHON")
+
+
+@pytest.mark.skipif(not VLLM_PYTHON, reason="BATCHING_VLLM_PYTHON is not set (the vLLM venv's "
+                    "python; ci/test-third-party.sh sets it beside the HTTP suite run, in the "
+                    "same pytest process, so that the server started once serves both)")
+def test_bench_replay_on_vllms_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """CI's bench smoke over HTTP: `batching-bench replay` on vLLM's OpenAI server (launched
+    once per process: the suite's server where the suite ran first), 32 requests at 4 req/s."""
+    started = time.perf_counter()
+    assert main(["replay", "--engine", "vllm=engines.adapters.http:vllm_server", "--rates", "4",
+                 "--requests", "32", "--prompt-tokens", "32", "--output-tokens", "16",
+                 "--out", str(tmp_path), "--no-plots", "--no-progress"]) == 0
+    row = pd.read_csv(tmp_path / "replay.csv").iloc[0]
+    requests = pd.read_csv(tmp_path / "requests.csv")
+    assert row["completed"] == 32 and (requests["n_tokens"] == 16).all()
+    assert 0 < row["ttft_p50_s"] <= row["ttft_p95_s"] < 30
+    assert 0 < row["itl_p50_s"] < 5 and row["output_tokens_per_s"] > 0
+    with capsys.disabled():
+        print(f"\nbench smoke over HTTP: {time.perf_counter() - started:.0f} s (server start "
+              f"included where this process had none); achieved {row['achieved_rps']:.2f} "
+              f"req/s, TTFT p50 {row['ttft_p50_s'] * 1000:.0f} ms, ITL p50 "
+              f"{row['itl_p50_s'] * 1000:.1f} ms")
