@@ -34,7 +34,7 @@ WARMUP_REQUESTS = 8
 PROCESSES = ("poisson", "constant")
 COLUMNS = ["engine", "process", "offered_rps", "achieved_rps", "completed", "n_requests",
            "output_tokens_per_s", "ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s",
-           "e2e_p50_s", "queue_wait_p95_s", "growth", "stable"]
+           "e2e_p50_s", "queue_wait_p50_s", "queue_wait_p95_s", "growth", "stable"]
 
 
 def parse_rates(text: str) -> list[float]:

@@ -61,6 +61,7 @@ class Run:
     # A streaming engine's token arrival times (s after the start), where it reports them:
     # they replace the end of the step that returned each token (engines.bench.metrics).
     token_times: dict[str, list[float]] = field(default_factory=dict)
+    origin_s: float = 0.0  # the clock's reading at the start (WallClock: time.perf_counter())
     finish_reason: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0  # first arrival to the end of the last step
     step_s: float = 0.0  # inside engine.step()
@@ -152,7 +153,7 @@ def drive(
     pending = deque(trace.arrivals)
     waiting_first: dict[str, float] = {}  # added, no token yet -> added at (insertion-ordered)
     token_steps = run.token_steps
-    t0 = clock.now()
+    t0 = run.origin_s = clock.now()
     streamed = token_times(engine, clock, t0)
     while True:
         # Compare absolute instants: (t0 + at) - t0 can round below `at`, and then a sleep
