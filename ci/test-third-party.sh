@@ -7,7 +7,7 @@
 #   first on PYTHONPATH);
 # - vLLM's CPU engine in-process (.venv-vllm), and vLLM's OpenAI server over HTTP
 #   (engines.adapters.http:vllm_server: the client in the main venv, the server launched from
-#   .venv-vllm and stopped at the end);
+#   .venv-vllm and stopped at the end), with the bench's smoke replay on the same server;
 # - OpenVINO GenAI (.venv-openvino), onnxruntime-genai (.venv-ortgenai), CTranslate2
 #   (.venv-ct2);
 # - the model zoo slice: engines on a preset other than tiny, against the sequential
@@ -160,7 +160,14 @@ if [[ -z ${ONLY:-} || ${#VLLM_FACTORIES[@]} -gt 0 || ${#HTTP_FACTORIES[@]} -gt 0
         if [[ -n $ALL ]]; then  # one server start for the adapter's own real-server test
             adapter_tests "$PY" tests/test_http_adapter.py
         fi
-        suites "$PY" "$@" -- "${HTTP_FACTORIES[@]+"${HTTP_FACTORIES[@]}"}"
+        for factory in "${HTTP_FACTORIES[@]+"${HTTP_FACTORIES[@]}"}"; do
+            # vllm_server's pytest process also runs the bench smoke over HTTP (a replay of 32
+            # requests at 4 req/s, tests/test_bench_http.py): its one server start serves both.
+            smoke=()
+            [[ $factory == engines.adapters.http:vllm_server ]] \
+                && smoke=(tests/test_bench_http.py::test_bench_replay_on_vllms_server)
+            suite "$PY" "$factory" "$@" "${smoke[@]+"${smoke[@]}"}"
+        done
         unset BATCHING_VLLM_PYTHON
     fi
 fi

@@ -6,7 +6,9 @@ one message per token, `delay` seconds apart. Prompts whose first token is a tri
 REFUSE -> 400 with a JSON error, LATE -> 200 and then an error message in the stream (as vLLM
 refuses what its engine validates), STALL -> one token then silence, DIE -> one token then the
 connection closes mid-stream. /v1/models gives max_model_len, /metrics vLLM's gauges
-(requests in flight, plus `leftover`), /props llama-server's limits.
+(requests in flight, plus `leftover`), /props llama-server's limits. `first_delay` holds the
+first token back (a prefill); `sent` records, per streamed prompt, when the request came in
+and when each message went out (time.perf_counter(): the bench's token-time tests).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def continuation(prompt: list[int], n: int) -> list[int]:
 @dataclass
 class State:
     delay: float = 0.005
+    first_delay: float = 0.0
+    sent: dict[tuple[int, ...], tuple[float, list[float]]] = field(default_factory=dict)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     in_flight: int = 0
     leftover: int = 0  # requests /metrics claims besides those in flight
@@ -99,9 +103,14 @@ class Handler(BaseHTTPRequestHandler):
             return
         with s.lock:
             s.in_flight += 1
+        received, times = time.perf_counter(), list[float]()
+        with s.lock:
+            s.sent[tuple(prompt)] = (received, times)
         try:
             messages = (self._openai(prompt, body) if self.path == "/v1/completions"
                         else self._llama(prompt, body))
+            if s.first_delay:
+                time.sleep(s.first_delay)
             for i, message in enumerate(messages):
                 if i == 1 and prompt[0] == STALL:
                     time.sleep(3600)
@@ -111,6 +120,7 @@ class Handler(BaseHTTPRequestHandler):
                     return
                 self.wfile.write(f"data: {message}\n\n".encode())
                 self.wfile.flush()
+                times.append(time.perf_counter())
                 time.sleep(s.delay)
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()

@@ -2,6 +2,7 @@
 
   batching-bench [compare] [--quick] [--engine [label=]module:callable ...] [--out DIR]
   batching-bench closed [--preset tiny]     # the 32-request closed mix, incl. HF generate
+  batching-bench replay --engine ... --rates 1,2  # each engine alone at given rates (servers)
 
 Without --engine, compare runs the default engines ({defaults}) on --preset. With --engine,
 only the engines given run; --preset then sets only the model the SLO targets are timed on
@@ -21,12 +22,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.bench import comparison, draws, output, priority, summary, traces
+from engines.bench import comparison, draws, output, priority, rates, summary, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
 from engines.bench.describe import banner, describe
 from engines.bench.devices import default_device
 from engines.bench.metrics import write_csv
 from engines.bench.progress import progress
+from engines.bench.streaming import streams
 from engines.bench.table import fmt
 from engines.factories import EngineSpecError, load_factory, load_labeled
 from engines.models import PRESETS
@@ -45,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     doc = (__doc__ or "").format(defaults=defaults)
     p = argparse.ArgumentParser(prog="batching-bench", description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", nargs="?", choices=["compare", "closed"], default="compare")
+    p.add_argument("command", nargs="?", choices=["compare", "closed", "replay"], default="compare")
     p.add_argument("--engine", action="append", default=[], metavar="[LABEL=]MODULE:CALLABLE",
                    help="a zero-argument callable returning a fresh engine (repeatable); "
                         f"default: the default engines, {defaults}, on --preset")
@@ -96,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-hf", action="store_true", help="closed: skip the HF generate baseline")
     p.add_argument("--no-progress", action="store_true")
+    rates.add_arguments(p)
     return p
 
 
@@ -139,6 +142,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         bar.stage("building engines", len(factories), unit="engine")
         engines = comparison.build(factories, bar)
         bar.close()
+        _servers_need_targets(engines, config)
         print(banner({name: describe(name, e) for name, e in engines.items()},
                      preset=config.preset, device=config.device, dtype=config.dtype,
                      max_batch_size=config.max_batch_size, seed=config.seed,
@@ -153,6 +157,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"scheduling: {scheduling.note}")
     print(f"wrote {args.out}/ in {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def _servers_need_targets(engines: dict[str, Engine], config: Config) -> None:
+    """A server runs alone, with no yardstick between its steps (engines.bench.paired), and
+    on the wall clock: its SLO targets must be given."""
+    served = [name for name, engine in engines.items() if streams(engine)]
+    if served and (config.slo_ttft_s is None or config.slo_itl_s is None):
+        raise ValueError(f"--slo-ttft and --slo-itl: {', '.join(served)} stream(s) from a "
+                         f"server, which runs alone, with no yardstick timed between its "
+                         f"steps: give both targets (or use `replay --rates`)")
+    if served and config.clock == "cpu":
+        raise ValueError(f"--clock cpu: {', '.join(served)} compute(s) in a server, which "
+                         f"this thread's CPU time does not count: use --clock wall")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Each engine alone at the rates given (engines.bench.rates)."""
+    config = _config(args)
+    engines = comparison.build(_factories(args, config))
+    return rates.cmd_replay(args, engines)
 
 
 def cmd_closed(args: argparse.Namespace) -> int:
@@ -201,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     try:
-        return cmd_closed(args) if args.command == "closed" else cmd_compare(args)
+        commands = {"closed": cmd_closed, "replay": cmd_replay, "compare": cmd_compare}
+        return commands[args.command](args)
     except (EngineSpecError, ValueError) as exc:  # bad input: say which and why, no traceback
         parser.error(str(exc))
 

@@ -4,6 +4,11 @@ Conventions: times are seconds after the run's start. A token's time is the end 
 that produced it. Waiting is measured from arrival: queue wait runs to the start of the step
 that produced the request's first token (the step that admitted and prefilled it), TTFT to the
 end of that step. ITL is the gap between consecutive tokens of one request.
+
+A streaming engine's tokens (a server's, engines.bench.streaming) are timed by their arrival
+at the client instead (Run.token_times), and the server's queue is not visible: its queue wait
+is the client's sending delay (arrival to add_request), and the server's own queueing is
+inside TTFT.
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ from engines.bench.replay import Run
 from engines.bench.slo import SLO
 
 
+def _token_times(run: Run, rid: str, steps: list[int], ends: np.ndarray) -> np.ndarray:
+    """When each of the request's tokens came: its arrival where the engine streams, else the
+    end of the step that returned it."""
+    streamed = run.token_times.get(rid)
+    if streamed is not None:
+        return np.asarray(streamed, dtype=float)
+    return ends[steps] if steps else np.empty(0)
+
+
 def requests_frame(run: Run) -> pd.DataFrame:
     starts = np.array([s.start_s for s in run.steps])
     ends = np.array([s.end_s for s in run.steps])
@@ -25,9 +39,11 @@ def requests_frame(run: Run) -> pd.DataFrame:
     for arrival in run.trace.arrivals:
         rid = arrival.request_id + run.id_suffix
         steps = run.token_steps.get(rid, [])
-        times = ends[steps] if steps else np.empty(0)
+        times = _token_times(run, rid, steps, ends)
         gaps = np.diff(times)
         first = steps[0] if steps else None
+        admitted = (run.added_s.get(rid, np.nan) if rid in run.token_times
+                    else starts[first] if first is not None else np.nan)
         rows.append({
             "engine": run.engine,
             "request_id": arrival.request_id,
@@ -37,7 +53,7 @@ def requests_frame(run: Run) -> pd.DataFrame:
             "finish_reason": run.finish_reason.get(rid),
             "arrival_s": arrival.at_s,
             "added_s": run.added_s.get(rid, np.nan),
-            "admitted_s": starts[first] if first is not None else np.nan,
+            "admitted_s": admitted,
             "first_token_s": times[0] if len(times) else np.nan,
             "finish_s": times[-1] if len(times) else np.nan,
             "itl_mean_s": gaps.mean() if len(gaps) else np.nan,
@@ -58,15 +74,18 @@ def tokens_frame(run: Run) -> pd.DataFrame:
     index: list[np.ndarray] = []
     steps: list[np.ndarray] = []
     itl: list[np.ndarray] = []
+    times: list[np.ndarray] = []
     for arrival in run.trace.arrivals:
-        mine = np.asarray(run.token_steps.get(arrival.request_id + run.id_suffix, []),
-                          dtype=int)
+        rid = arrival.request_id + run.id_suffix
+        mine = np.asarray(run.token_steps.get(rid, []), dtype=int)
         if not len(mine):
             continue
+        at = _token_times(run, rid, list(mine), ends)
         ids.extend([arrival.request_id] * len(mine))
         index.append(np.arange(len(mine)))
         steps.append(mine)
-        itl.append(np.concatenate([[np.nan], np.diff(ends[mine])]))
+        times.append(at)
+        itl.append(np.concatenate([[np.nan], np.diff(at)]))
     columns = ["engine", "request_id", "index", "step", "time_s", "itl_s"]
     if not ids:
         return pd.DataFrame(columns=columns)
@@ -76,7 +95,7 @@ def tokens_frame(run: Run) -> pd.DataFrame:
         "request_id": ids,
         "index": np.concatenate(index),
         "step": step,
-        "time_s": ends[step],
+        "time_s": np.concatenate(times),
         "itl_s": np.concatenate(itl),
     })[columns]
 

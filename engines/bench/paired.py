@@ -9,6 +9,11 @@ them alike, and each engine's timeline is still open-loop (requests join when th
 time has passed on it, however busy the engine is). `between` gets a turn after every cycle of
 steps, on no engine's clock: the SLO's yardstick (engines.bench.yardstick) times the
 hardware there, so its timings meet the same slow spells as the engines' steps.
+
+Not a server: an engine that streams (engines.bench.streaming: it computes on its own clock and
+reports when tokens arrived) keeps computing while a paused EngineClock says no time passes,
+and a skipped idle gap is not waited for. Pairing it would distort its open-loop run, so it is
+driven alone, on the wall clock, after the others' paired run, with no `between` turns.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from collections.abc import Callable, Generator, Mapping
 
 from engines.bench.clocks import TimeSource
 from engines.bench.devices import Sync
-from engines.bench.replay import Clock, Run, drive, gc_paused
+from engines.bench.replay import Clock, Run, WallClock, drive, gc_paused
+from engines.bench.streaming import streams
 from engines.bench.traces import ArrivalTrace
 from engines.protocol import Engine
 
@@ -70,8 +76,10 @@ def run_paired(
     between: called before every cycle (each unfinished engine stepped once).
     time_source: what the default EngineClocks count (wall time unless given).
     """
-    clocks = clocks or {name: EngineClock(time_source or time.perf_counter)
-                        for name in engines}
+    alone = {name for name, engine in engines.items() if streams(engine)} if clocks is None \
+        else set()
+    clocks = clocks or {name: WallClock() if name in alone
+                        else EngineClock(time_source or time.perf_counter) for name in engines}
     runs: dict[str, Generator[None, None, Run]] = {
         name: drive(engine, traces[name], name=name, clock=clocks[name],
                     record_slots=record_slots, id_suffix=id_suffix, sync=sync,
@@ -80,7 +88,9 @@ def run_paired(
     }
     done: dict[str, Run] = {}
     with gc_paused():
-        _alternate(runs, clocks, done, between)
+        _alternate({n: r for n, r in runs.items() if n not in alone}, clocks, done, between)
+        for name in alone:
+            _alternate({name: runs[name]}, clocks, done, None)
     return {name: done[name] for name in engines}
 
 

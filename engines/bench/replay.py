@@ -4,7 +4,8 @@ Open loop: a request joins (add_request) as soon as its arrival time has passed,
 the engine is; the driver never waits for the engine to ask. Closed: the whole workload at
 t=0, 2 warm-up and 5 recorded runs, as in the serving series' continuous-batching part
 (docs/references.md). The engine is seen only through the protocol; slot tables are
-recorded when the engine offers them.
+recorded when the engine offers them. An engine that streams (a server) may report when each
+token arrived (engines.bench.streaming): on the wall clock, those instants are its token times.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from engines.bench.devices import Sync
+from engines.bench.streaming import token_times
 from engines.bench.traces import ArrivalTrace
 from engines.protocol import Engine
 
@@ -29,6 +31,8 @@ class Clock(Protocol):
 
 
 class WallClock:
+    is_perf_counter = True  # now() is time.perf_counter(): arrival instants map onto it
+
     def now(self) -> float:
         return time.perf_counter()
 
@@ -54,6 +58,10 @@ class Run:
     steps: list[StepTiming] = field(default_factory=list)
     added_s: dict[str, float] = field(default_factory=dict)  # when add_request was called
     token_steps: dict[str, list[int]] = field(default_factory=dict)  # step index per token
+    # A streaming engine's token arrival times (s after the start), where it reports them:
+    # they replace the end of the step that returned each token (engines.bench.metrics).
+    token_times: dict[str, list[float]] = field(default_factory=dict)
+    origin_s: float = 0.0  # the clock's reading at the start (WallClock: time.perf_counter())
     finish_reason: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0  # first arrival to the end of the last step
     step_s: float = 0.0  # inside engine.step()
@@ -145,7 +153,8 @@ def drive(
     pending = deque(trace.arrivals)
     waiting_first: dict[str, float] = {}  # added, no token yet -> added at (insertion-ordered)
     token_steps = run.token_steps
-    t0 = clock.now()
+    t0 = run.origin_s = clock.now()
+    streamed = token_times(engine, clock, t0)
     while True:
         # Compare absolute instants: (t0 + at) - t0 can round below `at`, and then a sleep
         # until t0 + at would never make the request due.
@@ -172,11 +181,16 @@ def drive(
         if sync is not None:
             sync()
         start = clock.now()
-        outputs = engine.step()
+        if streamed is not None:  # wait for tokens only until the next request is due
+            outputs = streamed.step(pending[0].at_s if pending else None)
+        else:
+            outputs = engine.step()
         if sync is not None:
             sync()
         end = clock.now()
         run.step_s += end - start
+        if streamed is not None:
+            streamed.record(outputs, run.token_times)
         index = len(run.steps)
         firsts = []
         n_tokens = 0

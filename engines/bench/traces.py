@@ -18,7 +18,7 @@ import numpy as np
 
 from engines.bench.draws import WorkItem
 
-Process = Literal["poisson", "gamma", "closed"]
+Process = Literal["poisson", "gamma", "closed", "constant"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +104,13 @@ def gamma(items: Sequence[WorkItem], rate: float, *, cv: float = 2.0, seed: int 
     shape = 1.0 / cv**2
     gaps = np.random.default_rng(seed).gamma(shape, 1.0 / shape, size=len(items)) / rate
     return _build(items, gaps, rate, "gamma", seed, tag)
+
+
+def constant(items: Sequence[WorkItem], rate: float, *, tag: str = "r") -> ArrivalTrace:
+    """Evenly spaced arrivals, 1/rate apart (GuideLLM's and vLLM's "constant" rate)."""
+    if rate <= 0:
+        raise ValueError(f"rate: must be > 0, got {rate}")
+    return _build(items, np.ones(len(items)), rate, "constant", 0, tag)
 
 
 def closed(items: Sequence[WorkItem], *, tag: str = "c") -> ArrivalTrace:

@@ -8,6 +8,10 @@ for at least one message, up to `stall_timeout` seconds, and then fails with `Se
 (a server that stalls or dies fails the call, never hangs it). `abort_request` closes the
 request's stream (the client disconnect servers act on) and owes its ABORT output.
 
+For the bench (docs/usage.md, "Streaming engines"): `arrival_times()` gives, for the latest
+step's outputs, when each token was read off the socket, and `step_by(deadline)` waits for a
+first message no later than `deadline`, so an open-loop driver sends its next request on time.
+
 What the suite cannot see over HTTP: when the server formed its batches (a step here is "what
 arrived since the last call", not a server iteration), slots and KV blocks, and anything of a
 request before its first token. Those checks skip, and say so.
@@ -104,6 +108,8 @@ class HTTPEngine:
         self.max_logprobs = None if max_logprobs is None else int(max_logprobs)
         self._book = RequestBook()
         self._tokens: dict[str, list[int]] = {}  # key -> tokens so far
+        self._times: dict[Hashable, list[float]] = {}  # the latest step's token arrivals
+        self._heard = time.perf_counter()  # the last message (or send): for step_by's stall
         self._client = StreamClient(self.url, connect_timeout=connect_timeout,
                                     stall_timeout=stall_timeout)
         weakref.finalize(self, self._client.close)
@@ -162,6 +168,7 @@ class HTTPEngine:
                               f"{self._log_hint()}") from exc
         if status.status == 200:
             self._tokens[key] = []
+            self._heard = time.perf_counter()
             return
         self._book.discard(request.request_id)
         message = _message(status.text)
@@ -181,25 +188,46 @@ class HTTPEngine:
         return self._book.has_work()
 
     def step(self) -> list[StepOutput]:
+        return self._step(self.stall_timeout)
+
+    def step_by(self, deadline: float) -> list[StepOutput]:
+        """step(), but waiting for a first message only until `deadline` (time.perf_counter());
+        may return nothing. A server silent for the stall timeout still fails."""
+        return self._step(max(0.0, deadline - time.perf_counter()), partial=True)
+
+    def arrival_times(self) -> dict[Hashable, list[float]]:
+        """For the latest step's outputs: per request, when each of its tokens arrived
+        (time.perf_counter(), one per token, in order)."""
+        return self._times
+
+    def _step(self, wait: float, partial: bool = False) -> list[StepOutput]:
         outputs = self._book.take_aborts()
+        self._times = {}
         arrivals: list[Arrival] = []
         if not outputs and self._book.live():
             try:
-                arrivals.append(self._client.arrivals.get(timeout=self.stall_timeout))
+                arrivals.append(self._client.arrivals.get(timeout=wait))
             except queue.Empty:
-                raise ServerStalled(
-                    f"{self.url}: nothing arrived for {self.stall_timeout} s while "
-                    f"{len(self._book.live())} request(s) are unfinished"
-                    f"{self._log_hint()}") from None
+                silent = time.perf_counter() - self._heard
+                if not partial or silent > self.stall_timeout:
+                    raise ServerStalled(
+                        f"{self.url}: nothing arrived for {silent:.1f} s while "
+                        f"{len(self._book.live())} request(s) are unfinished"
+                        f"{self._log_hint()}") from None
         while True:
             try:
                 arrivals.append(self._client.arrivals.get_nowait())
             except queue.Empty:
                 break
+        if arrivals:
+            self._heard = time.perf_counter()
         for arrival in arrivals:
             out = self._take(arrival)
             if out is not None:
                 outputs.append(out)
+                if out.token_ids:
+                    self._times.setdefault(out.request_id, []).extend(
+                        [arrival.at] * len(out.token_ids))
         return outputs
 
     def _take(self, arrival: Arrival) -> StepOutput | None:

@@ -13,9 +13,10 @@ import asyncio
 import json
 import queue
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -42,11 +43,13 @@ def loop() -> asyncio.AbstractEventLoop:
 @dataclass(frozen=True, slots=True)
 class Arrival:
     """One item of the queue: a message (data), the end of a stream (data None, error None),
-    or the failure that ended it."""
+    or the failure that ended it. `at`: when it was read off the socket, on
+    time.perf_counter() (the bench's token times: engines.bench.streaming)."""
 
     key: str
     data: Mapping[str, Any] | None = None
     error: BaseException | None = None
+    at: float = field(default_factory=time.perf_counter)
 
 
 @dataclass(frozen=True, slots=True)
