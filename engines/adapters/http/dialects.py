@@ -15,7 +15,7 @@ from engines.adapters.http.metrics import samples
 from engines.protocol import ALL_PARAMS, FinishReason, Load, Request
 
 __all__ = ["DIALECTS", "Dialect", "Event", "LlamaServer", "OpenAICompletions", "StreamedError",
-           "dialect_named", "vllm_load"]
+           "dialect_named", "vllm_counters", "vllm_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,10 @@ class Dialect(Protocol):
     # say (then the adapter has no LoadIntrospection and the drain check skips, saying so).
     def load(self, get_text: Callable[[str], str], source: str) -> Load | None: ...
 
+    # What the server's features did, cumulative (engines.protocol.Exercised's names, e.g.
+    # preemptions, prefix_cache_hit_tokens); None: it does not say. Same `get_text`.
+    def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None: ...
+
 
 # vLLM's Prometheus gauges, one sample per engine of a data-parallel server.
 VLLM_RUNNING = "vllm:num_requests_running"
@@ -79,6 +83,20 @@ def vllm_load(text: str, source: str) -> Load | None:
 def _token_id(key: str) -> int:
     # vLLM's return_tokens_as_token_ids renders a token as "token_id:<id>".
     return int(key.rpartition(":")[2])
+
+
+# vLLM's Prometheus counters (exposed with `_total`) -> engines.protocol.Exercised's names.
+VLLM_COUNTERS = {"vllm:num_preemptions_total": "preemptions",
+                 "vllm:prefix_cache_hits_total": "prefix_cache_hit_tokens"}
+
+
+def vllm_counters(text: str) -> dict[str, int] | None:
+    """Preemptions and prefix-cache hit tokens so far from vLLM's /metrics text (summed over
+    engines); None where neither is there."""
+    found = samples(text)
+    out = {ours: round(sum(found[name])) for name, ours in VLLM_COUNTERS.items()
+           if name in found}
+    return out or None
 
 
 class OpenAICompletions:
@@ -159,6 +177,9 @@ class OpenAICompletions:
     def load(self, get_text: Callable[[str], str], source: str) -> Load | None:
         return vllm_load(get_text("/metrics"), source + "/metrics")
 
+    def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None:
+        return vllm_counters(get_text("/metrics"))
+
 
 class LlamaServer:
     """llama.cpp's `POST /completion` with the prompt as token ids, streamed. It has no stop
@@ -223,6 +244,9 @@ class LlamaServer:
 
     def load(self, get_text: Callable[[str], str], source: str) -> Load | None:
         # Not mapped yet: llama-server's /metrics and /slots (the llama-server work).
+        return None
+
+    def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None:
         return None
 
 
