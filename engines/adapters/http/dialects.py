@@ -147,6 +147,10 @@ class OpenAICompletions:
         if not choices:  # a usage-only message
             return None
         choice = choices[0]
+        if "token_ids" not in choice and choice.get("text"):
+            # SGLang's and TGI's /v1/completions answer with text only: nothing to compare.
+            raise ValueError("token_ids: absent beside text: this server does not return "
+                             "token ids from /v1/completions (vLLM's return_token_ids)")
         tokens = tuple(int(t) for t in choice.get("token_ids") or ())
         finish = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
                   "abort": FinishReason.ABORT}.get(choice.get("finish_reason") or "")
