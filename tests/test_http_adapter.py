@@ -27,6 +27,7 @@ from engines.protocol import (  # noqa: E402
     FinishReason,
     InvalidRequest,
     KVIntrospection,
+    LoadIntrospection,
     Request,
     SamplingParams,
     SlotIntrospection,
@@ -372,6 +373,11 @@ def test_on_vllms_openai_server(launched: None) -> None:
     while server_busy(eng.url) != 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert server_busy(eng.url) == 0  # the closed stream aborted the request on the server
+    # The drain check's view: vLLM's own count, at rest, with its KV usage and counters.
+    assert isinstance(eng, LoadIntrospection)
+    load = eng.load()
+    assert (load.running, load.waiting, load.kv_usage) == (0, 0, 0.0), load
+    assert set(eng.exercised()) == {"preemptions", "prefix_cache_hit_tokens"}
     # vLLM refuses logprobs past its cap (20) only inside the stream: the factory declares
     # the cap, so the adapter refuses up front.
     (prompt,) = make_prompts([9], seed=4)
