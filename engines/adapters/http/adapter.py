@@ -151,22 +151,15 @@ class HTTPEngine:
 
     # -- set-up --------------------------------------------------------------------------------
     def _get(self, path: str, timeout: float) -> Any:
-        try:
-            response = httpx.get(self.url + path, timeout=timeout)
-        except httpx.HTTPError as exc:
-            raise ServerError(f"GET {self.url}{path} failed: {type(exc).__name__}: {exc}"
-                              f"{self._log_hint()}") from exc
-        if response.status_code != 200:
-            raise ServerError(f"GET {self.url}{path} returned {response.status_code}: "
-                              f"{response.text[:300]}{self._log_hint()}")
-        return response.json()
+        return json.loads(self._get_text(path, timeout))
 
     def _limits(self, timeout: float) -> dict[str, Any]:
         return dict(self.dialect.limits(lambda path: self._get(path, timeout)))
 
-    def _get_text(self, path: str) -> str:
+    def _get_text(self, path: str, timeout: float | None = None) -> str:
+        """The body of GET path; ServerError (naming the URL and the log) on anything else."""
         try:
-            response = httpx.get(self.url + path, timeout=self.stall_timeout)
+            response = httpx.get(self.url + path, timeout=timeout or self.stall_timeout)
         except httpx.HTTPError as exc:
             raise ServerError(f"GET {self.url}{path} failed: {type(exc).__name__}: {exc}"
                               f"{self._log_hint()}") from exc
