@@ -34,7 +34,7 @@ def test_a_url_spec_is_the_base_url_and_the_adapters_fields() -> None:
 
 @pytest.mark.parametrize("spec, message", [
     ("http://127.0.0.1:8000", "vocab_size: missing"),
-    ("http://127.0.0.1:8000?vocab_size=big", "vocab_size: 'big' is not a int"),
+    ("http://127.0.0.1:8000?vocab_size=big", "vocab_size: 'big' is not a whole number"),
     ("http://127.0.0.1:8000?vocab_size=0", "vocab_size: '0' is not positive"),
     ("http://127.0.0.1:8000?vocab_size=64&vocab=64", "vocab: '64': no such field"),
     ("http://127.0.0.1:8000?vocab_size=64&vocab_size=65", "vocab_size: given twice"),

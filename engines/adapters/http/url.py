@@ -64,7 +64,8 @@ def parse_url_spec(spec: str) -> tuple[str, dict[str, object]]:
         try:
             parsed = FIELDS[key](value)
         except ValueError:
-            raise ValueError(f"{key}: {value!r} is not a {FIELDS[key].__name__}") from None
+            kind = "whole number" if FIELDS[key] is int else "number"
+            raise ValueError(f"{key}: {value!r} is not a {kind}") from None
         if key in _POSITIVE and parsed <= 0:
             raise ValueError(f"{key}: {value!r} is not positive")
         if key in ("max_logprobs", "load_settle", "drain_timeout") and parsed < 0:
