@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import sys
 import threading
 import time
@@ -173,6 +175,8 @@ def serve(port: int = 0, state: State | None = None) -> tuple[ThreadingHTTPServe
 
 
 if __name__ == "__main__":  # a process: `PORT [START_DELAY [LEAK]]`, serving until killed
+    if os.environ.get("FAKE_IGNORE_SIGTERM"):  # as a server busy starting may
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if len(sys.argv) > 2:
         time.sleep(float(sys.argv[2]))  # a slow start
     leak = sys.argv[3] if len(sys.argv) > 3 else ""
