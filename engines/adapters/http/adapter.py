@@ -12,6 +12,10 @@ For the bench (docs/usage.md, "Streaming engines"): `arrival_times()` gives, for
 step's outputs, when each token was read off the socket, and `step_by(deadline)` waits for a
 first message no later than `deadline`, so an open-loop driver sends its next request on time.
 
+Where the server counts its own load (vLLM's /metrics: requests running and waiting, KV use),
+the adapter has LoadIntrospection and the suite's drain check asserts that the count returns
+to rest after each workload: leak detection on a live server. Elsewhere it lacks the protocol.
+
 What the suite cannot see over HTTP: when the server formed its batches (a step here is "what
 arrived since the last call", not a server iteration), slots and KV blocks, and anything of a
 request before its first token. Those checks skip, and say so.
@@ -24,15 +28,21 @@ import queue
 import re
 import time
 import weakref
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import httpx
 
 from engines.adapters.common.book import Live, RequestBook
-from engines.adapters.http.dialects import Dialect, Event, StreamedError, dialect_named
+from engines.adapters.http.dialects import (
+    Dialect,
+    Event,
+    StreamedError,
+    dialect_named,
+    vllm_load,
+)
 from engines.adapters.http.stream import Arrival, StreamClient
-from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput
+from engines.protocol import FinishReason, InvalidRequest, Load, Request, StepOutput
 
 __all__ = ["HTTPEngine", "RefusedInStream", "ServerError", "ServerStalled", "server_busy"]
 
@@ -66,8 +76,18 @@ class HTTPEngine:
     max_model_len, llama-server's /props), else from the arguments; `vocab_size` has no
     endpoint anywhere and must be given. `max_logprobs`: the most top logprobs the server
     gives (vLLM's --max-logprobs, 20 by default; it refuses more only inside the stream), refused
-    here above that. `log` names the server's log file for error messages.
+    here above that. `log` names the server's log file for error messages. `load_settle`:
+    how long the server's load report may lag the streams (the drain check waits that long).
+    `refuse_seeded`: why this server cannot take seeded sampled requests (a known crash): they
+    are refused with InvalidRequest naming `seed`, and `seeds` is declared an expected failure.
     """
+
+    # LoadIntrospection (engines.protocol): set in __init__ only where the server reports its
+    # load, so that an adapter over a server that cannot say does not seem to.
+    load: Callable[[], Load]
+    load_settle_s: float
+    # Exercised, likewise: only where the server counts what its features did.
+    exercised: Callable[[], dict[str, int]]
 
     def __init__(
         self,
@@ -82,6 +102,8 @@ class HTTPEngine:
         stall_timeout: float = 30.0,
         connect_timeout: float = 5.0,
         drain_timeout: float = 30.0,
+        load_settle: float = 10.0,
+        refuse_seeded: str | None = None,
         log: str | None = None,
     ) -> None:
         if not re.match(r"^https?://", url):
@@ -113,42 +135,88 @@ class HTTPEngine:
         self._client = StreamClient(self.url, connect_timeout=connect_timeout,
                                     stall_timeout=stall_timeout)
         weakref.finalize(self, self._client.close)
-        self.wait_drained(drain_timeout)
+        try:
+            reports = self._read_load() is not None
+        except ServerError:  # no such endpoint: the server does not say
+            reports = False
+        if reports:
+            self.load = self._load
+            self.load_settle_s = float(load_settle)
+        try:
+            counts = self.dialect.counters(self._get_text) is not None
+        except ServerError:
+            counts = False
+        if counts:
+            self.exercised = self._counters
+        self.refuse_seeded = refuse_seeded
+        self.expected_failed_checks: dict[str, str] = (
+            {"seeds": refuse_seeded} if refuse_seeded else {})
+        if drain_timeout > 0:  # 0: do not wait
+            self.wait_drained(drain_timeout)
         _live.add(self)
 
     # -- set-up --------------------------------------------------------------------------------
     def _get(self, path: str, timeout: float) -> Any:
+        return json.loads(self._get_text(path, timeout))
+
+    def _limits(self, timeout: float) -> dict[str, Any]:
+        return dict(self.dialect.limits(lambda path: self._get(path, timeout)))
+
+    def _get_text(self, path: str, timeout: float | None = None) -> str:
+        """The body of GET path; ServerError (naming the URL and the log) on anything else."""
         try:
-            response = httpx.get(self.url + path, timeout=timeout)
+            response = httpx.get(self.url + path, timeout=timeout or self.stall_timeout)
         except httpx.HTTPError as exc:
             raise ServerError(f"GET {self.url}{path} failed: {type(exc).__name__}: {exc}"
                               f"{self._log_hint()}") from exc
         if response.status_code != 200:
             raise ServerError(f"GET {self.url}{path} returned {response.status_code}: "
                               f"{response.text[:300]}{self._log_hint()}")
-        return response.json()
+        return response.text
 
-    def _limits(self, timeout: float) -> dict[str, Any]:
-        return dict(self.dialect.limits(lambda path: self._get(path, timeout)))
+    def _read_load(self) -> Load | None:
+        return self.dialect.load(self._get_text, self.url)
 
-    def wait_drained(self, timeout: float) -> None:
-        """Wait until the server runs nothing but this process's live adapters' requests (an
-        adapter dropped mid-run leaves requests the server may still be finishing). Read from
-        the server's Prometheus /metrics where it has vLLM's gauges; elsewhere unchecked."""
+    def _load(self) -> Load:
+        found = self._read_load()
+        if found is None:
+            raise ServerError(f"{self.url} stopped reporting its load ({self.dialect.name} "
+                              f"dialect), which it did when the adapter was made"
+                              f"{self._log_hint()}")
+        return found
+
+    def _counters(self) -> dict[str, int]:
+        return self.dialect.counters(self._get_text) or {}
+
+    def wait_drained(self, timeout: float) -> int:
+        """Wait up to `timeout` s until the server runs nothing but this process's live
+        adapters' requests (an adapter dropped mid-run leaves requests the server may still be
+        finishing); return how many others it still counts then (0: drained). Read from the
+        server's own load report where it has one (vLLM's /metrics); elsewhere 0, unchecked.
+
+        A server that never drains is not refused here: with LoadIntrospection the drain
+        check reports it, by name, after the adapter's first workload."""
         deadline = time.monotonic() + timeout
         while True:
             ours = sum(len(e._book.live()) for e in list(_live)
                        if e is not self and e.url == self.url)
-            busy = server_busy(self.url)
+            try:
+                load = self._read_load()
+            except ServerError:
+                load = None
+            busy = None if load is None else load.running + load.waiting
             if busy is None or busy <= ours:
-                return
+                return 0
             if time.monotonic() > deadline:
-                raise ServerError(f"{self.url} still runs {busy} request(s) after {timeout} s, "
-                                  f"{ours} of them this process's: not drained{self._log_hint()}")
+                return busy - ours
             time.sleep(0.1)
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
+        p = request.params
+        if self.refuse_seeded and p.seed is not None and p.temperature > 0:
+            raise InvalidRequest(f"seed: {p.seed!r} is not supported by {self.url}: "
+                                 f"{self.refuse_seeded}")
         logprobs = request.params.logprobs
         if (self.max_logprobs is not None and isinstance(logprobs, int)
                 and logprobs > self.max_logprobs):
@@ -296,9 +364,6 @@ def _message(text: str) -> str:
     return text[:500]
 
 
-_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-
-
 def server_busy(url: str, timeout: float = 5.0) -> int | None:
     """Requests the server runs or queues, from vLLM's Prometheus gauges on /metrics; None
     where the server has no such metrics."""
@@ -308,10 +373,5 @@ def server_busy(url: str, timeout: float = 5.0) -> int | None:
         return None
     if response.status_code != 200:
         return None
-    total, seen = 0.0, False
-    for line in response.text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in _GAUGES:
-            total += float(line.rsplit(" ", 1)[1])
-            seen = True
-    return int(total) if seen else None
+    load = vllm_load(response.text, url)
+    return None if load is None else load.running + load.waiting

@@ -7,14 +7,15 @@ rest the same way for every server.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engines.protocol import ALL_PARAMS, FinishReason, Request
+from engines.adapters.http.metrics import samples
+from engines.protocol import ALL_PARAMS, FinishReason, Load, Request
 
 __all__ = ["DIALECTS", "Dialect", "Event", "LlamaServer", "OpenAICompletions", "StreamedError",
-           "dialect_named"]
+           "dialect_named", "vllm_counters", "vllm_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +50,53 @@ class Dialect(Protocol):
 
     def limits(self, get: Any) -> dict[str, Any]: ...  # from the server's own endpoints
 
+    # The server's own count of its load (engines.protocol.Load), from its endpoints:
+    # `get_text(path)` is the body of GET path (an error raises). None: this server does not
+    # say (then the adapter has no LoadIntrospection and the drain check skips, saying so).
+    def load(self, get_text: Callable[[str], str], source: str) -> Load | None: ...
+
+    # What the server's features did, cumulative (engines.protocol.Exercised's names, e.g.
+    # preemptions, prefix_cache_hit_tokens); None: it does not say. Same `get_text`.
+    def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None: ...
+
+
+# vLLM's Prometheus gauges, one sample per engine of a data-parallel server.
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the newer name first
+
+
+def vllm_load(text: str, source: str) -> Load | None:
+    """A Load from vLLM's /metrics text; None where its request gauges are absent (SGLang,
+    TGI: their gauges have other names and meanings, not mapped here)."""
+    found = samples(text)
+    if VLLM_RUNNING not in found or VLLM_WAITING not in found:
+        return None
+    kv = next((found[name] for name in VLLM_KV if name in found), None)
+    # Usage is a fraction per engine (evictable prefix-cache blocks count free); the mean
+    # over engines is the fraction of their pooled blocks where the pools are equal.
+    return Load(running=round(sum(found[VLLM_RUNNING])),
+                waiting=round(sum(found[VLLM_WAITING])),
+                kv_usage=sum(kv) / len(kv) if kv else None, source=source)
+
 
 def _token_id(key: str) -> int:
     # vLLM's return_tokens_as_token_ids renders a token as "token_id:<id>".
     return int(key.rpartition(":")[2])
+
+
+# vLLM's Prometheus counters (exposed with `_total`) -> engines.protocol.Exercised's names.
+VLLM_COUNTERS = {"vllm:num_preemptions_total": "preemptions",
+                 "vllm:prefix_cache_hits_total": "prefix_cache_hit_tokens"}
+
+
+def vllm_counters(text: str) -> dict[str, int] | None:
+    """Preemptions and prefix-cache hit tokens so far from vLLM's /metrics text (summed over
+    engines); None where neither is there."""
+    found = samples(text)
+    out = {ours: round(sum(found[name])) for name, ours in VLLM_COUNTERS.items()
+           if name in found}
+    return out or None
 
 
 class OpenAICompletions:
@@ -103,6 +147,10 @@ class OpenAICompletions:
         if not choices:  # a usage-only message
             return None
         choice = choices[0]
+        if "token_ids" not in choice and choice.get("text"):
+            # SGLang's and TGI's /v1/completions answer with text only: nothing to compare.
+            raise ValueError("token_ids: absent beside text: this server does not return "
+                             "token ids from /v1/completions (vLLM's return_token_ids)")
         tokens = tuple(int(t) for t in choice.get("token_ids") or ())
         finish = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
                   "abort": FinishReason.ABORT}.get(choice.get("finish_reason") or "")
@@ -129,6 +177,12 @@ class OpenAICompletions:
         if first.get("max_model_len"):  # vLLM's extension of the model card
             found["max_model_len"] = int(first["max_model_len"])
         return found
+
+    def load(self, get_text: Callable[[str], str], source: str) -> Load | None:
+        return vllm_load(get_text("/metrics"), source + "/metrics")
+
+    def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None:
+        return vllm_counters(get_text("/metrics"))
 
 
 class LlamaServer:
@@ -191,6 +245,13 @@ class LlamaServer:
         if props.get("total_slots"):
             found["max_concurrency"] = int(props["total_slots"])
         return found
+
+    def load(self, get_text: Callable[[str], str], source: str) -> Load | None:
+        # Not mapped yet: llama-server's /metrics and /slots (the llama-server work).
+        return None
+
+    def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None:
+        return None
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAICompletions(), LlamaServer())}

@@ -4,9 +4,10 @@
 its output to a log file, and waits for its health endpoint (a timeout, or the process
 exiting, is an error quoting the log's tail). Every launched server is stopped by its process
 group (SIGTERM, then SIGKILL) by `stop`, by `stop_all` at interpreter exit (atexit), and, on
-Linux, by the kernel if this process dies without running atexit (PR_SET_PDEATHSIG on the
-server's own process; servers that fork workers also watch their parent). Tests add a fixture
-finalizer calling `stop_all` so a session stops its servers as it ends.
+Linux, by the guard (guard.py, the group's leader, the server its child) once this process
+is gone without running atexit: it polls its parent, and the kernel's parent-death signal
+reaches it too; it SIGTERMs the server and SIGKILLs the group after a grace period. Tests add
+a fixture finalizer calling `stop_all` so a session stops its servers as it ends.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import httpx
 __all__ = ["LaunchError", "Server", "free_port", "launch", "running", "stop_all"]
 
 HOST = "127.0.0.1"
+GRACE = 10.0  # seconds a server has to exit on SIGTERM before its group is killed
 PORT = "{port}"  # stands for the free port in a launch command
 
 
@@ -127,8 +129,12 @@ def launch(argv: Sequence[str], *, health: str = "/health", timeout: float = 600
     url = f"http://{HOST}:{port}"
     start = time.monotonic()
     with open(log, "wb") as out:
+        # Under the guard (guard.py): it takes the server's whole group down once this
+        # process is gone, which a server still loading its model may not do on its own.
+        guarded = (sys.executable, str(Path(__file__).with_name("guard.py")), str(os.getpid()),
+                   str(GRACE), "--", *args)
         process = subprocess.Popen(
-            args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            guarded, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})}, start_new_session=True,
             preexec_fn=_die_with_parent())
     server = Server(url, process, log, 0.0, args)
