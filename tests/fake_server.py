@@ -133,9 +133,11 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.flush()
                     self.connection.close()
                     return
+                # Stamped before the write: once written, the client may read the message
+                # before this thread runs again, and a stamp after it would come too late.
+                times.append(time.perf_counter())
                 self.wfile.write(f"data: {message}\n\n".encode())
                 self.wfile.flush()
-                times.append(time.perf_counter())
                 time.sleep(s.delay)
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()

@@ -4,6 +4,7 @@ whole suite pointed at fake servers by URL (engine and reference), the drain che
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -99,7 +100,10 @@ def _suite(engine: str, reference: str, *extra: str) -> subprocess.CompletedProc
          "--engine", engine, "--reference-engine", reference, "-p", "no:cacheprovider",
          "-p", "no:xdist", "-q", "--hypothesis-profile=batching-dev",
          "-k", "drain", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        # Not this run's xdist variables: the child is one process, and a URL factory
+        # refuses to run under several workers.
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")})
 
 
 @pytest.fixture
