@@ -228,11 +228,27 @@ def test_the_llama_dialect(fake: tuple[str, State]) -> None:
     eng = engine_at(url, dialect="llama")
     assert (eng.max_model_len, eng.max_concurrency) == (fake_server.MAX_MODEL_LEN, 3)  # /props
     assert "stop_token_ids" not in eng.supported_sampling
+    assert eng.logprobs_of == "raw"  # n_probs without post_sampling_probs
     request = Request((5, 6), SamplingParams(max_tokens=3))
     assert drain(eng, [request])[request.request_id] == (continuation([5, 6], 3),
                                                          FinishReason.LENGTH)
     (body,) = state.bodies
     assert body["n_predict"] == 3 and body["return_tokens"] and not body["cache_prompt"]
+    assert "n_probs" not in body
+    # Logprobs: each token's top ones from its completion_probabilities.
+    request = Request((5, 6), SamplingParams(max_tokens=2, logprobs=2))
+    eng.add_request(request)
+    outs = [o for _ in range(50) if eng.has_work() for o in eng.step()]
+    tops = [m for o in outs for m in o.top_logprobs or ()]
+    tokens = [t for o in outs for t in o.token_ids]
+    assert tokens == continuation([5, 6], 2) and state.bodies[-1]["n_probs"] == 2
+    assert [sorted(m) for m in tops] == [sorted({t, (t + 1) % fake_server.VOCAB})
+                                         for t in tokens]
+    # The cache_prompt variant differs in that field only.
+    cached = engine_at(url, dialect="llama-cache-prompt")
+    request = Request((5, 6), SamplingParams(max_tokens=3))
+    assert drain(cached, [request])[request.request_id][0] == continuation([5, 6], 3)
+    assert state.bodies[-1] == {**state.bodies[0], "cache_prompt": True}
 
 
 def test_from_env_reads_the_url_and_says_what_is_missing(

@@ -134,17 +134,26 @@ class OpenAICompletions:
 class LlamaServer:
     """llama.cpp's `POST /completion` with the prompt as token ids, streamed. It has no stop
     token ids (its stops are strings): stop_token_ids is not declared, so the suite sends none.
-    Written from llama-server's documented API and tested on the fake server only (no
-    llama-server is built here)."""
+    Checked against llama-server built from llama.cpp b8XXX (ci/llama-server-env.sh):
+    tokens come one per partial message; the final message (`stop: true`, its `stop_type`)
+    carries none; `n_probs` gives `completion_probabilities` with each token's `logprob` and
+    its `top_logprobs`, of the raw distribution (softmax of the logits; llama.cpp's
+    post_sampling_probs, not sent, would give them after its sampler chain).
 
-    name = "llama"
+    cache_prompt: whether a slot may reuse the KV of its previous prompt's common prefix
+    (dialect "llama-cache-prompt"); off in "llama", so nothing carries over between requests.
+    """
+
     path = "/completion"
     health_path = "/health"
     supported_sampling = frozenset({
         "max_tokens", "temperature", "seed", "logprobs", "top_k", "top_p", "min_p",
         "repetition_penalty", "presence_penalty", "frequency_penalty"})
-    # n_probs are probabilities after llama.cpp's sampler chain.
-    logprobs_of = "processed"
+    logprobs_of = "raw"
+
+    def __init__(self, *, cache_prompt: bool = False) -> None:
+        self.cache_prompt = cache_prompt
+        self.name = "llama-cache-prompt" if cache_prompt else "llama"
 
     def body(self, request: Request, model: str | None) -> dict[str, Any]:
         p = request.params
@@ -154,7 +163,7 @@ class LlamaServer:
             "temperature": float(p.temperature),
             "stream": True,
             "return_tokens": True,
-            "cache_prompt": False,
+            "cache_prompt": self.cache_prompt,
             "ignore_eos": True,
             "top_k": int(p.top_k),
             "top_p": float(p.top_p),
@@ -175,12 +184,22 @@ class LlamaServer:
         tokens = tuple(int(t) for t in data.get("tokens") or ())
         finish = None
         if data.get("stop"):
-            kind = data.get("stop_type") or "limit"
+            kind = data.get("stop_type") or "none"
             if kind != "limit":
                 raise ValueError(f"stop_type: {kind!r}: llama-server stopped on its own "
-                                 "(eos or a stop word), which the adapter never asks for")
+                                 "(eos, a stop word, or none: cut short), which the adapter "
+                                 "never asks for")
             finish = FinishReason.LENGTH
-        return Event(tokens, finish)
+        tops = sampled = None
+        probs = data.get("completion_probabilities")
+        if probs and tokens:
+            tops = tuple({int(e["id"]): float(e["logprob"]) for e in p.get("top_logprobs") or ()}
+                         for p in probs)
+            sampled = tuple(float(p["logprob"]) for p in probs)
+            if len(tops) != len(tokens):
+                raise ValueError(f"completion_probabilities: {len(tops)} entries for "
+                                 f"{len(tokens)} tokens in one message")
+        return Event(tokens, finish, tops, sampled)
 
     def limits(self, get: Any) -> dict[str, Any]:
         props = get("/props")
@@ -193,7 +212,8 @@ class LlamaServer:
         return found
 
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAICompletions(), LlamaServer())}
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (
+    OpenAICompletions(), LlamaServer(), LlamaServer(cache_prompt=True))}
 
 
 def dialect_named(name: str) -> Dialect:
