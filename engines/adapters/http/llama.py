@@ -115,7 +115,9 @@ def llama_server_process(preset: str = "tiny", *, seed: int = 0, slots: int = 4,
         # -c is the whole KV cache; each slot gets ctx tokens of it.
         "-c", str(ctx * slots), "--parallel", str(slots), "--no-kv-unified",
         # One thread: the machine's other core belongs to the benchmarks (and the reference).
-        "-t", "1", "-tb", "1", "--seed", str(seed), "--no-webui", *extra,
+        "-t", "1", "-tb", "1", "--seed", str(seed), "--no-webui",
+        # /metrics and /slots: what the server says it runs (the drain check reads them).
+        "--metrics", "--slots", *extra,
     ]
     timeout = float(os.environ.get(START_TIMEOUT) or 300)
     server = launch(argv, timeout=timeout, name=f"llama-server-{preset}")
