@@ -22,6 +22,8 @@ __all__ = [
     "FinishReason",
     "InvalidRequest",
     "KVIntrospection",
+    "Load",
+    "LoadIntrospection",
     "Request",
     "SamplingParams",
     "SlotIntrospection",
@@ -190,3 +192,34 @@ class Exercised(Protocol):
     cannot give is absent, never zero."""
 
     def exercised(self) -> Mapping[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """An engine's own count of its load at one moment (a server's, from its metrics).
+
+    kv_usage is the fraction (0..1) of the KV pool that requests hold; cache kept only for
+    reuse and evictable (a prefix cache, a slot's prompt kept under llama-server's
+    cache_prompt) counts as free, as KVIntrospection counts it. None: not reported.
+    """
+
+    running: int  # requests being computed
+    waiting: int  # requests accepted and queued, not running yet
+    kv_usage: float | None = None
+    source: str = ""  # where it was read, for messages (e.g. "http://127.0.0.1:8000/metrics")
+
+
+@runtime_checkable
+class LoadIntrospection(Protocol):
+    """Optional, for engines the suite cannot look inside (servers over HTTP): their own
+    count of what they run. Enables the `drain` check: once has_work() is False, the engine
+    reports nothing running or waiting and kv_usage back to what it was before the workload,
+    within load_settle_s seconds (a server updates its metrics on its own clock).
+
+    The counts are the whole engine's: a server that other clients use at the same time
+    cannot be judged this way (the check would blame it for their requests).
+    """
+
+    load_settle_s: float  # how long after the drain the report may lag
+
+    def load(self) -> Load: ...

@@ -6,7 +6,11 @@ one message per token, `delay` seconds apart. Prompts whose first token is a tri
 REFUSE -> 400 with a JSON error, LATE -> 200 and then an error message in the stream (as vLLM
 refuses what its engine validates), STALL -> one token then silence, DIE -> one token then the
 connection closes mid-stream. /v1/models gives max_model_len, /metrics vLLM's gauges
-(requests in flight, plus `leftover`), /props llama-server's limits.
+(requests in flight, plus `leftover`; KV usage 0.05 per request in flight), /props
+llama-server's limits.
+
+Planted leaks for the drain check (`State.leak`): "running" leaves every request that
+finished counted as running; "kv" leaves 0.01 of KV usage behind per finished request.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ class State:
     in_flight: int = 0
     leftover: int = 0  # requests /metrics claims besides those in flight
     disconnects: int = 0  # streams the client closed before their end
+    triggers: bool = True  # off: every prompt is served (the suite draws every token id)
+    leak: str = ""  # "", "running" or "kv": what a finished request leaves behind
+    stuck: int = 0  # finished requests still counted as running (leak "running")
+    kv_leaked: float = 0.0  # KV usage finished requests left behind (leak "kv")
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -66,8 +74,12 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {"default_generation_settings": {"n_ctx": MAX_MODEL_LEN},
                              "total_slots": 3})
         elif self.path == "/metrics":
-            raw = (f'vllm:num_requests_running{{model_name="fake"}} {float(s.in_flight)}\n'
-                   f'vllm:num_requests_waiting{{model_name="fake"}} {float(s.leftover)}\n')
+            kv = min(1.0, 0.05 * s.in_flight + s.kv_leaked)
+            raw = ("# HELP vllm:num_requests_running Number of requests in model execution.\n"
+                   f'vllm:num_requests_running{{model_name="fake"}} '
+                   f'{float(s.in_flight + s.stuck)}\n'
+                   f'vllm:num_requests_waiting{{model_name="fake"}} {float(s.leftover)}\n'
+                   f'vllm:kv_cache_usage_perc{{engine="0",model_name="fake"}} {kv}\n')
             self.send_response(200)
             self.send_header("Content-Length", str(len(raw)))
             self.end_headers()
@@ -81,10 +93,11 @@ class Handler(BaseHTTPRequestHandler):
         with s.lock:
             s.bodies.append(body)
         prompt = [int(t) for t in body["prompt"]]
+        first = prompt[0] if s.triggers else -1
         if self.path not in ("/v1/completions", "/completion"):
             self._json(404, {"error": {"message": f"no {self.path}"}})
             return
-        if prompt[0] == REFUSE:
+        if first == REFUSE:
             self._json(400, {"error": {"message": REFUSAL, "type": "BadRequestError"}})
             return
         self.send_response(200)
@@ -92,7 +105,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")  # the stream ends with the connection
         self.end_headers()
         self.close_connection = True
-        if prompt[0] == LATE:
+        if first == LATE:
             error = {"error": {"message": REFUSAL, "type": "BadRequestError", "code": 400}}
             self.wfile.write(f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode())
             self.wfile.flush()
@@ -103,9 +116,9 @@ class Handler(BaseHTTPRequestHandler):
             messages = (self._openai(prompt, body) if self.path == "/v1/completions"
                         else self._llama(prompt, body))
             for i, message in enumerate(messages):
-                if i == 1 and prompt[0] == STALL:
+                if i == 1 and first == STALL:
                     time.sleep(3600)
-                if i == 1 and prompt[0] == DIE:
+                if i == 1 and first == DIE:
                     self.wfile.flush()
                     self.connection.close()
                     return
@@ -114,6 +127,9 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(s.delay)
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+            with s.lock:
+                s.stuck += s.leak == "running"
+                s.kv_leaked += 0.01 * (s.leak == "kv")
         except (BrokenPipeError, ConnectionResetError):
             with s.lock:
                 s.disconnects += 1
@@ -163,9 +179,10 @@ def serve(port: int = 0, state: State | None = None) -> tuple[ThreadingHTTPServe
     return server, state
 
 
-if __name__ == "__main__":  # a process for the launcher: serve until killed
+if __name__ == "__main__":  # a process: `PORT [START_DELAY [LEAK]]`, serving until killed
     if len(sys.argv) > 2:
         time.sleep(float(sys.argv[2]))  # a slow start
-    httpd, _ = serve(int(sys.argv[1]))
+    leak = sys.argv[3] if len(sys.argv) > 3 else ""
+    httpd, _ = serve(int(sys.argv[1]), State(leak=leak, triggers=not leak))
     print(f"serving on {httpd.server_address[1]}", flush=True)
     threading.Event().wait()

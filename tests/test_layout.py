@@ -140,6 +140,7 @@ SHIMS = {
     "engines.adapters.hf_continuous": "engines.adapters.hf.continuous",
     "engines.adapters.hf_variants": "engines.adapters.hf.variants",
     "engines.adapters.vllm_variants": "engines.adapters.vllm.variants",
+    "engines.adapters.http_variants": "engines.adapters.http.variants",
     "engines.adapters.openvino_variants": "engines.adapters.openvino.variants",
     "engines.adapters.ortgenai_variants": "engines.adapters.ortgenai.variants",
     "engines.adapters.ct2_variants": "engines.adapters.ct2.variants",

@@ -19,10 +19,19 @@ from typing import Any, Literal
 
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
-from engines.testing.properties import Judge, kv, logprobs, parity, requests, seeds, slots
+from engines.testing.properties import (
+    Judge,
+    drain,
+    kv,
+    logprobs,
+    parity,
+    requests,
+    seeds,
+    slots,
+)
 from engines.testing.recorder import Trace
 
-__all__ = ["CHECKS", "KV", "PROPERTIES", "REFERENCE", "REGISTRY", "SLOTS", "SLOT_CHECKS",
+__all__ = ["CHECKS", "KV", "LOAD", "PROPERTIES", "REFERENCE", "REGISTRY", "SLOTS", "SLOT_CHECKS",
            "VARIANTS", "Applicability", "Check", "Draws", "Given", "Need", "Property",
            "applicability", "catalogue", "check_named", "draws_sampling"]
 
@@ -58,6 +67,9 @@ SLOTS = Need("slot introspection", lambda g: g.limits.max_batch_size is not None
              "{check} needs engines.protocol.SlotIntrospection")
 KV = Need("KV introspection", lambda g: g.limits.kv,
           "{check} needs engines.protocol.KVIntrospection")
+LOAD = Need("load introspection", lambda g: g.limits.load,
+            "{check} needs engines.protocol.LoadIntrospection (a server's own count of "
+            "running requests and KV use, e.g. vLLM's /metrics)")
 REFERENCE = Need("a reference engine", lambda g: g.reference,
                  "no reference engine given (--reference-engine MODULE:CALLABLE, e.g. "
                  "engines.sequential:SequentialEngine over the same weights)")
@@ -127,6 +139,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("zero_waste", slots.check_zero_waste, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("work_conservation", slots.check_work_conservation, needs=(SLOTS,)),
     Check("kv_accounting", kv.check_kv_accounting, needs=(KV,)),
+    Check("drain", drain.check_drain, needs=(LOAD,)),
     Check("stateful", None),
 )
 

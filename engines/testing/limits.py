@@ -9,6 +9,7 @@ from engines.protocol import (
     Abortable,
     Engine,
     KVIntrospection,
+    LoadIntrospection,
     SlotIntrospection,
     supported_sampling,
 )
@@ -36,6 +37,7 @@ class EngineLimits:
     kv_blocks: int | None = None  # blocks in its pool, likewise
     abortable: bool = False
     kv: bool = False  # the engine has KVIntrospection
+    load: bool = False  # the engine has LoadIntrospection
     sampling: bool = True  # draw sampled requests (off when the engine declares no seeds)
     logprobs: int = 0  # top candidates every request asks for (tie-aware parity)
     # SamplingParams fields drawn away from their defaults: those every engine compared
@@ -61,6 +63,7 @@ class EngineLimits:
             "kv_blocks": int(engine.kv_total_blocks) if kv else None,  # type: ignore[attr-defined]
             "abortable": isinstance(engine, Abortable),
             "kv": kv,
+            "load": isinstance(engine, LoadIntrospection),
             "sampling_fields": supported_sampling(engine),
         }
         fields.update(overrides)

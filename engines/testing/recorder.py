@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ from engines.protocol import (
     Engine,
     Exercised,
     KVIntrospection,
+    Load,
+    LoadIntrospection,
     Request,
     SlotIntrospection,
     StepOutput,
@@ -26,8 +29,8 @@ from engines.testing.crash import EngineCrashed, call_engine, step_deadline
 from engines.testing.workload import Abort, BadRequest, Workload
 
 __all__ = [
-    "EngineCrashed", "Recorder", "StepRecord", "Trace", "is_drained", "run_workload",
-    "step_deadline",  # from engines.testing.crash, where crashes are described
+    "EngineCrashed", "Recorder", "StepRecord", "Trace", "is_drained", "load_left",
+    "run_workload", "step_deadline",  # from engines.testing.crash, where crashes are described
 ]
 
 _serial = itertools.count()
@@ -73,6 +76,11 @@ class Trace:
     finished_at: dict[Hashable, int] = field(default_factory=dict)  # first finishing output
     stalled: bool = False
     kv_after_drain: KVSnapshot | None = None  # once has_work() said False
+    # LoadIntrospection: the engine's own count before the workload, and once has_work() said
+    # False (after waiting up to its load_settle_s for the count to come to rest).
+    load_before: Load | None = None
+    load_after_drain: Load | None = None
+    load_waited_s: float = 0.0
     exercised: dict[str, int] = field(default_factory=dict)  # engine counters' change
 
     def tokens(self, rid: Hashable) -> list[int]:
@@ -97,6 +105,7 @@ class Recorder:
         self.deadline = deadline
         self.slots = isinstance(engine, SlotIntrospection)
         self.kv = isinstance(engine, KVIntrospection)
+        self.load = isinstance(engine, LoadIntrospection)
         size = int(engine.max_batch_size) if self.slots else None  # type: ignore[attr-defined]
         self.trace = Trace(Workload((), ()), self.slots, size, int(engine.vocab_size))
         self.serial = next(_serial)
@@ -111,6 +120,8 @@ class Recorder:
         self.holders: frozenset[Hashable] = frozenset()
         self.k = 0  # index of the next step() call
         self.counters0 = self._counters()
+        if self.load:
+            self.trace.load_before = self.call("load()", engine.load)  # type: ignore[attr-defined]
 
     def _counters(self) -> dict[str, int]:
         if not isinstance(self.engine, Exercised):
@@ -253,6 +264,22 @@ class Recorder:
             cached={self.to_display.get(r, r): int(n) for r, n in dict(cached).items()},
         )
 
+    def _load_at_rest(self) -> None:
+        """Poll the engine's own load until it reports nothing left (load_left), or until
+        its load_settle_s passed: a server's count lags its streams. The last report is
+        recorded; the drain check judges it."""
+        eng: Any = self.engine
+        before = self.trace.load_before
+        settle = float(eng.load_settle_s)
+        start = time.monotonic()
+        while True:
+            now = self.call("load()", eng.load)
+            waited = time.monotonic() - start
+            if before is None or load_left(before, now) is None or waited >= settle:
+                break
+            time.sleep(min(0.05, max(settle - waited, 0.0)))
+        self.trace.load_after_drain, self.trace.load_waited_s = now, waited
+
     def drain(self, bound: int) -> Trace:
         """Step until every request finished (or the bound), then watch the engine settle."""
         while self.unfinished:
@@ -277,6 +304,8 @@ class Recorder:
             self.step()
         if self.kv and not self.call("has_work()", self.engine.has_work):
             self.trace.kv_after_drain = self.kv_snapshot()
+        if self.load and not self.call("has_work()", self.engine.has_work):
+            self._load_at_rest()
         after = self._counters()
         self.trace.exercised = {k: v - self.counters0.get(k, 0) for k, v in after.items()}
         self.workload()
@@ -303,6 +332,25 @@ def run_workload(engine: Engine, w: Workload, *, deadline: float | None = 60.0) 
     trace = rec.drain(bound)
     trace.workload = w  # the original, with its label and event order
     return trace
+
+
+# KV use compared with its value before the workload: equal, up to float noise.
+KV_USAGE_SLACK = 1e-9
+
+
+def load_left(before: Load, after: Load) -> str | None:
+    """What a drained engine's own load report still shows, compared with before the
+    workload (None: nothing): requests running or waiting, or KV use above its earlier value."""
+    left = []
+    if after.running:
+        left.append(f"{after.running} request(s) running")
+    if after.waiting:
+        left.append(f"{after.waiting} request(s) waiting")
+    if (after.kv_usage is not None and before.kv_usage is not None
+            and after.kv_usage > before.kv_usage + KV_USAGE_SLACK):
+        left.append(f"KV usage {after.kv_usage:.6g}, above its {before.kv_usage:.6g} before "
+                    "the workload")
+    return "; ".join(left) or None
 
 
 def is_drained(engine: Engine) -> bool:

@@ -8,6 +8,10 @@ for at least one message, up to `stall_timeout` seconds, and then fails with `Se
 (a server that stalls or dies fails the call, never hangs it). `abort_request` closes the
 request's stream (the client disconnect servers act on) and owes its ABORT output.
 
+Where the server counts its own load (vLLM's /metrics: requests running and waiting, KV use),
+the adapter has LoadIntrospection and the suite's drain check asserts that the count returns
+to rest after each workload: leak detection on a live server. Elsewhere it lacks the protocol.
+
 What the suite cannot see over HTTP: when the server formed its batches (a step here is "what
 arrived since the last call", not a server iteration), slots and KV blocks, and anything of a
 request before its first token. Those checks skip, and say so.
@@ -20,15 +24,21 @@ import queue
 import re
 import time
 import weakref
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import httpx
 
 from engines.adapters.common.book import Live, RequestBook
-from engines.adapters.http.dialects import Dialect, Event, StreamedError, dialect_named
+from engines.adapters.http.dialects import (
+    Dialect,
+    Event,
+    StreamedError,
+    dialect_named,
+    vllm_load,
+)
 from engines.adapters.http.stream import Arrival, StreamClient
-from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput
+from engines.protocol import FinishReason, InvalidRequest, Load, Request, StepOutput
 
 __all__ = ["HTTPEngine", "RefusedInStream", "ServerError", "ServerStalled", "server_busy"]
 
@@ -62,8 +72,14 @@ class HTTPEngine:
     max_model_len, llama-server's /props), else from the arguments; `vocab_size` has no
     endpoint anywhere and must be given. `max_logprobs`: the most top logprobs the server
     gives (vLLM's --max-logprobs, 20 by default; it refuses more only inside the stream), refused
-    here above that. `log` names the server's log file for error messages.
+    here above that. `log` names the server's log file for error messages. `load_settle`:
+    how long the server's load report may lag the streams (the drain check waits that long).
     """
+
+    # LoadIntrospection (engines.protocol): set in __init__ only where the server reports its
+    # load, so that an adapter over a server that cannot say does not seem to.
+    load: Callable[[], Load]
+    load_settle_s: float
 
     def __init__(
         self,
@@ -78,6 +94,7 @@ class HTTPEngine:
         stall_timeout: float = 30.0,
         connect_timeout: float = 5.0,
         drain_timeout: float = 30.0,
+        load_settle: float = 10.0,
         log: str | None = None,
     ) -> None:
         if not re.match(r"^https?://", url):
@@ -107,7 +124,15 @@ class HTTPEngine:
         self._client = StreamClient(self.url, connect_timeout=connect_timeout,
                                     stall_timeout=stall_timeout)
         weakref.finalize(self, self._client.close)
-        self.wait_drained(drain_timeout)
+        try:
+            reports = self._read_load() is not None
+        except ServerError:  # no such endpoint: the server does not say
+            reports = False
+        if reports:
+            self.load = self._load
+            self.load_settle_s = float(load_settle)
+        if drain_timeout > 0:  # 0: do not wait (a server known to hold others' requests)
+            self.wait_drained(drain_timeout)
         _live.add(self)
 
     # -- set-up --------------------------------------------------------------------------------
@@ -125,15 +150,41 @@ class HTTPEngine:
     def _limits(self, timeout: float) -> dict[str, Any]:
         return dict(self.dialect.limits(lambda path: self._get(path, timeout)))
 
+    def _get_text(self, path: str) -> str:
+        try:
+            response = httpx.get(self.url + path, timeout=self.stall_timeout)
+        except httpx.HTTPError as exc:
+            raise ServerError(f"GET {self.url}{path} failed: {type(exc).__name__}: {exc}"
+                              f"{self._log_hint()}") from exc
+        if response.status_code != 200:
+            raise ServerError(f"GET {self.url}{path} returned {response.status_code}: "
+                              f"{response.text[:300]}{self._log_hint()}")
+        return response.text
+
+    def _read_load(self) -> Load | None:
+        return self.dialect.load(self._get_text, self.url)
+
+    def _load(self) -> Load:
+        found = self._read_load()
+        if found is None:
+            raise ServerError(f"{self.url} stopped reporting its load ({self.dialect.name} "
+                              f"dialect), which it did when the adapter was made"
+                              f"{self._log_hint()}")
+        return found
+
     def wait_drained(self, timeout: float) -> None:
         """Wait until the server runs nothing but this process's live adapters' requests (an
         adapter dropped mid-run leaves requests the server may still be finishing). Read from
-        the server's Prometheus /metrics where it has vLLM's gauges; elsewhere unchecked."""
+        the server's own load report where it has one (vLLM's /metrics); elsewhere unchecked."""
         deadline = time.monotonic() + timeout
         while True:
             ours = sum(len(e._book.live()) for e in list(_live)
                        if e is not self and e.url == self.url)
-            busy = server_busy(self.url)
+            try:
+                load = self._read_load()
+            except ServerError:
+                load = None
+            busy = None if load is None else load.running + load.waiting
             if busy is None or busy <= ours:
                 return
             if time.monotonic() > deadline:
@@ -268,9 +319,6 @@ def _message(text: str) -> str:
     return text[:500]
 
 
-_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-
-
 def server_busy(url: str, timeout: float = 5.0) -> int | None:
     """Requests the server runs or queues, from vLLM's Prometheus gauges on /metrics; None
     where the server has no such metrics."""
@@ -280,10 +328,5 @@ def server_busy(url: str, timeout: float = 5.0) -> int | None:
         return None
     if response.status_code != 200:
         return None
-    total, seen = 0.0, False
-    for line in response.text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in _GAUGES:
-            total += float(line.rsplit(" ", 1)[1])
-            seen = True
-    return int(total) if seen else None
+    load = vllm_load(response.text, url)
+    return None if load is None else load.running + load.waiting

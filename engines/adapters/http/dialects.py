@@ -7,14 +7,15 @@ rest the same way for every server.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engines.protocol import ALL_PARAMS, FinishReason, Request
+from engines.adapters.http.metrics import samples
+from engines.protocol import ALL_PARAMS, FinishReason, Load, Request
 
 __all__ = ["DIALECTS", "Dialect", "Event", "LlamaServer", "OpenAICompletions", "StreamedError",
-           "dialect_named"]
+           "dialect_named", "vllm_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,31 @@ class Dialect(Protocol):
     def event(self, data: Mapping[str, Any]) -> Event | None: ...  # None: nothing for us
 
     def limits(self, get: Any) -> dict[str, Any]: ...  # from the server's own endpoints
+
+    # The server's own count of its load (engines.protocol.Load), from its endpoints:
+    # `get_text(path)` is the body of GET path (an error raises). None: this server does not
+    # say (then the adapter has no LoadIntrospection and the drain check skips, saying so).
+    def load(self, get_text: Callable[[str], str], source: str) -> Load | None: ...
+
+
+# vLLM's Prometheus gauges, one sample per engine of a data-parallel server.
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the newer name first
+
+
+def vllm_load(text: str, source: str) -> Load | None:
+    """A Load from vLLM's /metrics text; None where its request gauges are absent (SGLang,
+    TGI: their gauges have other names and meanings, not mapped here)."""
+    found = samples(text)
+    if VLLM_RUNNING not in found or VLLM_WAITING not in found:
+        return None
+    kv = next((found[name] for name in VLLM_KV if name in found), None)
+    # Usage is a fraction per engine (evictable prefix-cache blocks count free); the mean
+    # over engines is the fraction of their pooled blocks where the pools are equal.
+    return Load(running=round(sum(found[VLLM_RUNNING])),
+                waiting=round(sum(found[VLLM_WAITING])),
+                kv_usage=sum(kv) / len(kv) if kv else None, source=source)
 
 
 def _token_id(key: str) -> int:
@@ -130,6 +156,9 @@ class OpenAICompletions:
             found["max_model_len"] = int(first["max_model_len"])
         return found
 
+    def load(self, get_text: Callable[[str], str], source: str) -> Load | None:
+        return vllm_load(get_text("/metrics"), source + "/metrics")
+
 
 class LlamaServer:
     """llama.cpp's `POST /completion` with the prompt as token ids, streamed. It has no stop
@@ -210,6 +239,10 @@ class LlamaServer:
         if props.get("total_slots"):
             found["max_concurrency"] = int(props["total_slots"])
         return found
+
+    def load(self, get_text: Callable[[str], str], source: str) -> Load | None:
+        # Not mapped yet: llama-server's /metrics and /slots (the llama-server work).
+        return None
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (

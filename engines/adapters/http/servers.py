@@ -16,7 +16,8 @@ from pathlib import Path
 from engines.adapters.http.adapter import HTTPEngine
 from engines.adapters.http.launch import PORT, Server, launch
 
-__all__ = ["VLLM_PYTHON", "from_env", "vllm_python", "vllm_server", "vllm_server_process"]
+__all__ = ["VLLM_PYTHON", "from_env", "vllm_adapter", "vllm_python", "vllm_server",
+           "vllm_server_process"]
 
 # The vLLM venv's python: ci/vllm-env.sh builds .venv-vllm (relative paths: to the cwd).
 VLLM_PYTHON = "BATCHING_VLLM_PYTHON"
@@ -39,13 +40,20 @@ def vllm_python() -> Path:
 
 def vllm_server_process(preset: str = "tiny", *, seed: int = 0,
                         max_num_seqs: int = 8, max_model_len: int | None = None,
+                        prefix_caching: bool = False, block_size: int | None = None,
+                        num_blocks: int | None = None,
+                        max_num_batched_tokens: int | None = None,
                         extra: tuple[str, ...] = ()) -> Server:
-    """This process's vLLM server over the preset (launched at the first call)."""
+    """This process's vLLM server over the preset with this configuration (launched at the
+    first call). num_blocks: usable KV blocks (vLLM adds its null block); set, it replaces
+    the pool VLLM_CPU_KVCACHE_SPACE would give. max_num_batched_tokens: chunked prefill under
+    that per-step token budget."""
     from engines.adapters.http.checkpoint import server_checkpoint
     from engines.models import preset_max_model_len
 
     max_model_len = max_model_len or preset_max_model_len(preset) or 512
-    key = (preset, seed, max_num_seqs, max_model_len, extra)
+    key = (preset, seed, max_num_seqs, max_model_len, prefix_caching, block_size, num_blocks,
+           max_num_batched_tokens, extra)
     server = _servers.get(key)
     if server is not None and server.alive:
         return server
@@ -56,9 +64,18 @@ def vllm_server_process(preset: str = "tiny", *, seed: int = 0,
         "--served-model-name", preset, "--host", "127.0.0.1", "--port", PORT,
         "--dtype", "float32", "--enforce-eager", "--max-model-len", str(max_model_len),
         "--max-num-seqs", str(max_num_seqs), "--seed", str(seed),
-        # As engines.adapters.vllm:make_engine: nothing carries over between requests.
-        "--no-enable-prefix-caching", *extra,
+        # Off by default as in engines.adapters.vllm:make_engine: nothing carries over
+        # between requests unless a variant asks for it.
+        "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
     ]
+    if block_size is not None:
+        argv += ["--block-size", str(block_size)]
+    if num_blocks is not None:
+        argv += ["--num-gpu-blocks-override", str(num_blocks + 1)]
+    if max_num_batched_tokens is not None:
+        argv += ["--enable-chunked-prefill", "--max-num-batched-tokens",
+                 str(max_num_batched_tokens)]
+    argv += list(extra)
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     timeout = float(os.environ.get(START_TIMEOUT) or 600)
@@ -67,17 +84,22 @@ def vllm_server_process(preset: str = "tiny", *, seed: int = 0,
     return server
 
 
+def vllm_adapter(server: Server, *, preset: str = "tiny", seed: int = 0,
+                 max_concurrency: int = 8) -> HTTPEngine:
+    """A new adapter over a launched vLLM server on the preset."""
+    from engines.adapters.http.checkpoint import server_checkpoint
+
+    ckpt = server_checkpoint(preset, seed=seed)
+    vocab = int(json.loads((ckpt / "config.json").read_text())["vocab_size"])
+    # vLLM's --max-logprobs default: it refuses more only inside the stream.
+    return HTTPEngine(server.url, vocab_size=vocab, max_concurrency=max_concurrency,
+                      max_logprobs=20, log=str(server.log))
+
+
 def vllm_server() -> HTTPEngine:
     """An adapter over this process's vLLM OpenAI server on the tiny preset (8 sequences, a
     512-token context, prefix caching off), launched at the first call."""
-    from engines.adapters.http.checkpoint import server_checkpoint
-
-    server = vllm_server_process()
-    ckpt = server_checkpoint()
-    vocab = int(json.loads((ckpt / "config.json").read_text())["vocab_size"])
-    # vLLM's --max-logprobs default: it refuses more only inside the stream.
-    return HTTPEngine(server.url, vocab_size=vocab, max_concurrency=8, max_logprobs=20,
-                      log=str(server.log))
+    return vllm_adapter(vllm_server_process())
 
 
 # The URL form: BATCHING_ENGINE_URL and what the server cannot say about itself.

@@ -8,6 +8,7 @@ and everything else about a check, is in the registry (engines.testing.checks).
 from __future__ import annotations
 
 from engines.testing.properties.base import Judge, Violation
+from engines.testing.properties.drain import check_drain
 from engines.testing.properties.kv import check_kv_accounting
 from engines.testing.properties.parity import (
     check_parity,
@@ -35,6 +36,7 @@ __all__ = [
     "check_bad_input",
     "check_budget_finish",
     "check_compaction",
+    "check_drain",
     "check_kv_accounting",
     "check_liveness",
     "check_parity",

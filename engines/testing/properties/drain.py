@@ -1,0 +1,28 @@
+"""The drain check, for engines with LoadIntrospection (servers, from their own metrics):
+once every request finished and has_work() turned False, the engine's own count shows nothing
+running or waiting, and KV use back to its value before the workload. A request the server
+still runs after its stream ended, or blocks it still holds, is a leak on a live server that
+no token comparison sees."""
+
+from __future__ import annotations
+
+from engines.testing.properties.base import Judge, fail
+from engines.testing.recorder import Trace, load_left
+
+__all__ = ["check_drain"]
+
+
+def check_drain(trace: Trace, judge: Judge | None = None) -> None:
+    """After the drain (and the engine's load_settle_s), its own load report is at rest."""
+    __tracebackhide__ = True
+    before, after = trace.load_before, trace.load_after_drain
+    if before is None or after is None or trace.stalled:
+        return
+    left = load_left(before, after)
+    if left is not None:
+        where = f" ({after.source})" if after.source else ""
+        raise fail("drain", f"every request finished and has_work() turned False, yet "
+                   f"{trace.load_waited_s:.1f} s later the engine's own load report{where} "
+                   f"still shows {left}. Expected nothing running or waiting and KV usage "
+                   f"back to its value before the workload: a request or its KV blocks "
+                   "leaked.")
