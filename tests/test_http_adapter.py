@@ -251,6 +251,23 @@ def test_the_llama_dialect(fake: tuple[str, State]) -> None:
     assert state.bodies[-1] == {**state.bodies[0], "cache_prompt": True}
 
 
+def test_llama_server_metrics_text_becomes_a_load() -> None:
+    from engines.adapters.http.dialects import llama_load
+    from engines.protocol import Load
+
+    # As llama-server --metrics writes them (counters and gauges, HELP and TYPE lines).
+    text = ("# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed\n"
+            "# TYPE llamacpp:prompt_tokens_total counter\n"
+            "llamacpp:prompt_tokens_total 120\n"
+            "# HELP llamacpp:requests_processing Number of requests processing\n"
+            "# TYPE llamacpp:requests_processing gauge\n"
+            "llamacpp:requests_processing 3\n"
+            "# TYPE llamacpp:requests_deferred gauge\n"
+            "llamacpp:requests_deferred 2\n")
+    assert llama_load(text, "s") == Load(3, 2, None, "s")  # no KV usage: not reported
+    assert llama_load("vllm:num_requests_running 1.0\n", "s") is None  # not llama-server's
+
+
 def test_from_env_reads_the_url_and_says_what_is_missing(
         fake: tuple[str, State], monkeypatch: pytest.MonkeyPatch) -> None:
     url, _ = fake

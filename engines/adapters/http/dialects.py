@@ -15,7 +15,7 @@ from engines.adapters.http.metrics import samples
 from engines.protocol import ALL_PARAMS, FinishReason, Load, Request
 
 __all__ = ["DIALECTS", "Dialect", "Event", "LlamaServer", "OpenAICompletions", "StreamedError",
-           "dialect_named", "vllm_load"]
+           "dialect_named", "llama_load", "vllm_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,23 @@ def vllm_load(text: str, source: str) -> Load | None:
     return Load(running=round(sum(found[VLLM_RUNNING])),
                 waiting=round(sum(found[VLLM_WAITING])),
                 kv_usage=sum(kv) / len(kv) if kv else None, source=source)
+
+
+# llama-server's gauges (/metrics, with --metrics): slots processing a request, and requests
+# deferred for want of a free slot. It reports no KV usage: a slot's cells are its context,
+# and what a finished request leaves in its slot is prompt cache, free by the Load contract.
+LLAMA_RUNNING = "llamacpp:requests_processing"
+LLAMA_WAITING = "llamacpp:requests_deferred"
+
+
+def llama_load(text: str, source: str) -> Load | None:
+    """A Load from llama-server's /metrics text (kv_usage None: not reported); None where
+    its request gauges are absent."""
+    found = samples(text)
+    if LLAMA_RUNNING not in found or LLAMA_WAITING not in found:
+        return None
+    return Load(running=round(sum(found[LLAMA_RUNNING])),
+                waiting=round(sum(found[LLAMA_WAITING])), source=source)
 
 
 def _token_id(key: str) -> int:
@@ -241,8 +258,7 @@ class LlamaServer:
         return found
 
     def load(self, get_text: Callable[[str], str], source: str) -> Load | None:
-        # Not mapped yet: llama-server's /metrics and /slots (the llama-server work).
-        return None
+        return llama_load(get_text("/metrics"), source + "/metrics")
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (
