@@ -11,8 +11,8 @@ configuration: every factory call returns a new adapter over it.
 
 from __future__ import annotations
 
+import hashlib
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +20,9 @@ from pathlib import Path
 from engines.adapters.http.adapter import HTTPEngine
 from engines.adapters.http.launch import PORT, Server, launch
 
-__all__ = ["LLAMA_CPP_SRC", "LLAMA_SERVER", "gguf_model", "llama_server",
+__all__ = ["LLAMA_CPP_SRC", "LLAMA_SERVER", "binary_digest", "gguf_model", "llama_server",
            "llama_server_binary", "llama_server_cache_prompt", "llama_server_one_slot",
-           "llama_server_process", "llama_version"]
+           "llama_server_process"]
 
 LLAMA_SERVER = "BATCHING_LLAMA_SERVER"  # the llama-server binary
 LLAMA_CPP_SRC = "BATCHING_LLAMA_CPP_SRC"  # its source tree; default: <binary>/../../src
@@ -55,15 +55,14 @@ def llama_cpp_source(binary: Path) -> Path:
     return path
 
 
-def llama_version(binary: Path) -> str:
-    """The build's `version: N (commit)` as `bN-commit` (a cache key for conversions)."""
-    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
-                         timeout=60, check=False)
-    found = re.search(r"version: (\d+) \((\w+)\)", out.stdout + out.stderr)
-    if found is None:
-        raise RuntimeError(f"{binary} --version printed no `version: N (commit)`: "
-                           f"{(out.stdout + out.stderr)[-300:]!r}")
-    return f"b{found[1]}-{found[2]}"
+def binary_digest(binary: Path) -> str:
+    """A short sha256 of the binary: the conversions' cache key for the llama.cpp build (an
+    sdist's llama.cpp has no git metadata: its `--version` says build 0, commit unknown)."""
+    h = hashlib.sha256()
+    with binary.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:12]
 
 
 def gguf_model(preset: str = "tiny", *, seed: int = 0, binary: Path | None = None) -> Path:
@@ -79,7 +78,7 @@ def gguf_model(preset: str = "tiny", *, seed: int = 0, binary: Path | None = Non
     binary = binary or llama_server_binary()
     src = llama_cpp_source(binary)
     path = (cache_root() / "llama.cpp" /
-            f"{preset}-seed{seed}-{preset_digest(preset)}-{llama_version(binary)}")
+            f"{preset}-seed{seed}-{preset_digest(preset)}-llama{binary_digest(binary)}")
     model = path / "model.gguf"
     if model.is_file():
         return model
@@ -114,6 +113,11 @@ def llama_server_process(preset: str = "tiny", *, seed: int = 0, slots: int = 4,
         str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", PORT,
         # -c is the whole KV cache; each slot gets ctx tokens of it.
         "-c", str(ctx * slots), "--parallel", str(slots), "--no-kv-unified",
+        # Attention in F32, as the weights: an F32 KV cache (the default is F16) and no flash
+        # attention, which casts K and V to F16 even from an F32 cache (llama-graph.cpp;
+        # upstream's choice, llama.cpp PR 12825). Either alone put logprobs 4e-3 to 2e-2 off
+        # the F32 reference and flipped greedy near-ties; without both, within 1e-5.
+        "--cache-type-k", "f32", "--cache-type-v", "f32", "--flash-attn", "off",
         # One thread: the machine's other core belongs to the benchmarks (and the reference).
         "-t", "1", "-tb", "1", "--seed", str(seed), "--no-webui",
         # /metrics and /slots: what the server says it runs (the drain check reads them).
