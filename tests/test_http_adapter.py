@@ -227,7 +227,6 @@ def test_the_llama_dialect(fake: tuple[str, State]) -> None:
     url, state = fake
     eng = engine_at(url, dialect="llama")
     assert (eng.max_model_len, eng.max_concurrency) == (fake_server.MAX_MODEL_LEN, 3)  # /props
-    assert "stop_token_ids" not in eng.supported_sampling
     assert eng.logprobs_of == "raw"  # n_probs without post_sampling_probs
     request = Request((5, 6), SamplingParams(max_tokens=3))
     assert drain(eng, [request])[request.request_id] == (continuation([5, 6], 3),
@@ -244,11 +243,31 @@ def test_the_llama_dialect(fake: tuple[str, State]) -> None:
     assert tokens == continuation([5, 6], 2) and state.bodies[-1]["n_probs"] == 2
     assert [sorted(m) for m in tops] == [sorted({t, (t + 1) % fake_server.VOCAB})
                                          for t in tokens]
+    # stop_token_ids, which llama-server lacks: the adapter stops at the first stop id (STOP,
+    # its logprobs cut with it) and closes the stream, so the server stops too.
+    state.delay = 0.05
+    tokens = continuation([5, 6], 40)
+    request = Request((5, 6), SamplingParams(max_tokens=40, stop_token_ids=(tokens[2],),
+                                             logprobs=1))
+    eng.add_request(request)
+    outs = [o for _ in range(50) if eng.has_work() for o in eng.step()]
+    assert [t for o in outs for t in o.token_ids] == tokens[:3]
+    assert outs[-1].finish_reason is FinishReason.STOP
+    assert sum(len(o.top_logprobs or ()) for o in outs) == 3
+    assert "stop_token_ids" not in state.bodies[-1]  # not sent: the server has no such field
+    deadline = time.monotonic() + 5
+    while state.disconnects < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert state.disconnects == 1 and state.in_flight == 0
+    state.delay = 0.005
     # The cache_prompt variant differs in that field only.
     cached = engine_at(url, dialect="llama-cache-prompt")
     request = Request((5, 6), SamplingParams(max_tokens=3))
     assert drain(cached, [request])[request.request_id][0] == continuation([5, 6], 3)
     assert state.bodies[-1] == {**state.bodies[0], "cache_prompt": True}
+    stopped = Request((5, 6), SamplingParams(max_tokens=3, stop_token_ids=(tokens[5],)))
+    # A stop id never generated: LENGTH as without one.
+    assert drain(cached, [stopped])[stopped.request_id] == (tokens[:3], FinishReason.LENGTH)
 
 
 def test_llama_server_metrics_text_becomes_a_load() -> None:

@@ -178,13 +178,16 @@ class OpenAICompletions:
 
 
 class LlamaServer:
-    """llama.cpp's `POST /completion` with the prompt as token ids, streamed. It has no stop
-    token ids (its stops are strings): stop_token_ids is not declared, so the suite sends none.
-    Checked against llama-server built from llama.cpp b8XXX (ci/llama-server-env.sh):
-    tokens come one per partial message; the final message (`stop: true`, its `stop_type`)
-    carries none; `n_probs` gives `completion_probabilities` with each token's `logprob` and
-    its `top_logprobs`, of the raw distribution (softmax of the logits; llama.cpp's
-    post_sampling_probs, not sent, would give them after its sampler chain).
+    """llama.cpp's `POST /completion` with the prompt as token ids, streamed. Checked against
+    llama-server built from llama.cpp 0c1e57098 (llama-cpp-python 0.3.36's vendored copy;
+    ci/llama-server-env.sh): tokens come one per partial message; the final message
+    (`stop: true`, its `stop_type`) carries none; `n_probs` gives `completion_probabilities`
+    with each token's `logprob` and its `top_logprobs`, of the raw distribution (the softmax
+    of the logits; `post_sampling_probs`, not sent, would give them after the sampler chain).
+
+    llama-server has no stop token ids (its stops are strings): the adapter applies
+    stop_token_ids itself (`client_stops`), finishing the request at the first stop id that
+    arrives and closing its stream. min_tokens has no llama-server field: not declared.
 
     cache_prompt: whether a slot may reuse the KV of its previous prompt's common prefix
     (dialect "llama-cache-prompt"); off in "llama", so nothing carries over between requests.
@@ -193,9 +196,10 @@ class LlamaServer:
     path = "/completion"
     health_path = "/health"
     supported_sampling = frozenset({
-        "max_tokens", "temperature", "seed", "logprobs", "top_k", "top_p", "min_p",
-        "repetition_penalty", "presence_penalty", "frequency_penalty"})
+        "max_tokens", "stop_token_ids", "temperature", "seed", "logprobs", "top_k", "top_p",
+        "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"})
     logprobs_of = "raw"
+    client_stops = True  # the adapter applies stop_token_ids (see above)
 
     def __init__(self, *, cache_prompt: bool = False) -> None:
         self.cache_prompt = cache_prompt
