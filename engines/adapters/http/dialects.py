@@ -188,6 +188,11 @@ class LlamaServer:
     llama-server has no stop token ids (its stops are strings): the adapter applies
     stop_token_ids itself (`client_stops`), finishing the request at the first stop id that
     arrives and closing its stream. min_tokens has no llama-server field: not declared.
+    Nor are presence_penalty and frequency_penalty: llama.cpp counts the prompt's tokens in
+    them (its penalty window is the last `repeat_last_n` tokens of the whole context), where
+    the protocol, as OpenAI and vLLM, counts the generated ones only; its repeat_penalty
+    counts prompt and output as the protocol's repetition_penalty does, over the whole
+    context with `repeat_last_n: -1` (its default window is 64 tokens).
 
     cache_prompt: whether a slot may reuse the KV of its previous prompt's common prefix
     (dialect "llama-cache-prompt"); off in "llama", so nothing carries over between requests.
@@ -197,7 +202,7 @@ class LlamaServer:
     health_path = "/health"
     supported_sampling = frozenset({
         "max_tokens", "stop_token_ids", "temperature", "seed", "logprobs", "top_k", "top_p",
-        "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"})
+        "min_p", "repetition_penalty"})
     logprobs_of = "raw"
     client_stops = True  # the adapter applies stop_token_ids (see above)
 
@@ -219,8 +224,7 @@ class LlamaServer:
             "top_p": float(p.top_p),
             "min_p": float(p.min_p),
             "repeat_penalty": float(p.repetition_penalty),
-            "presence_penalty": float(p.presence_penalty),
-            "frequency_penalty": float(p.frequency_penalty),
+            "repeat_last_n": -1,  # the whole context, as the protocol's repetition_penalty
         }
         if p.seed is not None:
             body["seed"] = int(p.seed)
