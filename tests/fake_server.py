@@ -97,6 +97,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path not in ("/v1/completions", "/completion"):
             self._json(404, {"error": {"message": f"no {self.path}"}})
             return
+        if int(body.get("repeat_last_n", 0)) < 0:  # as llama-server validates it
+            self._json(400, {"error": {"code": 400, "type": "invalid_request_error", "message":
+                             "Field 'repeat_last_n': Value must be between 0 <= value <= "
+                             f"2147483647, but got {body['repeat_last_n']}"}})
+            return
         if first == REFUSE:
             self._json(400, {"error": {"message": REFUSAL, "type": "BadRequestError"}})
             return

@@ -233,7 +233,7 @@ def test_the_llama_dialect(fake: tuple[str, State]) -> None:
                                                          FinishReason.LENGTH)
     (body,) = state.bodies
     assert body["n_predict"] == 3 and body["return_tokens"] and not body["cache_prompt"]
-    assert "n_probs" not in body
+    assert "n_probs" not in body and body["repeat_last_n"] == 2 + 3  # the whole request
     # Logprobs: each token's top ones from its completion_probabilities.
     request = Request((5, 6), SamplingParams(max_tokens=2, logprobs=2))
     eng.add_request(request)

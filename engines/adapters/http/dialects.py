@@ -192,7 +192,7 @@ class LlamaServer:
     them (its penalty window is the last `repeat_last_n` tokens of the whole context), where
     the protocol, as OpenAI and vLLM, counts the generated ones only; its repeat_penalty
     counts prompt and output as the protocol's repetition_penalty does, over the whole
-    context with `repeat_last_n: -1` (its default window is 64 tokens).
+    request with `repeat_last_n` set to its length (the default window is 64 tokens).
 
     cache_prompt: whether a slot may reuse the KV of its previous prompt's common prefix
     (dialect "llama-cache-prompt"); off in "llama", so nothing carries over between requests.
@@ -224,7 +224,9 @@ class LlamaServer:
             "top_p": float(p.top_p),
             "min_p": float(p.min_p),
             "repeat_penalty": float(p.repetition_penalty),
-            "repeat_last_n": -1,  # the whole context, as the protocol's repetition_penalty
+            # The request's whole context, as the protocol's repetition_penalty (this server
+            # refuses llama.cpp's -1 for "the context"; its default is 64 tokens).
+            "repeat_last_n": len(request.prompt_token_ids) + int(p.max_tokens),
         }
         if p.seed is not None:
             body["seed"] = int(p.seed)
