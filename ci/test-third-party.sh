@@ -24,7 +24,9 @@
 # docs/findings.md reports 7 and 8), the HTTP server and the zoo slice under NARROW_ARGS
 # (default --hypothesis-profile=batching-dev: the seed workloads plus 4 examples a check).
 # ALL_VARIANTS=1 (ci/test-third-party-thorough.sh sets it) adds every other variant, the
-# pool-pressure ones last, and the real-server HTTP adapter test; NARROW_ARGS= gives every
+# pool-pressure ones last, the real-server HTTP adapter test, and llama.cpp's llama-server
+# (built by ci/llama-server-env.sh, over 20 minutes the first time, then cached);
+# NARROW_ARGS= gives every
 # factory the arguments' profile. ONLY=pattern runs just the factories whose spec matches it
 # (grep -E) from the full list, skips the adapter tests, and builds no venv it does not need.
 #
@@ -219,7 +221,7 @@ if [[ ${#LLAMA_FACTORIES[@]} -gt 0 ]]; then
         unset BATCHING_LLAMA_SERVER
     fi
 elif [[ -z ${ONLY:-} ]]; then
-    echo "SKIP: llama-server (not in CI's budget: ALL_VARIANTS=1, ONLY=llama or" \
+    echo "SKIP: llama-server (not in CI's budget: ALL_VARIANTS=1, ONLY=llama_server or" \
          "ci/test-third-party-thorough.sh runs it)"
 fi
 
