@@ -26,8 +26,8 @@
 # ALL_VARIANTS=1 (ci/test-third-party-thorough.sh sets it) adds every other variant, the
 # pool-pressure ones last, the real-server HTTP adapter test, and llama.cpp's llama-server
 # (built by ci/llama-server-env.sh, over 20 minutes the first time, then cached);
-# NARROW_ARGS= gives every factory the arguments' profile. ONLY=pattern runs just the factories whose spec matches it
-# (grep -E) from the full list, skips the adapter tests, and builds no venv it does not need.
+# NARROW_ARGS= gives every factory the arguments' profile. ONLY=pattern runs just the
+# factories whose spec matches it (grep -E) from the full list, skips the adapter tests, and builds no venv it does not need.
 #
 # The venvs: .ci/run starts their builds in the background (ci/envs.sh) while the main tests
 # run; each is waited for here before its first use.
