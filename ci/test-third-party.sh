@@ -27,7 +27,8 @@
 # pool-pressure ones last, the real-server HTTP adapter test, and llama.cpp's llama-server
 # (built by ci/llama-server-env.sh, over 20 minutes the first time, then cached);
 # NARROW_ARGS= gives every factory the arguments' profile. ONLY=pattern runs just the
-# factories whose spec matches it (grep -E) from the full list, skips the adapter tests, and builds no venv it does not need.
+# factories whose spec matches it (grep -E) from the full list, skips the adapter tests, and
+# builds no venv it does not need.
 #
 # The venvs: .ci/run starts their builds in the background (ci/envs.sh) while the main tests
 # run; each is waited for here before its first use.
