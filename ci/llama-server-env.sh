@@ -41,7 +41,7 @@ if [[ ! -x $BIN ]]; then
                  "${missing[@]}"; } || skip "apt-get could not install ${missing[*]}"
     fi
     echo "building llama-server from llama-cpp-python $VERSION's vendored llama.cpp" \
-         "(about 15 min of CPU; log: $LOG)" >&2
+         "(about 9 min of CPU, over 20 min on a busy 2-core machine; log: $LOG)" >&2
     rm -rf "$DIR"
     mkdir -p "$DIR/dl"
     quiet "$PY" -m pip download --no-deps --no-binary :all: "llama-cpp-python==$VERSION" \
