@@ -73,6 +73,10 @@ if [[ -n $ALL ]]; then
     ORTGENAI_FACTORIES+=(engines.adapters.ortgenai_variants:ortgenai_batch1
                          engines.adapters.ortgenai_variants:ortgenai_max)
     CT2_FACTORIES+=(engines.adapters.ct2_variants:ct2_batch1)
+    # Each launches a vLLM server of its own (1.5 to 2.5 min of start-up on 2 busy cores).
+    HTTP_FACTORIES+=(engines.adapters.http_variants:vllm_server_prefix_caching
+                     engines.adapters.http_variants:vllm_server_chunked_prefill
+                     engines.adapters.http_variants:vllm_server_preemption)
 fi
 if [[ -n ${ONLY:-} ]]; then
     pick() { printf '%s\n' "$@" | grep -E "$ONLY" || true; }

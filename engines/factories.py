@@ -1,5 +1,7 @@
 """Engine factories from specs: `module:callable` (or `label=module:callable`) -> a
 zero-argument callable that returns a fresh engine; and telling an engine from a non-engine.
+A spec that is a server's URL (`http://HOST:PORT?vocab_size=N...`) is an HTTP adapter over it
+(engines.adapters.http.url, imported by name only when such a spec is given).
 
 The one loader: the conformance suite's `--engine`, `--reference-engine` and
 `--engine-variant`, and the bench's `--engine`, all go through it.
@@ -39,6 +41,8 @@ def load_factory(spec: str, *, option: str = "--engine") -> Callable[[], Engine]
 
     option: how the spec was given, for error messages ('--reference-engine', ...).
     """
+    if spec.strip().lower().startswith(("http://", "https://")):
+        return _url_factory(spec, option)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise EngineSpecError(
@@ -70,6 +74,19 @@ def load_factory(spec: str, *, option: str = "--engine") -> Callable[[], Engine]
             "returns an engine"
         )
     return obj  # type: ignore[no-any-return]
+
+
+def _url_factory(spec: str, option: str) -> Callable[[], Engine]:
+    try:
+        url = importlib.import_module("engines.adapters.http.url")
+    except ImportError as exc:
+        raise EngineSpecError(f"{option} {spec!r}: a server URL needs the HTTP adapter, whose "
+                              f"import failed ({exc}): install the extra "
+                              "batching-engines[http] (httpx)") from exc
+    try:
+        return url.url_factory(spec)  # type: ignore[no-any-return]
+    except ValueError as exc:
+        raise EngineSpecError(f"{option} {spec!r}: {exc}") from None
 
 
 def split_label(spec: str) -> tuple[str | None, str]:

@@ -27,6 +27,7 @@ from engines.protocol import (  # noqa: E402
     FinishReason,
     InvalidRequest,
     KVIntrospection,
+    LoadIntrospection,
     Request,
     SamplingParams,
     SlotIntrospection,
@@ -211,9 +212,11 @@ def test_abort_closes_the_stream_and_emits_one_abort(fake: tuple[str, State]) ->
 def test_a_new_adapter_waits_for_a_drained_server(fake: tuple[str, State]) -> None:
     url, state = fake
     state.leftover = 1  # a request someone else left running
-    with pytest.raises(ServerError, match="still runs 1 request"):
-        engine_at(url, drain_timeout=0.3)
+    start = time.monotonic()
+    eng = engine_at(url, drain_timeout=0.3)  # waited, then left it to the drain check
+    assert time.monotonic() - start >= 0.3 and eng.wait_drained(0.0) == 1
     state.leftover = 0
+    assert eng.wait_drained(0.0) == 0
     busy = engine_at(url)
     state.delay = 0.2
     busy.add_request(Request((1,), SamplingParams(max_tokens=20)))
@@ -271,7 +274,7 @@ def test_the_llama_dialect(fake: tuple[str, State]) -> None:
 
 
 def test_llama_server_metrics_text_becomes_a_load() -> None:
-    from engines.adapters.http.dialects import llama_load
+    from engines.adapters.http.dialects import llama_counters, llama_load
     from engines.protocol import Load
 
     # As llama-server --metrics writes them (counters and gauges, HELP and TYPE lines).
@@ -284,6 +287,10 @@ def test_llama_server_metrics_text_becomes_a_load() -> None:
             "# TYPE llamacpp:requests_deferred gauge\n"
             "llamacpp:requests_deferred 2\n")
     assert llama_load(text, "s") == Load(3, 2, None, "s")  # no KV usage: not reported
+    cached = text + "# TYPE llamacpp:prompt_tokens_cached_total counter\n" \
+        "llamacpp:prompt_tokens_cached_total 200\n"
+    assert llama_counters(text) is None
+    assert llama_counters(cached) == {"prefix_cache_hit_tokens": 200}
     assert llama_load("vllm:num_requests_running 1.0\n", "s") is None  # not llama-server's
 
 
@@ -422,6 +429,11 @@ def test_on_vllms_openai_server(launched: None) -> None:
     while server_busy(eng.url) != 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert server_busy(eng.url) == 0  # the closed stream aborted the request on the server
+    # The drain check's view: vLLM's own count, at rest, with its KV usage and counters.
+    assert isinstance(eng, LoadIntrospection)
+    load = eng.load()
+    assert (load.running, load.waiting, load.kv_usage) == (0, 0, 0.0), load
+    assert set(eng.exercised()) == {"preemptions", "prefix_cache_hit_tokens"}
     # vLLM refuses logprobs past its cap (20) only inside the stream: the factory declares
     # the cap, so the adapter refuses up front.
     (prompt,) = make_prompts([9], seed=4)

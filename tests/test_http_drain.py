@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not installed")
 
 from engines.adapters.http import HTTPEngine  # noqa: E402
-from engines.adapters.http.dialects import vllm_load  # noqa: E402
+from engines.adapters.http.dialects import vllm_counters, vllm_load  # noqa: E402
 from engines.protocol import Load, LoadIntrospection, Request, SamplingParams  # noqa: E402
 from engines.testing.checks import applicability  # noqa: E402
 from engines.testing.limits import EngineLimits  # noqa: E402
@@ -112,6 +112,30 @@ def test_vllm_metrics_text_becomes_a_load() -> None:
     assert vllm_load("sglang:num_running_reqs 1.0\n", "s") is None  # not vLLM's: not read
     no_kv = 'vllm:num_requests_running 0.0\nvllm:num_requests_waiting 0.0\n'
     assert vllm_load(no_kv, "s") == Load(0, 0, None, "s")
+
+
+def test_vllm_counters_become_what_the_server_exercised() -> None:
+    text = ('vllm:num_preemptions_total{engine="0",model_name="m"} 3.0\n'
+            'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 64.0\n'
+            'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 200.0\n')
+    assert vllm_counters(text) == {"preemptions": 3, "prefix_cache_hit_tokens": 64}
+    assert vllm_counters("vllm:num_requests_running 0.0\n") is None  # absent, never zero
+
+
+def test_a_server_known_to_crash_on_seeds_refuses_them_and_declares_it() -> None:
+    server, state = fake_server.serve()
+    try:
+        eng = HTTPEngine(f"http://127.0.0.1:{server.server_address[1]}",
+                         vocab_size=fake_server.VOCAB, refuse_seeded="known crash")
+        assert eng.expected_failed_checks == {"seeds": "known crash"}
+        with pytest.raises(ValueError, match="seed: 7 is not supported .*known crash"):
+            eng.add_request(Request((1,), SamplingParams(temperature=1.0, seed=7)))
+        assert not eng.has_work() and state.bodies == []  # refused before it was sent
+        eng.add_request(Request((1,), SamplingParams(temperature=0.0, seed=7)))  # greedy: fine
+        eng.close()
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize("before, after, left", [

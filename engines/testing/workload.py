@@ -100,6 +100,9 @@ def render_request(r: Request) -> str:
 
 def factory_source(factory: Callable[..., Any], spec: str | None) -> str:
     """Source lines binding `make_engine` for a runnable script."""
+    if spec and spec.strip().lower().startswith(("http://", "https://")):
+        # A server by URL: the same loader the suite used (engines.factories).
+        return f"from engines.factories import load_factory\nmake_engine = load_factory({spec!r})"
     if spec:
         module, _, attr = spec.partition(":")
         head, _, rest = attr.partition(".")

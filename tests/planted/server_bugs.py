@@ -33,8 +33,7 @@ class PlantedServer:
             self._server, self.state = fake_server.serve(
                 state=fake_server.State(leak=self.leak, triggers=False))
             self._url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        # A leaked "running" request never drains: a new adapter must not wait for it (the
-        # drain check, not the adapter's start, is what must see it).
+        # A leaked "running" request never drains: a new adapter need not wait for it.
         return HTTPEngine(self._url, vocab_size=fake_server.VOCAB, drain_timeout=0.0,
                           load_settle=0.5)
 

@@ -74,12 +74,16 @@ class HTTPEngine:
     gives (vLLM's --max-logprobs, 20 by default; it refuses more only inside the stream), refused
     here above that. `log` names the server's log file for error messages. `load_settle`:
     how long the server's load report may lag the streams (the drain check waits that long).
+    `refuse_seeded`: why this server cannot take seeded sampled requests (a known crash): they
+    are refused with InvalidRequest naming `seed`, and `seeds` is declared an expected failure.
     """
 
     # LoadIntrospection (engines.protocol): set in __init__ only where the server reports its
     # load, so that an adapter over a server that cannot say does not seem to.
     load: Callable[[], Load]
     load_settle_s: float
+    # Exercised, likewise: only where the server counts what its features did.
+    exercised: Callable[[], dict[str, int]]
 
     def __init__(
         self,
@@ -95,6 +99,7 @@ class HTTPEngine:
         connect_timeout: float = 5.0,
         drain_timeout: float = 30.0,
         load_settle: float = 10.0,
+        refuse_seeded: str | None = None,
         log: str | None = None,
     ) -> None:
         if not re.match(r"^https?://", url):
@@ -131,28 +136,30 @@ class HTTPEngine:
         if reports:
             self.load = self._load
             self.load_settle_s = float(load_settle)
-        if drain_timeout > 0:  # 0: do not wait (a server known to hold others' requests)
+        try:
+            counts = self.dialect.counters(self._get_text) is not None
+        except ServerError:
+            counts = False
+        if counts:
+            self.exercised = self._counters
+        self.refuse_seeded = refuse_seeded
+        self.expected_failed_checks: dict[str, str] = (
+            {"seeds": refuse_seeded} if refuse_seeded else {})
+        if drain_timeout > 0:  # 0: do not wait
             self.wait_drained(drain_timeout)
         _live.add(self)
 
     # -- set-up --------------------------------------------------------------------------------
     def _get(self, path: str, timeout: float) -> Any:
-        try:
-            response = httpx.get(self.url + path, timeout=timeout)
-        except httpx.HTTPError as exc:
-            raise ServerError(f"GET {self.url}{path} failed: {type(exc).__name__}: {exc}"
-                              f"{self._log_hint()}") from exc
-        if response.status_code != 200:
-            raise ServerError(f"GET {self.url}{path} returned {response.status_code}: "
-                              f"{response.text[:300]}{self._log_hint()}")
-        return response.json()
+        return json.loads(self._get_text(path, timeout))
 
     def _limits(self, timeout: float) -> dict[str, Any]:
         return dict(self.dialect.limits(lambda path: self._get(path, timeout)))
 
-    def _get_text(self, path: str) -> str:
+    def _get_text(self, path: str, timeout: float | None = None) -> str:
+        """The body of GET path; ServerError (naming the URL and the log) on anything else."""
         try:
-            response = httpx.get(self.url + path, timeout=self.stall_timeout)
+            response = httpx.get(self.url + path, timeout=timeout or self.stall_timeout)
         except httpx.HTTPError as exc:
             raise ServerError(f"GET {self.url}{path} failed: {type(exc).__name__}: {exc}"
                               f"{self._log_hint()}") from exc
@@ -172,10 +179,17 @@ class HTTPEngine:
                               f"{self._log_hint()}")
         return found
 
-    def wait_drained(self, timeout: float) -> None:
-        """Wait until the server runs nothing but this process's live adapters' requests (an
-        adapter dropped mid-run leaves requests the server may still be finishing). Read from
-        the server's own load report where it has one (vLLM's /metrics); elsewhere unchecked."""
+    def _counters(self) -> dict[str, int]:
+        return self.dialect.counters(self._get_text) or {}
+
+    def wait_drained(self, timeout: float) -> int:
+        """Wait up to `timeout` s until the server runs nothing but this process's live
+        adapters' requests (an adapter dropped mid-run leaves requests the server may still be
+        finishing); return how many others it still counts then (0: drained). Read from the
+        server's own load report where it has one (vLLM's /metrics); elsewhere 0, unchecked.
+
+        A server that never drains is not refused here: with LoadIntrospection the drain
+        check reports it, by name, after the adapter's first workload."""
         deadline = time.monotonic() + timeout
         while True:
             ours = sum(len(e._book.live()) for e in list(_live)
@@ -186,14 +200,17 @@ class HTTPEngine:
                 load = None
             busy = None if load is None else load.running + load.waiting
             if busy is None or busy <= ours:
-                return
+                return 0
             if time.monotonic() > deadline:
-                raise ServerError(f"{self.url} still runs {busy} request(s) after {timeout} s, "
-                                  f"{ours} of them this process's: not drained{self._log_hint()}")
+                return busy - ours
             time.sleep(0.1)
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
+        p = request.params
+        if self.refuse_seeded and p.seed is not None and p.temperature > 0:
+            raise InvalidRequest(f"seed: {p.seed!r} is not supported by {self.url}: "
+                                 f"{self.refuse_seeded}")
         logprobs = request.params.logprobs
         if (self.max_logprobs is not None and isinstance(logprobs, int)
                 and logprobs > self.max_logprobs):

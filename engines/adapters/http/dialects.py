@@ -15,7 +15,8 @@ from engines.adapters.http.metrics import samples
 from engines.protocol import ALL_PARAMS, FinishReason, Load, Request
 
 __all__ = ["DIALECTS", "Dialect", "Event", "LlamaServer", "OpenAICompletions", "StreamedError",
-           "dialect_named", "llama_load", "vllm_load"]
+           "dialect_named", "llama_counters", "llama_load", "vllm_counters",
+           "vllm_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,10 @@ class Dialect(Protocol):
     # say (then the adapter has no LoadIntrospection and the drain check skips, saying so).
     def load(self, get_text: Callable[[str], str], source: str) -> Load | None: ...
 
+    # What the server's features did, cumulative (engines.protocol.Exercised's names, e.g.
+    # preemptions, prefix_cache_hit_tokens); None: it does not say. Same `get_text`.
+    def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None: ...
+
 
 # vLLM's Prometheus gauges, one sample per engine of a data-parallel server.
 VLLM_RUNNING = "vllm:num_requests_running"
@@ -83,6 +88,18 @@ LLAMA_RUNNING = "llamacpp:requests_processing"
 LLAMA_WAITING = "llamacpp:requests_deferred"
 
 
+# Prompt tokens a slot reused from its cache (cache_prompt), as Exercised's prefix-cache hits.
+LLAMA_CACHED = "llamacpp:prompt_tokens_cached_total"
+
+
+def llama_counters(text: str) -> dict[str, int] | None:
+    """Prefix-cache hit tokens so far from llama-server's /metrics text; None where absent."""
+    found = samples(text)
+    if LLAMA_CACHED not in found:
+        return None
+    return {"prefix_cache_hit_tokens": round(sum(found[LLAMA_CACHED]))}
+
+
 def llama_load(text: str, source: str) -> Load | None:
     """A Load from llama-server's /metrics text (kv_usage None: not reported); None where
     its request gauges are absent."""
@@ -96,6 +113,20 @@ def llama_load(text: str, source: str) -> Load | None:
 def _token_id(key: str) -> int:
     # vLLM's return_tokens_as_token_ids renders a token as "token_id:<id>".
     return int(key.rpartition(":")[2])
+
+
+# vLLM's Prometheus counters (exposed with `_total`) -> engines.protocol.Exercised's names.
+VLLM_COUNTERS = {"vllm:num_preemptions_total": "preemptions",
+                 "vllm:prefix_cache_hits_total": "prefix_cache_hit_tokens"}
+
+
+def vllm_counters(text: str) -> dict[str, int] | None:
+    """Preemptions and prefix-cache hit tokens so far from vLLM's /metrics text (summed over
+    engines); None where neither is there."""
+    found = samples(text)
+    out = {ours: round(sum(found[name])) for name, ours in VLLM_COUNTERS.items()
+           if name in found}
+    return out or None
 
 
 class OpenAICompletions:
@@ -146,6 +177,10 @@ class OpenAICompletions:
         if not choices:  # a usage-only message
             return None
         choice = choices[0]
+        if "token_ids" not in choice and choice.get("text"):
+            # SGLang's and TGI's /v1/completions answer with text only: nothing to compare.
+            raise ValueError("token_ids: absent beside text: this server does not return "
+                             "token ids from /v1/completions (vLLM's return_token_ids)")
         tokens = tuple(int(t) for t in choice.get("token_ids") or ())
         finish = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH,
                   "abort": FinishReason.ABORT}.get(choice.get("finish_reason") or "")
@@ -175,6 +210,9 @@ class OpenAICompletions:
 
     def load(self, get_text: Callable[[str], str], source: str) -> Load | None:
         return vllm_load(get_text("/metrics"), source + "/metrics")
+
+    def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None:
+        return vllm_counters(get_text("/metrics"))
 
 
 class LlamaServer:
@@ -269,6 +307,9 @@ class LlamaServer:
 
     def load(self, get_text: Callable[[str], str], source: str) -> Load | None:
         return llama_load(get_text("/metrics"), source + "/metrics")
+
+    def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None:
+        return llama_counters(get_text("/metrics"))
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (

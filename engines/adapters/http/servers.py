@@ -85,7 +85,7 @@ def vllm_server_process(preset: str = "tiny", *, seed: int = 0,
 
 
 def vllm_adapter(server: Server, *, preset: str = "tiny", seed: int = 0,
-                 max_concurrency: int = 8) -> HTTPEngine:
+                 max_concurrency: int = 8, refuse_seeded: str | None = None) -> HTTPEngine:
     """A new adapter over a launched vLLM server on the preset."""
     from engines.adapters.http.checkpoint import server_checkpoint
 
@@ -93,7 +93,7 @@ def vllm_adapter(server: Server, *, preset: str = "tiny", seed: int = 0,
     vocab = int(json.loads((ckpt / "config.json").read_text())["vocab_size"])
     # vLLM's --max-logprobs default: it refuses more only inside the stream.
     return HTTPEngine(server.url, vocab_size=vocab, max_concurrency=max_concurrency,
-                      max_logprobs=20, log=str(server.log))
+                      max_logprobs=20, refuse_seeded=refuse_seeded, log=str(server.log))
 
 
 def vllm_server() -> HTTPEngine:
