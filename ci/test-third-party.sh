@@ -24,9 +24,11 @@
 # docs/findings.md reports 7 and 8), the HTTP server and the zoo slice under NARROW_ARGS
 # (default --hypothesis-profile=batching-dev: the seed workloads plus 4 examples a check).
 # ALL_VARIANTS=1 (ci/test-third-party-thorough.sh sets it) adds every other variant, the
-# pool-pressure ones last, and the real-server HTTP adapter test; NARROW_ARGS= gives every
-# factory the arguments' profile. ONLY=pattern runs just the factories whose spec matches it
-# (grep -E) from the full list, skips the adapter tests, and builds no venv it does not need.
+# pool-pressure ones last, the real-server HTTP adapter test, and llama.cpp's llama-server
+# (built by ci/llama-server-env.sh, over 20 minutes the first time, then cached);
+# NARROW_ARGS= gives every factory the arguments' profile. ONLY=pattern runs just the
+# factories whose spec matches it (grep -E) from the full list, skips the adapter tests, and
+# builds no venv it does not need.
 #
 # The venvs: .ci/run starts their builds in the background (ci/envs.sh) while the main tests
 # run; each is waited for here before its first use.
@@ -46,6 +48,13 @@ CT2_FACTORIES=(engines.adapters.ct2:make_engine engines.adapters.ct2_variants:ct
 # The zoo slice, in the main venv: our paged engine where it serves a zoo preset, and
 # transformers' continuous batching on the all-sliding-window one.
 ZOO_FACTORIES=(engines.zoo:paged_tiny_llama_rope engines.zoo:hf_continuous_tiny_mistral_swa)
+# llama.cpp's llama-server over HTTP: not in CI's budget (its build alone takes longer than
+# the whole third-party stage may grow; docs/engines.md), so only under ALL_VARIANTS or ONLY.
+LLAMA_FACTORIES=()
+if [[ -n $ALL ]]; then
+    LLAMA_FACTORIES=(engines.adapters.http:llama_server engines.adapters.http:llama_server_one_slot
+                     engines.adapters.http:llama_server_cache_prompt)
+fi
 if [[ -n $ALL ]]; then
     HF_FACTORIES+=(engines.adapters.hf_variants:hf_block_sharing
                    engines.adapters.hf_variants:hf_small_budget
@@ -78,6 +87,7 @@ if [[ -n ${ONLY:-} ]]; then
     mapfile -t ORTGENAI_FACTORIES < <(pick "${ORTGENAI_FACTORIES[@]}")
     mapfile -t CT2_FACTORIES < <(pick "${CT2_FACTORIES[@]}")
     mapfile -t ZOO_FACTORIES < <(pick "${ZOO_FACTORIES[@]}")
+    mapfile -t LLAMA_FACTORIES < <(pick "${LLAMA_FACTORIES[@]}")
 fi
 # Factories that take the arguments' profile; the rest take NARROW_ARGS.
 FULL_PROFILE='(:make_engine|:openvino_split_fuse)$'
@@ -204,6 +214,26 @@ if [[ -z ${ONLY:-} || ${#CT2_FACTORIES[@]} -gt 0 ]]; then
         adapter_tests "$CPY" tests/test_ct2_adapter.py tests/test_adapters_book.py
         suites "$CPY" "$@" -- "${CT2_FACTORIES[@]+"${CT2_FACTORIES[@]}"}"
     fi
+fi
+
+# llama-server: the client in the main venv, the binary built (once, cached) by
+# ci/llama-server-env.sh; a server per factory, stopped at the end of its run.
+if [[ ${#LLAMA_FACTORIES[@]} -gt 0 ]]; then
+    start=$SECONDS
+    LLAMA_BIN=$(bash ci/llama-server-env.sh | tail -n 1)
+    echo "   (ci/llama-server-env.sh: $((SECONDS - start)) s)"
+    if [[ -z $LLAMA_BIN ]]; then
+        echo "SKIP: llama-server conformance suite and its real-server test (it could not be" \
+             "built: see above)"
+    else
+        export BATCHING_LLAMA_SERVER=$LLAMA_BIN
+        adapter_tests "$PY" tests/test_llama_server.py
+        suites "$PY" "$@" -- "${LLAMA_FACTORIES[@]}"
+        unset BATCHING_LLAMA_SERVER
+    fi
+elif [[ -z ${ONLY:-} ]]; then
+    echo "SKIP: llama-server (not in CI's budget: ALL_VARIANTS=1, ONLY=llama_server or" \
+         "ci/test-third-party-thorough.sh runs it)"
 fi
 
 suites "$PY" "$@" -- "${ZOO_FACTORIES[@]+"${ZOO_FACTORIES[@]}"}"

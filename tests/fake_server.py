@@ -103,6 +103,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path not in ("/v1/completions", "/completion"):
             self._json(404, {"error": {"message": f"no {self.path}"}})
             return
+        if int(body.get("repeat_last_n", 0)) < 0:  # as llama-server validates it
+            self._json(400, {"error": {"code": 400, "type": "invalid_request_error", "message":
+                             "Field 'repeat_last_n': Value must be between 0 <= value <= "
+                             f"2147483647, but got {body['repeat_last_n']}"}})
+            return
         if first == REFUSE:
             self._json(400, {"error": {"message": REFUSAL, "type": "BadRequestError"}})
             return
@@ -169,11 +174,18 @@ class Handler(BaseHTTPRequestHandler):
                 return
 
     def _llama(self, prompt: list[int], body: dict[str, Any]) -> Iterator[str]:
-        tokens = continuation(prompt, int(body["n_predict"]))
-        for i, t in enumerate(tokens):
-            last = i == len(tokens) - 1
-            yield json.dumps({"content": f" t{t}", "tokens": [t], "stop": last,
-                              **({"stop_type": "limit"} if last else {})})
+        # As llama-server streams: one token per partial message, then a final message with
+        # no tokens that says why it stopped.
+        k = int(body.get("n_probs") or 0)
+        for t in continuation(prompt, int(body["n_predict"])):
+            message: dict[str, Any] = {"content": f"{t:x}", "tokens": [t], "stop": False}
+            if k:
+                top = [{"id": (t + j) % VOCAB, "logprob": math.log(0.5 / (j + 1))}
+                       for j in range(k)]
+                message["completion_probabilities"] = [
+                    {"id": t, "logprob": math.log(0.5), "top_logprobs": top}]
+            yield json.dumps(message)
+        yield json.dumps({"content": "", "tokens": [], "stop": True, "stop_type": "limit"})
 
 
 def serve(port: int = 0, state: State | None = None) -> tuple[ThreadingHTTPServer, State]:

@@ -230,12 +230,68 @@ def test_the_llama_dialect(fake: tuple[str, State]) -> None:
     url, state = fake
     eng = engine_at(url, dialect="llama")
     assert (eng.max_model_len, eng.max_concurrency) == (fake_server.MAX_MODEL_LEN, 3)  # /props
-    assert "stop_token_ids" not in eng.supported_sampling
+    assert eng.logprobs_of == "raw"  # n_probs without post_sampling_probs
     request = Request((5, 6), SamplingParams(max_tokens=3))
     assert drain(eng, [request])[request.request_id] == (continuation([5, 6], 3),
                                                          FinishReason.LENGTH)
     (body,) = state.bodies
     assert body["n_predict"] == 3 and body["return_tokens"] and not body["cache_prompt"]
+    assert "n_probs" not in body and body["repeat_last_n"] == 2 + 3  # the whole request
+    # Logprobs: each token's top ones from its completion_probabilities.
+    request = Request((5, 6), SamplingParams(max_tokens=2, logprobs=2))
+    eng.add_request(request)
+    outs = [o for _ in range(50) if eng.has_work() for o in eng.step()]
+    tops = [m for o in outs for m in o.top_logprobs or ()]
+    tokens = [t for o in outs for t in o.token_ids]
+    assert tokens == continuation([5, 6], 2) and state.bodies[-1]["n_probs"] == 2
+    assert [sorted(m) for m in tops] == [sorted({t, (t + 1) % fake_server.VOCAB})
+                                         for t in tokens]
+    # stop_token_ids, which llama-server lacks: the adapter stops at the first stop id (STOP,
+    # its logprobs cut with it) and closes the stream, so the server stops too.
+    state.delay = 0.05
+    tokens = continuation([5, 6], 40)
+    request = Request((5, 6), SamplingParams(max_tokens=40, stop_token_ids=(tokens[2],),
+                                             logprobs=1))
+    eng.add_request(request)
+    outs = [o for _ in range(50) if eng.has_work() for o in eng.step()]
+    assert [t for o in outs for t in o.token_ids] == tokens[:3]
+    assert outs[-1].finish_reason is FinishReason.STOP
+    assert sum(len(o.top_logprobs or ()) for o in outs) == 3
+    assert "stop_token_ids" not in state.bodies[-1]  # not sent: the server has no such field
+    deadline = time.monotonic() + 5
+    while state.disconnects < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert state.disconnects == 1 and state.in_flight == 0
+    state.delay = 0.005
+    # The cache_prompt variant differs in that field only.
+    cached = engine_at(url, dialect="llama-cache-prompt")
+    request = Request((5, 6), SamplingParams(max_tokens=3))
+    assert drain(cached, [request])[request.request_id][0] == continuation([5, 6], 3)
+    assert state.bodies[-1] == {**state.bodies[0], "cache_prompt": True}
+    stopped = Request((5, 6), SamplingParams(max_tokens=3, stop_token_ids=(tokens[5],)))
+    # A stop id never generated: LENGTH as without one.
+    assert drain(cached, [stopped])[stopped.request_id] == (tokens[:3], FinishReason.LENGTH)
+
+
+def test_llama_server_metrics_text_becomes_a_load() -> None:
+    from engines.adapters.http.dialects import llama_counters, llama_load
+    from engines.protocol import Load
+
+    # As llama-server --metrics writes them (counters and gauges, HELP and TYPE lines).
+    text = ("# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed\n"
+            "# TYPE llamacpp:prompt_tokens_total counter\n"
+            "llamacpp:prompt_tokens_total 120\n"
+            "# HELP llamacpp:requests_processing Number of requests processing\n"
+            "# TYPE llamacpp:requests_processing gauge\n"
+            "llamacpp:requests_processing 3\n"
+            "# TYPE llamacpp:requests_deferred gauge\n"
+            "llamacpp:requests_deferred 2\n")
+    assert llama_load(text, "s") == Load(3, 2, None, "s")  # no KV usage: not reported
+    cached = text + "# TYPE llamacpp:prompt_tokens_cached_total counter\n" \
+        "llamacpp:prompt_tokens_cached_total 200\n"
+    assert llama_counters(text) is None
+    assert llama_counters(cached) == {"prefix_cache_hit_tokens": 200}
+    assert llama_load("vllm:num_requests_running 1.0\n", "s") is None  # not llama-server's
 
 
 def test_from_env_reads_the_url_and_says_what_is_missing(

@@ -84,8 +84,8 @@ def test_the_suite_passes_a_correct_server() -> None:
 
 
 def test_a_server_without_load_metrics_has_no_load_introspection() -> None:
-    # The llama dialect reads no load (yet): the adapter lacks the protocol, the check skips
-    # and says why.
+    # The fake's /metrics has vLLM's gauges only, which the llama dialect does not read (it
+    # reads llama-server's): the adapter lacks the protocol, the check skips and says why.
     server, _ = fake_server.serve()
     try:
         eng = HTTPEngine(f"http://127.0.0.1:{server.server_address[1]}",

@@ -326,6 +326,8 @@ class HTTPEngine:
         return None if event is None else self._delta(live, event)
 
     def _delta(self, live: Live, event: Event) -> StepOutput | None:
+        if getattr(self.dialect, "client_stops", False):
+            event = self._client_stop(live, event)
         tokens = self._tokens[live.key]
         tokens += event.token_ids
         if event.finish is FinishReason.ABORT:
@@ -339,6 +341,20 @@ class HTTPEngine:
             out = StepOutput(out.request_id, out.token_ids, out.finish_reason, out.top_logprobs,
                              event.logprobs)
         return out
+
+    def _client_stop(self, live: Live, event: Event) -> Event:
+        """stop_token_ids for a server that has none (llama-server: its stops are strings):
+        the request finishes STOP at the first stop id that arrives, and its stream is
+        closed, so the server stops generating too."""
+        stops = live.request.params.stop_token_ids
+        for i, token in enumerate(event.token_ids):
+            if token in stops:
+                self._client.cancel(live.key)
+                n = i + 1
+                return Event(event.token_ids[:n], FinishReason.STOP,
+                             None if event.top_logprobs is None else event.top_logprobs[:n],
+                             None if event.logprobs is None else event.logprobs[:n])
+        return event
 
     # -- teardown ------------------------------------------------------------------------------
     def close(self) -> None:

@@ -15,7 +15,8 @@ from engines.adapters.http.metrics import samples
 from engines.protocol import ALL_PARAMS, FinishReason, Load, Request
 
 __all__ = ["DIALECTS", "Dialect", "Event", "LlamaServer", "OpenAICompletions", "StreamedError",
-           "dialect_named", "vllm_counters", "vllm_load"]
+           "dialect_named", "llama_counters", "llama_load", "vllm_counters",
+           "vllm_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,35 @@ def vllm_load(text: str, source: str) -> Load | None:
     return Load(running=round(sum(found[VLLM_RUNNING])),
                 waiting=round(sum(found[VLLM_WAITING])),
                 kv_usage=sum(kv) / len(kv) if kv else None, source=source)
+
+
+# llama-server's gauges (/metrics, with --metrics): slots processing a request, and requests
+# deferred for want of a free slot. It reports no KV usage: a slot's cells are its context,
+# and what a finished request leaves in its slot is prompt cache, free by the Load contract.
+LLAMA_RUNNING = "llamacpp:requests_processing"
+LLAMA_WAITING = "llamacpp:requests_deferred"
+
+
+# Prompt tokens a slot reused from its cache (cache_prompt), as Exercised's prefix-cache hits.
+LLAMA_CACHED = "llamacpp:prompt_tokens_cached_total"
+
+
+def llama_counters(text: str) -> dict[str, int] | None:
+    """Prefix-cache hit tokens so far from llama-server's /metrics text; None where absent."""
+    found = samples(text)
+    if LLAMA_CACHED not in found:
+        return None
+    return {"prefix_cache_hit_tokens": round(sum(found[LLAMA_CACHED]))}
+
+
+def llama_load(text: str, source: str) -> Load | None:
+    """A Load from llama-server's /metrics text (kv_usage None: not reported); None where
+    its request gauges are absent."""
+    found = samples(text)
+    if LLAMA_RUNNING not in found or LLAMA_WAITING not in found:
+        return None
+    return Load(running=round(sum(found[LLAMA_RUNNING])),
+                waiting=round(sum(found[LLAMA_WAITING])), source=source)
 
 
 def _token_id(key: str) -> int:
@@ -186,19 +216,37 @@ class OpenAICompletions:
 
 
 class LlamaServer:
-    """llama.cpp's `POST /completion` with the prompt as token ids, streamed. It has no stop
-    token ids (its stops are strings): stop_token_ids is not declared, so the suite sends none.
-    Written from llama-server's documented API and tested on the fake server only (no
-    llama-server is built here)."""
+    """llama.cpp's `POST /completion` with the prompt as token ids, streamed. Checked against
+    llama-server built from llama.cpp 0c1e57098 (llama-cpp-python 0.3.36's vendored copy;
+    ci/llama-server-env.sh): tokens come one per partial message; the final message
+    (`stop: true`, its `stop_type`) carries none; `n_probs` gives `completion_probabilities`
+    with each token's `logprob` and its `top_logprobs`, of the raw distribution (the softmax
+    of the logits; `post_sampling_probs`, not sent, would give them after the sampler chain).
 
-    name = "llama"
+    llama-server has no stop token ids (its stops are strings): the adapter applies
+    stop_token_ids itself (`client_stops`), finishing the request at the first stop id that
+    arrives and closing its stream. min_tokens has no llama-server field: not declared.
+    Nor are presence_penalty and frequency_penalty: llama.cpp counts the prompt's tokens in
+    them (its penalty window is the last `repeat_last_n` tokens of the whole context), where
+    the protocol, as OpenAI and vLLM, counts the generated ones only; its repeat_penalty
+    counts prompt and output as the protocol's repetition_penalty does, over the whole
+    request with `repeat_last_n` set to its length (the default window is 64 tokens).
+
+    cache_prompt: whether a slot may reuse the KV of its previous prompt's common prefix
+    (dialect "llama-cache-prompt"); off in "llama", so nothing carries over between requests.
+    """
+
     path = "/completion"
     health_path = "/health"
     supported_sampling = frozenset({
-        "max_tokens", "temperature", "seed", "logprobs", "top_k", "top_p", "min_p",
-        "repetition_penalty", "presence_penalty", "frequency_penalty"})
-    # n_probs are probabilities after llama.cpp's sampler chain.
-    logprobs_of = "processed"
+        "max_tokens", "stop_token_ids", "temperature", "seed", "logprobs", "top_k", "top_p",
+        "min_p", "repetition_penalty"})
+    logprobs_of = "raw"
+    client_stops = True  # the adapter applies stop_token_ids (see above)
+
+    def __init__(self, *, cache_prompt: bool = False) -> None:
+        self.cache_prompt = cache_prompt
+        self.name = "llama-cache-prompt" if cache_prompt else "llama"
 
     def body(self, request: Request, model: str | None) -> dict[str, Any]:
         p = request.params
@@ -208,14 +256,15 @@ class LlamaServer:
             "temperature": float(p.temperature),
             "stream": True,
             "return_tokens": True,
-            "cache_prompt": False,
+            "cache_prompt": self.cache_prompt,
             "ignore_eos": True,
             "top_k": int(p.top_k),
             "top_p": float(p.top_p),
             "min_p": float(p.min_p),
             "repeat_penalty": float(p.repetition_penalty),
-            "presence_penalty": float(p.presence_penalty),
-            "frequency_penalty": float(p.frequency_penalty),
+            # The request's whole context, as the protocol's repetition_penalty (this server
+            # refuses llama.cpp's -1 for "the context"; its default is 64 tokens).
+            "repeat_last_n": len(request.prompt_token_ids) + int(p.max_tokens),
         }
         if p.seed is not None:
             body["seed"] = int(p.seed)
@@ -229,12 +278,22 @@ class LlamaServer:
         tokens = tuple(int(t) for t in data.get("tokens") or ())
         finish = None
         if data.get("stop"):
-            kind = data.get("stop_type") or "limit"
+            kind = data.get("stop_type") or "none"
             if kind != "limit":
                 raise ValueError(f"stop_type: {kind!r}: llama-server stopped on its own "
-                                 "(eos or a stop word), which the adapter never asks for")
+                                 "(eos, a stop word, or none: cut short), which the adapter "
+                                 "never asks for")
             finish = FinishReason.LENGTH
-        return Event(tokens, finish)
+        tops = sampled = None
+        probs = data.get("completion_probabilities")
+        if probs and tokens:
+            tops = tuple({int(e["id"]): float(e["logprob"]) for e in p.get("top_logprobs") or ()}
+                         for p in probs)
+            sampled = tuple(float(p["logprob"]) for p in probs)
+            if len(tops) != len(tokens):
+                raise ValueError(f"completion_probabilities: {len(tops)} entries for "
+                                 f"{len(tokens)} tokens in one message")
+        return Event(tokens, finish, tops, sampled)
 
     def limits(self, get: Any) -> dict[str, Any]:
         props = get("/props")
@@ -247,14 +306,14 @@ class LlamaServer:
         return found
 
     def load(self, get_text: Callable[[str], str], source: str) -> Load | None:
-        # Not mapped yet: llama-server's /metrics and /slots (the llama-server work).
-        return None
+        return llama_load(get_text("/metrics"), source + "/metrics")
 
     def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None:
-        return None
+        return llama_counters(get_text("/metrics"))
 
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (OpenAICompletions(), LlamaServer())}
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (
+    OpenAICompletions(), LlamaServer(), LlamaServer(cache_prompt=True))}
 
 
 def dialect_named(name: str) -> Dialect:

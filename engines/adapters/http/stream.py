@@ -73,10 +73,15 @@ class StreamClient:
 
     async def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            # No connection cap: every request in flight has a stream of its own.
+            # No connection cap: every request in flight has a stream of its own. No
+            # keep-alive: a server may close an idle pooled connection just as a POST goes
+            # out on it (llama-server's HTTP library closes one after 100 requests or 5 s),
+            # and httpx never retries a POST, so the request would fail with "Server
+            # disconnected without sending a response". A fresh local connection per request
+            # costs well under a millisecond.
             self._client = httpx.AsyncClient(
                 base_url=self.base_url, timeout=self._timeout,
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
         return self._client
 
     def open(self, key: str, path: str, body: Mapping[str, Any]) -> Future[Opened]:
