@@ -18,12 +18,18 @@ from pathlib import Path
 from engines.adapters.common.tokenizer import TOKENIZER, write_tokenizer
 from engines.models import PRESETS, build_preset, save_checkpoint
 
-__all__ = ["ConversionError", "cache_root", "checkpoint_dir", "converted_dir", "preset_digest",
-           "publish", "weights_digest"]
+__all__ = ["ConversionError", "UnsupportedArchitecture", "cache_root", "checkpoint_dir",
+           "converted_dir", "preset_digest", "publish", "weights_digest"]
 
 
 class ConversionError(RuntimeError):
     """The offline conversion could not run or failed; the message says why."""
+
+
+class UnsupportedArchitecture(ConversionError, ValueError):
+    """The library's converter refuses this architecture outright: the engine's declared
+    "unsupported" (a ValueError, as our engines' refusals are), not a conversion that went
+    wrong."""
 
 
 def cache_root() -> Path:

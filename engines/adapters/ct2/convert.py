@@ -17,9 +17,13 @@ import functools
 import json
 from pathlib import Path
 
-from engines.adapters.common.checkpoints import ConversionError, converted_dir
+from engines.adapters.common.checkpoints import (
+    ConversionError,
+    UnsupportedArchitecture,
+    converted_dir,
+)
 
-__all__ = ["ConversionError", "ct2_dir", "vocabulary"]
+__all__ = ["ConversionError", "UnsupportedArchitecture", "ct2_dir", "vocabulary"]
 
 
 def _convert(checkpoint: Path, out: Path) -> None:
@@ -28,6 +32,13 @@ def _convert(checkpoint: Path, out: Path) -> None:
     try:
         TransformersConverter(str(checkpoint)).convert(str(out), quantization="float32",
                                                        force=True)
+    except ValueError as exc:
+        if "No conversion is registered" not in str(exc):
+            raise ConversionError(f"ctranslate2's TransformersConverter failed on "
+                                  f"{str(checkpoint)!r}: {exc}") from exc
+        # No loader for the architecture (Mixtral in 4.8.5): a refusal, not a failure.
+        raise UnsupportedArchitecture(f"model: ctranslate2's converter has no loader for the "
+                                      f"architecture of {str(checkpoint)!r}: {exc}") from exc
     except Exception as exc:  # the converter raises whatever its loaders raise
         raise ConversionError(f"ctranslate2's TransformersConverter failed on "
                               f"{str(checkpoint)!r}: {exc}") from exc

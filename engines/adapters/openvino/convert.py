@@ -22,6 +22,7 @@ from pathlib import Path
 
 from engines.adapters.common.checkpoints import (
     ConversionError,
+    UnsupportedArchitecture,
     cache_root,
     checkpoint_dir,
     converted_dir,
@@ -35,11 +36,6 @@ EXPORT_ENV = "BATCHING_OPENVINO_EXPORT"
 # optimum-intel's per-architecture ceiling on transformers (Gemma-2's is 5.0 in 2.2.0).
 _VERSION_REFUSAL = re.compile(r"does not allow for the export of the model\. Maximum required "
                               r"is (?P<max>[\w.]+), got: (?P<got>[\w.]+)")
-
-
-class UnsupportedArchitecture(ConversionError, ValueError):
-    """The exporter refuses this architecture outright: the engine's declared "unsupported"
-    (a ValueError, as our engines' refusals are), not a conversion that went wrong."""
 
 
 def export_layer() -> Path:
