@@ -254,3 +254,13 @@ def test_an_architecture_without_a_loader_is_a_declared_refusal() -> None:
 
     with pytest.raises(ValueError, match="no loader for the architecture.*MixtralConfig"):
         make_engine("tiny-moe")
+
+
+def test_what_the_converter_drops_is_declared() -> None:
+    from engines.adapters.ct2.adapter import converter_losses
+
+    llama3 = {"model_type": "llama", "rope_parameters": {"rope_type": "llama3"}}
+    assert set(converter_losses(llama3)) == {"reference_parity"}
+    assert "report 18" in converter_losses({"model_type": "gemma2"})["reference_parity"]
+    assert converter_losses({"model_type": "qwen2"}) == {}
+    assert converter_losses({"model_type": "mistral", "sliding_window": 16}) == {}
