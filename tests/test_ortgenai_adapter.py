@@ -243,3 +243,12 @@ def test_a_llama_checkpoint_builds_and_matches_generate() -> None:
     got = drain(eng, greedy(prompts, [30, 30, 30]))
     assert [got[r][0] for r in got] == [preset_generate("tiny-llama-rope", p, 30)
                                         for p in prompts]
+
+
+def test_an_architecture_the_builder_lacks_is_a_declared_refusal() -> None:
+    # onnxruntime-genai 0.18.0's builder has no Mixtral: the factory's refusal is a
+    # ValueError (the matrix's "unsupported"), not a failed build.
+    from engines.adapters.ortgenai import make_engine
+
+    with pytest.raises(ValueError, match="does not support the architecture"):
+        make_engine("tiny-moe")

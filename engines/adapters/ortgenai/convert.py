@@ -27,9 +27,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engines.adapters.common.checkpoints import ConversionError, converted_dir
+from engines.adapters.common.checkpoints import (
+    ConversionError,
+    UnsupportedArchitecture,
+    converted_dir,
+)
 
-__all__ = ["ConversionError", "eos_id", "ortgenai_dir"]
+__all__ = ["ConversionError", "UnsupportedArchitecture", "eos_id", "ortgenai_dir"]
 
 
 def eos_id(vocab_size: int) -> int:
@@ -62,6 +66,10 @@ def _build(checkpoint: Path, out: Path) -> None:
            "-o", str(out), "-p", "fp32", "-e", "cpu", "-c", str(cache)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     config = out / "genai_config.json"
+    if done.returncode != 0 and "model is not currently supported" in done.stderr + done.stdout:
+        # The builder has no such architecture (Mixtral in 0.18.0): a refusal, not a failure.
+        raise UnsupportedArchitecture(f"model: onnxruntime_genai.models.builder does not support "
+                                      f"the architecture of {str(checkpoint)!r}")
     if done.returncode != 0 or not config.is_file() or not (out / "model.onnx").is_file():
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
         raise ConversionError(f"onnxruntime_genai.models.builder failed ({done.returncode}) "
