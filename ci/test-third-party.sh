@@ -10,9 +10,9 @@
 #   .venv-vllm and stopped at the end), with the bench's smoke replay on the same server;
 # - OpenVINO GenAI (.venv-openvino), onnxruntime-genai (.venv-ortgenai), CTranslate2
 #   (.venv-ct2);
-# - the model zoo slice: engines on a preset other than tiny, against the sequential
-#   reference on that preset (engines.zoo; the whole engine x preset matrix is
-#   ci/zoo-matrix.sh).
+# - the model zoo slice: every engine's default factory on one preset other than tiny, in its
+#   library's venv, against the sequential reference on that preset (engines.zoo; the whole
+#   engine x preset matrix is ci/zoo-matrix.sh).
 # Every run compares against the sequential reference on the same weights, and the suite's
 # summary says what the engines exercised (preemptions, chunked prompts, prefix-cache hit
 # tokens), so that "passed" says what ran. Extra arguments go to every suite run (CI passes
@@ -45,9 +45,15 @@ OPENVINO_FACTORIES=(engines.adapters.openvino:make_engine
                     engines.adapters.openvino_variants:openvino_split_fuse)
 ORTGENAI_FACTORIES=(engines.adapters.ortgenai:make_engine)
 CT2_FACTORIES=(engines.adapters.ct2:make_engine engines.adapters.ct2_variants:ct2_max)
-# The zoo slice, in the main venv: our paged engine where it serves a zoo preset, and
-# transformers' continuous batching on the all-sliding-window one.
+# The zoo slice: every engine's default factory on one zoo preset it serves (engines.zoo),
+# each in its library's venv, under NARROW_ARGS. In the main venv: our paged engine where it
+# serves a zoo preset, and transformers' continuous batching on the all-sliding-window one;
+# the others run after their library's own factories (times: docs/engines.md).
 ZOO_FACTORIES=(engines.zoo:paged_tiny_llama_rope engines.zoo:hf_continuous_tiny_mistral_swa)
+VLLM_FACTORIES+=(engines.zoo:vllm_tiny_moe)
+OPENVINO_FACTORIES+=(engines.zoo:openvino_tiny_mistral_swa)
+ORTGENAI_FACTORIES+=(engines.zoo:ortgenai_tiny_llama_rope)
+CT2_FACTORIES+=(engines.zoo:ct2_tiny_llama_rope)
 # llama.cpp's llama-server over HTTP: not in CI's budget (its build alone takes longer than
 # the whole third-party stage may grow; docs/engines.md), so only under ALL_VARIANTS or ONLY.
 LLAMA_FACTORIES=()

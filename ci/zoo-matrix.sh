@@ -68,7 +68,8 @@ except Exception as e:
         if [[ $rc -eq 0 ]]; then
             rows+=("| $engine | $preset | pass | $took | ${summary//|/\\|} |")
         else
-            failed=$(grep -E "^FAILED" "$log" | sed -E 's/.*::test_([a-z_]+).*/\1/' | sort -u \
+            # FAILED ...::test_conformance[<factory>-<check>]: the check's name.
+            failed=$(grep -E "^FAILED" "$log" | sed -E 's/.*-([a-z_]+)\]$/\1/' | sort -u \
                      | paste -sd, -)
             rows+=("| $engine | $preset | fail (exit $rc): ${failed:-see $log} | $took | ${summary//|/\\|} |")
         fi

@@ -35,6 +35,16 @@ def hf_generate(prompt: tuple[int, ...], max_tokens: int) -> list[int]:
     return out[0, len(prompt) :].tolist()
 
 
+def preset_generate(preset: str, prompt: tuple[int, ...], max_tokens: int) -> list[int]:
+    """hf_generate on another preset (the zoo's): transformers' own greedy generate, alone."""
+    model: Any = load_model(preset)
+    ids = torch.tensor([prompt])
+    out = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False
+    )
+    return out[0, len(prompt) :].tolist()
+
+
 def drain(
     engine: Engine,
     requests: Iterable[Request],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,7 @@ from tests.helpers import (
     greedy,
     hf_generate,
     make_prompts,
+    preset_generate,
 )
 
 HAS_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
@@ -331,3 +333,39 @@ def test_a_request_after_a_cancel_in_a_full_pool_is_served() -> None:
     short = Request((0,), SamplingParams(max_tokens=1), request_id="short")
     got = drain(eng, [short])  # raises RequestDropped: the library ignores "short"
     assert got["short"] == (hf_generate((0,), 1), FinishReason.LENGTH)
+
+
+def test_a_conversion_without_a_tokenizer_serves_with_and_without_stop_ids() -> None:
+    # Found by the zoo matrix: the Mistral, Mixtral and Phi-3 conversions have EOS -1 (the
+    # Qwen2 and Llama ones a valid id), which the library put into each request with no stop
+    # ids and then refused ("'stop_token_ids' must be non-negative").
+    from engines.adapters.openvino import make_engine
+
+    eng = make_engine("tiny-moe")
+    prompts = make_prompts([12, 30], seed=4)
+    free = Request(prompts[0], SamplingParams(max_tokens=20))
+    expected = preset_generate("tiny-moe", prompts[1], 20)
+    stop = expected[5]
+    stopped = Request(prompts[1], SamplingParams(max_tokens=20, stop_token_ids=(stop,)))
+    got = drain(eng, [free, stopped])
+    assert got[free.request_id] == (preset_generate("tiny-moe", prompts[0], 20),
+                                    FinishReason.LENGTH)
+    assert got[stopped.request_id] == (expected[:expected.index(stop) + 1], FinishReason.STOP)
+
+
+def test_an_architecture_the_exporter_refuses_is_a_declared_refusal(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # optimum-intel 2.2.0 exports Gemma (1-3) only under transformers <= 5.0 and its export
+    # layer has 5.5.4: the factory's refusal is a ValueError (the matrix's "unsupported")
+    # naming the ceiling, not a failed conversion.
+    import subprocess
+
+    import engines.adapters.openvino.convert as convert
+
+    said = ("ValueError: The current version of Transformers does not allow for the export of "
+            "the model. Maximum required is 5.0, got: 5.5.4\n")
+    monkeypatch.setattr(convert, "export_layer", lambda: tmp_path)
+    monkeypatch.setattr(subprocess, "run", lambda *_, **__: subprocess.CompletedProcess(
+        [], 1, stdout="", stderr=said))
+    with pytest.raises(ValueError, match=r"transformers <= 5\.0 only.*cannot serve it"):
+        convert._convert(tmp_path, tmp_path / "out")

@@ -29,6 +29,7 @@ from tests.helpers import (
     greedy,
     hf_generate,
     make_prompts,
+    preset_generate,
 )
 
 HAS_ORTGENAI = importlib.util.find_spec("onnxruntime_genai") is not None
@@ -80,7 +81,7 @@ def test_a_second_factory_call_builds_nothing(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(convert, "_build", refuse)
     assert convert.ortgenai_dir("tiny", 0) == first
-    assert weights_digest(checkpoint_dir("tiny", seed=0)) in first.name
+    assert weights_digest(checkpoint_dir("tiny", seed=0, tokenizer=True)) in first.name
     # The builder writes EOS 0 for a checkpoint without one; the cached model names 1023.
     assert json.loads((first / "genai_config.json").read_text())["model"]["eos_token_id"] == EOS
 
@@ -229,3 +230,25 @@ def test_batch1_runs_one_request_at_a_time() -> None:
     first = eng.step()
     drain(eng, [])
     assert [o.request_id for o in first] == [requests[0].request_id]
+
+
+def test_a_llama_checkpoint_builds_and_matches_generate() -> None:
+    # The builder loads the architecture's tokenizer for Llama-family checkpoints and
+    # resolves an EOS from it or the config: a preset's checkpoint carries the 1:1 tokenizer
+    # (engines.adapters.common.tokenizer), and the builder reads a copy naming the EOS.
+    from engines.adapters.ortgenai import make_engine
+
+    eng = make_engine("tiny-llama-rope")
+    prompts = make_prompts([5, 40, 90], seed=3)
+    got = drain(eng, greedy(prompts, [30, 30, 30]))
+    assert [got[r][0] for r in got] == [preset_generate("tiny-llama-rope", p, 30)
+                                        for p in prompts]
+
+
+def test_an_architecture_the_builder_lacks_is_a_declared_refusal() -> None:
+    # onnxruntime-genai 0.18.0's builder has no Mixtral: the factory's refusal is a
+    # ValueError (the matrix's "unsupported"), not a failed build.
+    from engines.adapters.ortgenai import make_engine
+
+    with pytest.raises(ValueError, match="does not support the architecture"):
+        make_engine("tiny-moe")

@@ -15,14 +15,21 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from engines.adapters.common.tokenizer import TOKENIZER, write_tokenizer
 from engines.models import PRESETS, build_preset, save_checkpoint
 
-__all__ = ["ConversionError", "cache_root", "checkpoint_dir", "converted_dir", "preset_digest",
-           "publish", "weights_digest"]
+__all__ = ["ConversionError", "UnsupportedArchitecture", "cache_root", "checkpoint_dir",
+           "converted_dir", "preset_digest", "publish", "weights_digest"]
 
 
 class ConversionError(RuntimeError):
     """The offline conversion could not run or failed; the message says why."""
+
+
+class UnsupportedArchitecture(ConversionError, ValueError):
+    """The library's converter refuses this architecture outright: the engine's declared
+    "unsupported" (a ValueError, as our engines' refusals are), not a conversion that went
+    wrong."""
 
 
 def cache_root() -> Path:
@@ -48,15 +55,26 @@ def publish(build: Callable[[Path], object], path: Path) -> Path:
     return path
 
 
-def checkpoint_dir(preset: str, *, seed: int) -> Path:
-    """The preset saved once as a checkpoint directory (keyed by its definition and seed)."""
+def checkpoint_dir(preset: str, *, seed: int, tokenizer: bool = False) -> Path:
+    """The preset saved once as a checkpoint directory (keyed by its definition and seed);
+    with `tokenizer`, one that also carries a 1:1 WordLevel tokenizer (engines.adapters.common
+    .tokenizer), for the tools that will not load a checkpoint without one."""
     if preset not in PRESETS:
         raise ValueError(f"model: unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
-    path = cache_root() / f"{preset}-seed{seed}-{preset_digest(preset)}"
-    if (path / "config.json").is_file():
+    name = f"{preset}-seed{seed}-{preset_digest(preset)}"
+    path = cache_root() / (f"{name}-{TOKENIZER}" if tokenizer else name)
+    marker = "tokenizer.json" if tokenizer else "config.json"
+    if (path / marker).is_file():
         return path
-    shutil.rmtree(path, ignore_errors=True)  # a leftover without its config is no checkpoint
-    return publish(lambda tmp: save_checkpoint(build_preset(preset, seed=seed), tmp), path)
+    shutil.rmtree(path, ignore_errors=True)  # a leftover without its marker is unfinished
+
+    def build(tmp: Path) -> None:
+        model = build_preset(preset, seed=seed)
+        save_checkpoint(model, tmp)
+        if tokenizer:
+            write_tokenizer(tmp, int(model.config.vocab_size))
+
+    return publish(build, path)
 
 
 def preset_digest(preset: str) -> str:
@@ -79,11 +97,14 @@ def weights_digest(checkpoint: Path) -> str:
 
 
 def converted_dir(model: str, seed: int, *, library: str, version: str, marker: str,
-                  convert: Callable[[Path, Path], None]) -> Path:
+                  convert: Callable[[Path, Path], None], tokenizer: bool = False) -> Path:
     """`convert(checkpoint, out)`'s directory for a preset name or a checkpoint directory,
     under cache_root()/library, converting once; `marker` is the file a finished conversion
-    has (a directory without it is converted again)."""
-    checkpoint = checkpoint_dir(model, seed=seed) if model in PRESETS else Path(model)
+    has (a directory without it is converted again). `tokenizer`: a preset's checkpoint
+    carries the 1:1 tokenizer (checkpoint_dir), for converters that instantiate one; the
+    checkpoint's name, and so the cache key, says so."""
+    checkpoint = (checkpoint_dir(model, seed=seed, tokenizer=tokenizer) if model in PRESETS
+                  else Path(model))
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"model: {model!r} is neither a preset nor a checkpoint directory")
     path = cache_root() / library / f"{checkpoint.name}-{weights_digest(checkpoint)}-{version}"

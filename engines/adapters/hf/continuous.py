@@ -205,9 +205,28 @@ SOFTCAP_DROPPED = ("transformers' continuous batching drops attention logit soft
                    "(docs/findings.md report 15): logits differ from the model's own forward")
 
 
+# transformers <= 5.24.0 (the newest): on a long-RoPE model continuous batching picks the short
+# or long factors from the largest position in the whole batch's forward, and never recomputes
+# the keys rotated with the short ones when a sequence passes the threshold
+# (docs/findings.md report 16): tokens depend on the neighbours and differ from generate's.
+LONGROPE_BATCH_WIDE = ("transformers' continuous batching applies long-RoPE factors batch-wide "
+                       "and never recomputes the cache at the threshold (docs/findings.md "
+                       "report 16): tokens depend on the batch and differ from generate's")
+LONGROPE_FAILS = ("parity", "reference_parity", "prefill_decode", "logprobs", "seeds")
+
+
+def _rope_type(config: Any) -> str | None:
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    return params.get("rope_type") if isinstance(params, dict) else None
+
+
 def _known_failures(model: PreTrainedModel) -> dict[str, str]:
-    capped = any(getattr(m, "attn_logit_softcapping", None) for m in model.modules())
-    return dict.fromkeys(("reference_parity", "logprobs"), SOFTCAP_DROPPED) if capped else {}
+    known: dict[str, str] = {}
+    if any(getattr(m, "attn_logit_softcapping", None) for m in model.modules()):
+        known.update(dict.fromkeys(("reference_parity", "logprobs"), SOFTCAP_DROPPED))
+    if _rope_type(model.config) == "longrope":
+        known.update(dict.fromkeys(LONGROPE_FAILS, LONGROPE_BATCH_WIDE))
+    return known
 
 
 @functools.lru_cache(maxsize=4)

@@ -11,7 +11,9 @@ Translations (where the library's semantics differ from the protocol):
 - stop tokens: the library substitutes the model's EOS (0 for a converted preset: optimum
   writes a tokenizer whose EOS is token 0) for a request whose `eos_token_id` is unset, and
   `ignore_eos=True` silently disables `stop_token_ids` as well. So a request with no stop ids
-  runs with `ignore_eos=True`, and one with stop ids names the first as its EOS
+  runs with `ignore_eos=True` and EOS 0 named (the Mistral, Mixtral and Phi-3 conversions
+  have EOS -1, which the library's validation refuses), and one with stop ids names the
+  first as its EOS
   (`set_eos_token_id`) and passes them all as `stop_token_ids`. The library keeps the stop
   token in its output, as the protocol does, and reports STOP or LENGTH itself.
 - outputs: a handle's `read()` returns the tokens generated since the last read.
@@ -123,6 +125,10 @@ def _generation_config(p: SamplingParams) -> Any:
         gc.stop_token_ids = set(stops)
     else:
         gc.ignore_eos = True  # safe only here: it also disables stop_token_ids
+        # A valid id, ignored under ignore_eos: left unset, the library fills in the model's
+        # EOS, which is -1 in the Mistral, Mixtral and Phi-3 conversions (optimum writes no
+        # EOS for them), and then refuses the request ("'stop_token_ids' must be non-negative").
+        gc.set_eos_token_id(0)
     if p.min_tokens:
         gc.min_new_tokens = int(p.min_tokens)  # masks the stop ids until then
     if p.repetition_penalty != 1.0:

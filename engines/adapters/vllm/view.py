@@ -6,6 +6,18 @@ engine's own request ids to `Request`s (`num_computed_tokens`, `num_preemptions`
 `output_token_ids`, `status`) and whose `kv_cache_manager.block_pool` holds the blocks. Each
 read is guarded: where a version lays them out differently, the view says so by raising
 `Unavailable` instead of guessing.
+
+KV cache groups: a model with one attention type has one group; Gemma-2's sliding and full
+layers make two (`kv_cache_manager.kv_cache_config.kv_cache_groups`, one spec each), served
+from the one block pool (block ids unique across groups). A request's table is then the
+union: its full-attention blocks first, so that its block j still holds tokens
+j * block_size onwards, then its sliding-window blocks. A sliding-window group replaces a
+block that left the window by the pool's null block (id 0, never counted in the pool): those
+placeholders are no block the request holds, so the view leaves them out, and where every
+group slides, a request's cached tokens are those of the blocks it still holds (its computed
+tokens less the null blocks' worth). With prefix caching on, a sliding group's blocks are
+not at their positional index in that union, so a block shared between two such requests
+may be judged at the wrong index; the zoo runs vLLM with prefix caching off.
 """
 
 from __future__ import annotations
@@ -80,14 +92,51 @@ class SchedulerView:
         _, _, pool = self._need()
         return int(pool.get_num_free_blocks())
 
-    def block_table(self, rid: str) -> list[int]:
-        scheduler, manager, _ = self._need()
+    def _sliding(self) -> list[bool]:
+        """Per KV cache group, in vLLM's group order: whether it drops blocks that left its
+        window (a sliding-window group)."""
+        _, manager, _ = self._need()
+        groups = getattr(getattr(manager, "kv_cache_config", None), "kv_cache_groups", None)
+        if not groups:
+            raise Unavailable("this vLLM version's KV cache groups are not at "
+                              "kv_cache_manager.kv_cache_config.kv_cache_groups")
+        sizes = {int(g.kv_cache_spec.block_size) for g in groups}
+        if sizes != {self.block_size}:
+            raise Unavailable(f"vLLM's KV cache groups have block sizes {sorted(sizes)}, the "
+                              f"scheduler's is {self.block_size}: one table cannot say both")
+        # A FullAttentionSpec keeps every token's block even where it records a window (vLLM
+        # does that with its hybrid allocator off); the other attention specs drop blocks.
+        return [not any(c.__name__ == "FullAttentionSpec" for c in type(g.kv_cache_spec).__mro__)
+                for g in groups]
+
+    def _tables(self, rid: str) -> tuple[list[int], int]:
+        """The request's held blocks (full-attention groups first, null placeholders left
+        out) and how many null placeholders its tables had, where every group slides."""
+        scheduler, manager, pool = self._need()
         if rid not in scheduler.requests:
-            return []
-        (table,) = manager.get_block_ids(rid)  # one KV cache group: full attention only
-        return [int(b) for b in table]
+            return [], 0
+        per_group = manager.get_block_ids(rid)
+        sliding = self._sliding()
+        if len(per_group) != len(sliding):
+            raise Unavailable(f"vLLM returned {len(per_group)} block tables for "
+                              f"{len(sliding)} KV cache groups")
+        null = int(pool.null_block.block_id)
+        order = sorted(range(len(sliding)), key=lambda g: sliding[g])  # full attention first
+        held = [int(b) for g in order for b in per_group[g] if int(b) != null]
+        # Every group slides: the one that kept the most says how many tokens still have KV.
+        skipped = (min(sum(int(b) == null for b in table) for table in per_group)
+                   if all(sliding) else 0)
+        return held, skipped
+
+    def block_table(self, rid: str) -> list[int]:
+        return self._tables(rid)[0]
 
     def computed_tokens(self, rid: str) -> int:
+        """Tokens whose KV the request holds: all it computed, less the tokens of blocks a
+        sliding window dropped where no group keeps every token."""
         scheduler, _, _ = self._need()
         request = scheduler.requests.get(rid)
-        return 0 if request is None else int(request.num_computed_tokens)
+        if request is None:
+            return 0
+        _, skipped = self._tables(rid)
+        return max(0, int(request.num_computed_tokens) - skipped * self.block_size)
