@@ -112,6 +112,10 @@ def test_the_transformers_kv_view_reads_each_cache_allocator(preset: str, blocks
     (table,) = engine.kv_block_tables().values()
     assert len(table) == len(set(table)) == blocks
     assert engine.kv_cached_tokens()[request.request_id] == cached
+    # The suite's upper bound (kv_accounting): the merged table's ring blocks are declared.
+    size = engine.kv_block_size
+    assert engine.kv_extra_blocks == (0 if preset == "tiny-mistral-swa" else 2)
+    assert len(table) <= -(-cached // size) + engine.kv_extra_blocks
     assert engine.kv_free_blocks() + blocks == engine.kv_total_blocks
     drain(engine, [])
     assert engine.kv_free_blocks() == engine.kv_total_blocks

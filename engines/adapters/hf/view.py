@@ -86,6 +86,19 @@ class KVView:
             return None
         return min(int(a.sliding_window) for a in self._allocators)
 
+    @property
+    def extra_blocks(self) -> int:
+        """Blocks a request's merged table may hold beyond its cached tokens' need
+        (engines.protocol.kv_extra_blocks): where sliding layers sit beside full ones, each
+        sliding allocator's ring, at most a window's worth of blocks plus one it straddles.
+        0 where one allocator (or every one slides: then the window bounds the cached tokens)."""
+        if self.window is not None or not any(a.layer_type == "full_attention"
+                                              for a in self._allocators):
+            return 0
+        size = self.block_size
+        return sum(-(-int(a.sliding_window) // size) + 1 for a in self._allocators
+                   if a.layer_type != "full_attention")
+
     def tables(self) -> dict[str, list[int]]:
         """Library request id -> block ids, for requests holding blocks."""
         owners = self._allocators or [self._group]
@@ -132,6 +145,10 @@ class KVMixin:
     @property
     def kv_total_blocks(self) -> int:
         return self._kv.total_blocks
+
+    @property
+    def kv_extra_blocks(self) -> int:
+        return self._kv.extra_blocks
 
     def kv_free_blocks(self) -> int:
         return self._kv.free_blocks()

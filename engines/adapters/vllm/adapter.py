@@ -169,6 +169,10 @@ class VLLMEngine:
     def kv_total_blocks(self) -> int:
         return self._view.total_blocks
 
+    @property
+    def kv_extra_blocks(self) -> int:
+        return self._view.extra_blocks(self.max_model_len)
+
     def kv_free_blocks(self) -> int:
         return self._view.free_blocks()
 

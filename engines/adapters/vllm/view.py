@@ -109,6 +109,19 @@ class SchedulerView:
         return [not any(c.__name__ == "FullAttentionSpec" for c in type(g.kv_cache_spec).__mro__)
                 for g in groups]
 
+    def extra_blocks(self, max_model_len: int) -> int:
+        """Blocks a request's table may hold beyond its cached tokens' need
+        (engines.protocol.kv_extra_blocks): where sliding groups sit beside a full-attention
+        one, each sliding group's blocks. vLLM frees a block that left the window only at the
+        request's next allocation, so right after a prefill a sliding group can hold a block
+        for every token computed (measured: 3 blocks of 128 for a 296-token prompt and a
+        16-token window): up to a whole context's worth. 0 with one group, or where every
+        group slides (the cached tokens are then those of the blocks held)."""
+        sliding = self._sliding()
+        if all(sliding) or not any(sliding):
+            return 0
+        return sum(sliding) * -(-max_model_len // self.block_size)
+
     def _tables(self, rid: str) -> tuple[list[int], int]:
         """The request's held blocks (full-attention groups first, null placeholders left
         out) and how many null placeholders its tables had, where every group slides."""
