@@ -153,8 +153,10 @@ def test_a_preempted_requests_table_lingers(cls: type[PagedEngine]) -> None:
     assert engine.preemptions > 0
     assert (max(over) > 0) == (cls is PreemptedTableLingers)
     assert {r: t for r, (t, _) in got.items()} == alone(requests)
-    # The default pool holds 8 whole contexts for 16 seats: it can preempt too (below).
-    assert cls().kv_total_blocks == 8 * 512 // 16
+    # The bug's own configuration holds a whole context for each of its 8 seats, so it never
+    # preempts: only a variant's smaller pool reaches it (the default's 16 seats would too).
+    own = PreemptedTableLingers()
+    assert (own.max_concurrency, own.kv_total_blocks) == (8, 8 * 512 // 16)
 
 
 @pytest.mark.parametrize("cls", [ResumeKeepsOldBlockIds, PagedEngine], ids=lambda c: c.__name__)

@@ -59,7 +59,8 @@ DEFAULT_MAX_BATCH_SIZE = 16
 # times only the step that produced a prompt's first token, its last chunk: the 482-token
 # class leaves a last chunk of ~94 tokens at 104 and ~62 at 112. `scripts/chunk_steps.py`
 # times every chunk step; at 96 the median one costs its incumbents ~2.1x a pure decode step.
-# Above 112 throughput stops growing: with 8 seats a prompt's chunks hold a seat that does
+# Above 112 throughput stops growing: with 8 seats (the table's configuration, kept by
+# scripts/paged_budgets.py; the default is 16 now) a prompt's chunks hold a seat that does
 # not decode, and the seat count, not the budget, sets the steps. 96 is the largest budget
 # measured whose spike stayed under 2x in every run; 112 buys 2-4% throughput for a spike of
 # 2.0-2.2 (scripts/paged_budgets.py reruns the table). On a GPU, where a step's cost is flat

@@ -124,10 +124,16 @@ class PreemptedTableLingers(PagedEngine):
 
     # It will take them back when it resumes, so the view lists them already. Those blocks
     # are held by nobody and counted free: held + free exceeds the pool. Its tokens are
-    # right (the view is all that is wrong), and the default pool holds every request
-    # running at once, so it never preempts: only the KV checks on a variant with a smaller
-    # pool (one whole context's worth of blocks for 16 seats) reach the bug.
+    # right (the view is all that is wrong). Planted on 8 seats with a whole context each
+    # (PagedEngine's default before), a pool that holds every request running at once, so
+    # the engine itself never preempts: only the KV checks on a variant with a smaller pool
+    # (one whole context's worth of blocks for 16 seats) reach the bug.
     caught_by = "kv_accounting"
+
+    def __init__(self, **kw: Any) -> None:
+        kw.setdefault("max_batch_size", 8)
+        kw.setdefault("kv_slots", 8)
+        super().__init__(**kw)
 
     def kv_block_tables(self) -> dict[Hashable, Sequence[int]]:
         tables = super().kv_block_tables()
