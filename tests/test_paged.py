@@ -38,7 +38,7 @@ def assert_parity(got: Mapping[Hashable, tuple[list[int], object]],
 
 CONFIGS = {
     "default": {},
-    "budget 8": {"max_num_batched_tokens": 8},
+    "budget 8": {"max_num_batched_tokens": 8, "max_batch_size": 8},  # a row each a step
     "budget 24, blocks of 4": {"max_num_batched_tokens": 24, "block_size": 4},
     "pool of 40 blocks": {"num_blocks": 40},
     "no prefix caching": {"enable_prefix_caching": False},
@@ -60,7 +60,10 @@ def test_protocols_and_declared_concurrency() -> None:
     # Its requests hold no slots kept compact: claiming SlotIntrospection would be false.
     assert not isinstance(engine, SlotIntrospection)
     assert engine.max_concurrency == 5
-    assert engine.kv_block_size == 16 and engine.kv_total_blocks == 5 * 512 // 16
+    # The pool: half the seats' whole contexts, rounded up (seats can need twice the pool).
+    assert engine.kv_block_size == 16 and engine.kv_total_blocks == 3 * 512 // 16
+    default = PagedEngine()
+    assert (default.max_concurrency, default.kv_total_blocks) == (16, 8 * 512 // 16)
 
 
 def _first_token_steps(engine: PagedEngine, requests: Sequence[Request]) -> dict[Hashable, int]:

@@ -22,6 +22,7 @@ from tests.planted.paged_bugs import (
     PrefixKeyIgnoresLastToken,
     PrefixKeyIgnoresPast,
     RepeatsTokenOnResume,
+    ResumeKeepsOldBlockIds,
 )
 
 CHECKS = {"parity", "reference_parity", "kv_accounting", "liveness", "budget_finish"}
@@ -152,5 +153,25 @@ def test_a_preempted_requests_table_lingers(cls: type[PagedEngine]) -> None:
     assert engine.preemptions > 0
     assert (max(over) > 0) == (cls is PreemptedTableLingers)
     assert {r: t for r, (t, _) in got.items()} == alone(requests)
-    # The default pool holds 8 whole contexts for 8 seats: it never preempts.
-    assert cls().kv_total_blocks == 8 * 512 // 16
+    # The bug's own configuration holds a whole context for each of its 8 seats, so it never
+    # preempts: only a variant's smaller pool reaches it (the default's 16 seats would too).
+    own = PreemptedTableLingers()
+    assert (own.max_concurrency, own.kv_total_blocks) == (8, 8 * 512 // 16)
+
+
+@pytest.mark.parametrize("cls", [ResumeKeepsOldBlockIds, PagedEngine], ids=lambda c: c.__name__)
+def test_a_resumed_request_keeps_its_old_block_ids(cls: type[PagedEngine]) -> None:
+    """Default seats and pool (16 seats, 8 whole contexts) over a 128-token context: sixteen
+    48-token prompts fill the 64-block pool, their 32-token outputs overflow it. The same
+    workload on 8 seats of 8 whole contexts (the default before) never preempts."""
+    requests = greedy(make_prompts([48] * 16, seed=37), [32] * 16)
+    expected = alone(requests)
+    engine = cls(max_model_len=128)
+    assert (engine.max_concurrency, engine.kv_total_blocks) == (16, 8 * 128 // 16)
+    got = {r: t for r, (t, _) in drain_checked(engine, requests).items()}
+    assert engine.preemptions > 0
+    assert (got != expected) == (cls is ResumeKeepsOldBlockIds)
+    before = cls(max_model_len=128, max_batch_size=8, kv_slots=8)
+    again = [Request(r.prompt_token_ids, r.params, request_id=r.request_id) for r in requests]
+    assert {r: t for r, (t, _) in drain(before, again).items()} == expected
+    assert before.preemptions == 0

@@ -15,7 +15,9 @@ from hypothesis import Phase
 from hypothesis import settings as Settings
 
 from engines.protocol import Request, SamplingParams
+from engines.sequential import SequentialEngine
 from engines.testing.checks import KV, REFERENCE, VARIANTS, catalogue, check_named
+from engines.testing.context import SuiteOptions, build_context
 from engines.testing.stateful import run_engine_machine
 from engines.testing.verdict import verify
 from engines.testing.workload import Workload
@@ -25,7 +27,11 @@ from tests.planted.crash_bugs import CRASH_PLANTED
 from tests.planted.edge_bugs import EDGE_PLANTED
 from tests.planted.harness import check_of, context_of, hunt, pinned
 from tests.planted.model_bugs import MODEL_PLANTED
-from tests.planted.paged_bugs import PAGED_PLANTED
+from tests.planted.paged_bugs import (
+    PAGED_PLANTED,
+    ResumeKeepsOldBlockIds,
+    resume_keeps_old_block_ids_eight_seats,
+)
 from tests.planted.sampling_bugs import SAMPLING_PLANTED
 from tests.planted.toy_bugs import PLANTED, CompactionHole, LeaksBlockPerRequest
 
@@ -75,6 +81,18 @@ def test_suite_catches_bugs_planted_in_the_reference_engines(bug: Any) -> None:
     caught = hunt(bug, settings=seeds_only)
     assert caught is not None and caught.prop == bug.caught_by, str(caught)
     assert "as a runnable script" in str(caught)
+
+
+def test_only_the_default_engines_preemption_catches_a_resume_bug() -> None:
+    """ResumeKeepsOldBlockIds is caught above on the default configuration (16 seats sharing
+    8 whole contexts). On 8 seats of a whole context each (the default before) nothing
+    preempts: the seed workloads and drawn ones pass the same bug."""
+    make = resume_keeps_old_block_ids_eight_seats
+    ctx = build_context(make, name=make.__name__, spec=f"{make.__module__}:{make.__name__}",
+                        options=SuiteOptions(reference=SequentialEngine))
+    assert ctx.limits.pool_overflows is False
+    caught = hunt(ResumeKeepsOldBlockIds, settings=pinned(4, shrink=False), ctx=ctx)
+    assert caught is None, str(caught)
 
 
 @pytest.mark.parametrize("bug", SAMPLING_PLANTED, ids=lambda b: b.__name__)

@@ -124,9 +124,12 @@ def test_a_pool_that_can_overflow_gets_a_workload_that_overflows_it() -> None:
     total = sum(-(-(len(r.prompt_token_ids) + r.params.max_tokens - 1) // 16)
                 for r in w.requests)
     assert prompts <= 32 < total  # every prompt is admitted; their outputs overflow
-    # The default paged pool (8 seats of whole contexts) cannot overflow: no such workload.
+    # 8 seats of whole contexts (PagedEngine's default before) cannot overflow: no such
+    # workload. The default now (16 seats, the same pool) can.
     assert _overflowing(ZOO_LIMITS, _req, 256, 8) is None
     assert dataclasses.replace(ZOO_LIMITS, max_batch_size=8).pool_overflows is False
+    assert dataclasses.replace(ZOO_LIMITS, max_batch_size=16).pool_overflows is True
+    assert _overflowing(ZOO_LIMITS, _req, 256, 16) is not None
 
 
 def _req(i: int, prompt: Any, max_tokens: int) -> Request:

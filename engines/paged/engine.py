@@ -12,6 +12,11 @@ free, the most recently admitted request gives its blocks back and goes to the f
 queue; on return it is recomputed from its prompt and every token generated so far (its full
 blocks are usually still in the prefix cache), and its output goes on from where it stopped.
 
+By default 16 seats share the KV memory of 8 whole contexts (what the slot engines' 8
+slots reserve): a paged request holds only the blocks its tokens need, so the same memory
+runs twice the requests at once, and requests that do grow long make it preempt. (A pool of
+a whole context per seat could never run out, and preemption would be dead code.)
+
 Not SlotIntrospection: requests have no slots that stay compact (`max_concurrency` says how
 many run at once); KVIntrospection describes the pool instead.
 """
@@ -33,6 +38,9 @@ from engines.paged.state import PagedRequest
 from engines.protocol import InvalidRequest, Request, StepOutput
 
 DEFAULT_BLOCK_SIZE = 16
+# Seats, and the whole contexts of KV they share (kv_slots defaults to half the seats): the
+# memory of the slot engines' default 8 slots, shared by twice as many requests.
+DEFAULT_MAX_BATCH_SIZE = 16
 # Tokens one step may compute while any request is decoding, decode rows and prompt chunks
 # together: a CPU default. It bounds what a step costs the decoding requests (the ITL spike);
 # with none decoding a step takes up to max_prefill_only_tokens. On the tiny preset a decode
@@ -51,7 +59,8 @@ DEFAULT_BLOCK_SIZE = 16
 # times only the step that produced a prompt's first token, its last chunk: the 482-token
 # class leaves a last chunk of ~94 tokens at 104 and ~62 at 112. `scripts/chunk_steps.py`
 # times every chunk step; at 96 the median one costs its incumbents ~2.1x a pure decode step.
-# Above 112 throughput stops growing: with 8 seats a prompt's chunks hold a seat that does
+# Above 112 throughput stops growing: with 8 seats (the table's configuration, kept by
+# scripts/paged_budgets.py; the default is 16 now) a prompt's chunks hold a seat that does
 # not decode, and the seat count, not the budget, sets the steps. 96 is the largest budget
 # measured whose spike stayed under 2x in every run; 112 buys 2-4% throughput for a spike of
 # 2.0-2.2 (scripts/paged_budgets.py reruns the table). On a GPU, where a step's cost is flat
@@ -68,12 +77,12 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         *,
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype = torch.float32,
-        max_batch_size: int = 8,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
         max_model_len: int | None = None,
         seed: int = 0,
         block_size: int = DEFAULT_BLOCK_SIZE,
         num_blocks: int | None = None,  # default: kv_slots whole-context requests' worth
-        kv_slots: int | None = None,  # default: max_batch_size (the slot cache's memory)
+        kv_slots: int | None = None,  # default: half max_batch_size, rounded up
         max_num_batched_tokens: int = DEFAULT_TOKEN_BUDGET,
         max_prefill_only_tokens: int | None = None,  # default: batch x context
         enable_prefix_caching: bool = True,
@@ -93,7 +102,8 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
             raise ValueError(f"max_prefill_only_tokens: {max_prefill_only_tokens} is below "
                              f"max_num_batched_tokens {max_num_batched_tokens}")
         if num_blocks is None:
-            slots = max_batch_size if kv_slots is None else kv_slots
+            # Half the seats' whole contexts: seats can need up to twice the pool.
+            slots = -(-max_batch_size // 2) if kv_slots is None else kv_slots
             num_blocks = slots * -(-self.max_model_len // block_size)
         if num_blocks < 1:
             raise ValueError(f"num_blocks: must be >= 1, got {num_blocks}")

@@ -28,8 +28,10 @@ def no_prefix_caching() -> PagedEngine:
 def budget_8() -> PagedEngine:
     """8 tokens a step, decoding or not: decode rows fill it, prompts advance 8 tokens or
     fewer at a time, so every prompt longer than a few tokens is chunked, at boundaries the
-    default never uses."""
-    return PagedEngine(max_num_batched_tokens=8, max_prefill_only_tokens=8)
+    default never uses. 8 seats (every running request decodes in every step, so the budget
+    bounds the seats), sharing the default's pool (8 whole contexts)."""
+    return PagedEngine(max_batch_size=8, kv_slots=8, max_num_batched_tokens=8,
+                       max_prefill_only_tokens=8)
 
 
 def small_pool() -> PagedEngine:
@@ -51,7 +53,8 @@ def equal_memory(*, max_batch_size: int = 8, **kwargs: Any) -> PagedEngine:
     only the blocks its tokens need, so the same memory runs more requests at once: what
     paging buys, in the llmserve book's words "without buying a single byte of extra RAM"
     (docs/references.md). On the bench's draw a request averages about a quarter of the
-    context, so twice the seats rarely preempts."""
+    context, so twice the seats rarely preempts. At the bench's 8 this is PagedEngine's
+    default configuration (16 seats, 8 whole contexts)."""
     return PagedEngine(max_batch_size=2 * max_batch_size, kv_slots=max_batch_size, **kwargs)
 
 

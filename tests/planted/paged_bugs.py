@@ -124,10 +124,16 @@ class PreemptedTableLingers(PagedEngine):
 
     # It will take them back when it resumes, so the view lists them already. Those blocks
     # are held by nobody and counted free: held + free exceeds the pool. Its tokens are
-    # right (the view is all that is wrong), and the default pool holds every request
-    # running at once, so it never preempts: only the KV checks on a variant with a smaller
-    # pool (one whole context's worth of blocks for 16 seats) reach the bug.
+    # right (the view is all that is wrong). Planted on 8 seats with a whole context each
+    # (PagedEngine's default before), a pool that holds every request running at once, so
+    # the engine itself never preempts: only the KV checks on a variant with a smaller pool
+    # (one whole context's worth of blocks for 16 seats) reach the bug.
     caught_by = "kv_accounting"
+
+    def __init__(self, **kw: Any) -> None:
+        kw.setdefault("max_batch_size", 8)
+        kw.setdefault("kv_slots", 8)
+        super().__init__(**kw)
 
     def kv_block_tables(self) -> dict[Hashable, Sequence[int]]:
         tables = super().kv_block_tables()
@@ -146,6 +152,38 @@ def _small_pool_lingering() -> PreemptedTableLingers:
 PreemptedTableLingers.variants = {"small_pool": _small_pool_lingering}  # type: ignore[attr-defined]
 
 
+class ResumeKeepsOldBlockIds(PagedEngine):
+    """The forward pass patches a resumed request's old block table instead of replacing it."""
+
+    # The runner keeps its own copy of each request's table and appends the ids past its
+    # length, as a growing request needs; a preempted request resumes with new blocks, and
+    # the copy keeps the old ids (vLLM V1's input batch carries `resumed_from_preemption` for
+    # exactly this). Those went back to the pool at the preemption, and the request that
+    # needed them wrote its own KV there: the resumed request reads and writes another's KV.
+    # The KV view lists the new table (every block accounted for), so only the tokens tell.
+    # Planted on the default configuration: its 16 seats can need twice its pool (8 whole
+    # contexts), so the suite's workloads that overflow the pool make it preempt; 8 seats of
+    # 8 whole contexts (the default before) never preempt, and nothing reaches the bug.
+    caught_by = "reference_parity"
+    reference = SequentialEngine
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._runner_tables: dict[PagedRequest, list[int]] = {}
+
+    def _row(self, seq: PagedRequest, n: int) -> Row:
+        row = super()._row(seq, n)
+        kept = self._runner_tables.setdefault(seq, [])
+        kept.extend(row.blocks[len(kept):])  # patched: only ids past the copy's end are new
+        return Row(row.tokens, row.start, list(kept), row.wants_logits)
+
+
+def resume_keeps_old_block_ids_eight_seats() -> ResumeKeepsOldBlockIds:
+    """The same bug on PagedEngine's default before (8 seats, a whole context each): nothing
+    preempts, so the suite passes it (the proof that only default-engine preemption bites)."""
+    return ResumeKeepsOldBlockIds(max_batch_size=8, kv_slots=8)
+
+
 PAGED_PLANTED: list[Any] = [
     PrefixKeyIgnoresPast,
     FreesSharedBlocks,
@@ -155,4 +193,5 @@ PAGED_PLANTED: list[Any] = [
     PrefixKeyIgnoresLastToken,
     HoldsSpareBlock,
     PreemptedTableLingers,
+    ResumeKeepsOldBlockIds,
 ]
