@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -196,6 +197,17 @@ def serve(port: int = 0, state: State | None = None) -> tuple[ThreadingHTTPServe
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, state
+
+
+@contextmanager
+def serving(state: State | None = None) -> Iterator[tuple[str, State]]:
+    """`serve` for a test's duration: (its URL, its state), shut down afterwards."""
+    server, state = serve(state=state)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", state
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 if __name__ == "__main__":  # a process: `PORT [START_DELAY [LEAK]]`, serving until killed

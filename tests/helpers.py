@@ -70,6 +70,29 @@ def drain(
     raise AssertionError(f"engine still has work after {max_steps} steps")
 
 
+def assert_top_logprobs_match_the_reference(engine: Engine, prompt: tuple[int, ...],
+                                            params: SamplingParams) -> list[StepOutput]:
+    """Serve `prompt` alone on `engine` and on the sequential reference: the same tokens, and
+    at every token the same top candidates with logprobs within 1e-3. Returns the engine's
+    outputs."""
+    from engines.sequential import SequentialEngine
+
+    outs = []
+    for e in (engine, SequentialEngine()):
+        e.add_request(Request(prompt, params))
+        got: list[StepOutput] = []
+        while e.has_work():
+            got += e.step()
+        outs.append(got)
+    flat, flat_ref = ([(t, m) for o in got for t, m in zip(o.token_ids, o.top_logprobs or (),
+                                                           strict=True)] for got in outs)
+    assert [t for t, _ in flat] == [t for t, _ in flat_ref]
+    for (_, m), (_, r) in zip(flat, flat_ref, strict=True):
+        assert sorted(m) == sorted(r)
+        assert [m[k] for k in sorted(m)] == pytest.approx([r[k] for k in sorted(r)], abs=1e-3)
+    return outs[0]
+
+
 def alone(requests: Sequence[Request]) -> dict[Hashable, list[int]]:
     """Each request served alone by the sequential reference (it serves one at a time)."""
     from engines.sequential import SequentialEngine

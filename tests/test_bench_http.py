@@ -38,10 +38,8 @@ FIRST_DELAY, DELAY = 0.08, 0.03
 
 @pytest.fixture
 def fake() -> Iterator[tuple[str, State]]:
-    server, state = fake_server.serve()
-    yield f"http://127.0.0.1:{server.server_address[1]}", state
-    server.shutdown()
-    server.server_close()
+    with fake_server.serving() as served:
+        yield served
 
 
 class BusyDriver:

@@ -49,10 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def fake() -> Iterator[tuple[str, State]]:
-    server, state = fake_server.serve()
-    yield f"http://127.0.0.1:{server.server_address[1]}", state
-    server.shutdown()
-    server.server_close()
+    with fake_server.serving() as served:
+        yield served
 
 
 def engine_at(url: str, **kw: object) -> HTTPEngine:
@@ -435,10 +433,10 @@ def _vllm_python() -> Path | None:
                     "ci/test-third-party.sh sets it): the real-server test did not run")
 def test_on_vllms_openai_server(launched: None) -> None:
     from engines.adapters.http import vllm_server
-    from engines.sequential import SequentialEngine
     from tests.helpers import (
         abort_one_of_two_mid_run,
         assert_generate_tokens_with_mid_run_arrivals,
+        assert_top_logprobs_match_the_reference,
         make_prompts,
     )
 
@@ -472,24 +470,9 @@ def test_on_vllms_openai_server(launched: None) -> None:
     eng.max_model_len = 512
     assert not eng.has_work()
     # Logprobs (served with the WordLevel tokenizer) and min_tokens, against the reference.
-    params = SamplingParams(max_tokens=5, logprobs=2, min_tokens=3,
-                            stop_token_ids=(prompt[0],))
-    outs = {}
-    for e in (eng, SequentialEngine()):
-        request = Request(prompt, params)
-        e.add_request(request)
-        got = []
-        while e.has_work():
-            got += e.step()
-        outs[type(e).__name__] = got
-    ours, ref = outs["HTTPEngine"], outs["SequentialEngine"]
-    flat = [(t, m) for o in ours for t, m in zip(o.token_ids, o.top_logprobs or (), strict=True)]
-    flat_ref = [(t, m) for o in ref for t, m in zip(o.token_ids, o.top_logprobs or (),
-                                                    strict=True)]
-    assert [t for t, _ in flat] == [t for t, _ in flat_ref]
-    for (_, m), (_, r) in zip(flat, flat_ref, strict=True):
-        assert sorted(m) == sorted(r)
-        assert [m[k] for k in sorted(m)] == pytest.approx([r[k] for k in sorted(r)], abs=1e-3)
+    assert_top_logprobs_match_the_reference(
+        eng, prompt, SamplingParams(max_tokens=5, logprobs=2, min_tokens=3,
+                                    stop_token_ids=(prompt[0],)))
 
 
 def test_the_server_tokenizer_has_no_token_past_the_vocabulary(tmp_path: Path) -> None:

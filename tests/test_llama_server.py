@@ -50,7 +50,9 @@ def mid_run_arrivals_get_generate_tokens(eng: object) -> None:
     milliseconds): each gets transformers' generate tokens alone, finishing with LENGTH."""
     from tests.helpers import drain, greedy, hf_generate, make_prompts
 
-    requests = greedy(make_prompts([3, 70, 1, 200], seed=5), [200, 150, 1, 4])
+    # The early two's budgets fill most of a 512-token slot: at 150-200 tokens, a quiet core's
+    # server finished one of them within the first step() about one run in ten.
+    requests = greedy(make_prompts([3, 70, 1, 200], seed=5), [500, 440, 1, 4])
     early, late = requests[:2], requests[2:]
     unfinished: list[int] = []
 
@@ -71,8 +73,7 @@ def mid_run_arrivals_get_generate_tokens(eng: object) -> None:
 def test_on_llama_server(launched: None) -> None:
     from engines.adapters.http import llama_server
     from engines.adapters.http.llama import gguf_model
-    from engines.sequential import SequentialEngine
-    from tests.helpers import hf_generate, make_prompts
+    from tests.helpers import assert_top_logprobs_match_the_reference, hf_generate, make_prompts
 
     eng = llama_server()
     # Limits from /props: 4 slots of the preset's 512 tokens.
@@ -85,16 +86,24 @@ def test_on_llama_server(launched: None) -> None:
     # Abort mid-run (a budget long enough to be running still): one ABORT output, the other
     # request unaffected, and the closed stream frees the slot on the server.
     (prompt,) = make_prompts([5], seed=2)
-    again.add_request(Request(prompt, SamplingParams(max_tokens=400), request_id="victim"))
-    again.add_request(Request(prompt, SamplingParams(max_tokens=5), request_id="other"))
-    first = again.step()
-    assert all(o.finish_reason is None for o in first if o.request_id == "victim")
-    again.abort_request("victim")
+    for attempt in range(3):  # on a quiet core the server can finish 400 tokens in one step
+        victim, other = f"victim{attempt}", f"other{attempt}"
+        again.add_request(Request(prompt, SamplingParams(max_tokens=400), request_id=victim))
+        again.add_request(Request(prompt, SamplingParams(max_tokens=5), request_id=other))
+        first = again.step()
+        if all(o.finish_reason is None for o in first if o.request_id == victim):
+            break
+        while again.has_work():
+            again.step()
+    else:
+        raise AssertionError("the 400-token request finished within one step() three times: "
+                             "abort was never exercised mid-run")
+    again.abort_request(victim)
     rest = []
     while again.has_work():
         rest += again.step()
-    assert [o.finish_reason for o in rest if o.request_id == "victim"] == [FinishReason.ABORT]
-    others = [t for o in first + rest if o.request_id == "other" for t in o.token_ids]
+    assert [o.finish_reason for o in rest if o.request_id == victim] == [FinishReason.ABORT]
+    others = [t for o in first + rest if o.request_id == other for t in o.token_ids]
     assert others == hf_generate(prompt, 5)
     deadline = time.monotonic() + 10
     while busy_slots(eng.url) and time.monotonic() < deadline:
@@ -109,21 +118,7 @@ def test_on_llama_server(launched: None) -> None:
     assert not eng.has_work()
     # Logprobs (n_probs: the raw distribution's), against the reference.
     (prompt,) = make_prompts([9], seed=4)
-    params = SamplingParams(max_tokens=5, logprobs=3)
-    outs = {}
-    for e in (eng, SequentialEngine()):
-        request = Request(prompt, params)
-        e.add_request(request)
-        got = []
-        while e.has_work():
-            got += e.step()
-        outs[type(e).__name__] = got
-    ours, ref = outs["HTTPEngine"], outs["SequentialEngine"]
+    ours = assert_top_logprobs_match_the_reference(
+        eng, prompt, SamplingParams(max_tokens=5, logprobs=3))
     assert ours[-1].finish_reason is FinishReason.LENGTH
-    flat = [(t, m) for o in ours for t, m in zip(o.token_ids, o.top_logprobs or (), strict=True)]
-    flat_ref = [(t, m) for o in ref for t, m in zip(o.token_ids, o.top_logprobs or (),
-                                                    strict=True)]
-    assert len(flat) == 5 and [t for t, _ in flat] == [t for t, _ in flat_ref]
-    for (_, m), (_, r) in zip(flat, flat_ref, strict=True):
-        assert sorted(m) == sorted(r)
-        assert [m[k] for k in sorted(m)] == pytest.approx([r[k] for k in sorted(r)], abs=1e-3)
+    assert sum(len(o.token_ids) for o in ours) == 5
