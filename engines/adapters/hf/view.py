@@ -91,7 +91,12 @@ class KVView:
         """Blocks a request's merged table may hold beyond its cached tokens' need
         (engines.protocol.kv_extra_blocks): where sliding layers sit beside full ones, each
         sliding allocator's ring, at most a window's worth of blocks plus one it straddles.
-        0 where one allocator (or every one slides: then the window bounds the cached tokens)."""
+        0 where one allocator (or every one slides: then the window bounds the cached tokens).
+        5.16-5.17's one cache group allocates the block for the next token ahead of it (in
+        CI's compatibility run, after a prefill step: 2 blocks of 16 for a 15-token prompt, 4
+        for a 48-token one): 1 there."""
+        if self._group is not None:
+            return 1
         if self.window is not None or not any(a.layer_type == "full_attention"
                                               for a in self._allocators):
             return 0
