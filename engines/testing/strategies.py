@@ -277,10 +277,12 @@ def request_mixes(
             room = limits.max_model_len - params.max_tokens
         elif kind == "near_miss" and sources:
             prompt = draw(near_miss_prompts(limits, sources, room), label=f"r{i}.near_miss")
-            room = limits.max_model_len - len(prompt)
-            if params.max_tokens > room:
-                params = dataclasses.replace(params, max_tokens=room,
-                                             min_tokens=min(params.min_tokens, room))
+            left = limits.max_model_len - len(prompt)
+            if params.max_tokens > left:
+                params = dataclasses.replace(params, max_tokens=left,
+                                             min_tokens=min(params.min_tokens, left))
+            # `room` stays the prompt's room: a penalized prompt is extended up to it below.
+            room = limits.max_model_len - params.max_tokens
         elif kind == "duplicate" and out:
             prompt = draw(st.sampled_from([r.prompt_token_ids for r in out]), label="same_prompt")
             prompt = prompt[:room]
