@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 from hypothesis import settings
@@ -37,3 +39,14 @@ ENGINES = {
 @pytest.fixture(params=sorted(ENGINES))
 def engine_cls(request: pytest.FixtureRequest) -> type:
     return ENGINES[request.param]
+
+
+@pytest.fixture
+def launched() -> Iterator[None]:
+    """Every server a test launched (engines.adapters.http.launch) is stopped after it: the
+    finalizer a session relies on besides atexit."""
+    yield
+    from engines.adapters.http.launch import running, stop_all  # httpx: only where used
+
+    stop_all()
+    assert running() == []

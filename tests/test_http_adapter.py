@@ -20,7 +20,7 @@ pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not in
 
 from engines.adapters.http import HTTPEngine, ServerError, ServerStalled, from_env  # noqa: E402
 from engines.adapters.http.adapter import RefusedInStream, server_busy  # noqa: E402
-from engines.adapters.http.launch import LaunchError, launch, running, stop_all  # noqa: E402
+from engines.adapters.http.launch import LaunchError, launch, running  # noqa: E402
 from engines.protocol import (  # noqa: E402
     Abortable,
     Engine,
@@ -318,12 +318,6 @@ def test_from_env_reads_the_url_and_says_what_is_missing(
 
 FAKE = [sys.executable, "-m", "tests.fake_server", "{port}"]
 
-
-@pytest.fixture
-def launched() -> Iterator[None]:
-    yield
-    stop_all()  # the finalizer a session relies on besides atexit
-    assert running() == []
 
 
 def test_launch_waits_for_health_and_stop_kills_the_group(launched: None,

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not installed")
 
 from engines.adapters.http import HTTPEngine  # noqa: E402
-from engines.adapters.http.launch import Server, launch, running, stop_all  # noqa: E402
+from engines.adapters.http.launch import Server, launch  # noqa: E402
 from engines.adapters.http.url import parse_url_spec  # noqa: E402
 from engines.factories import EngineSpecError, load_factory, load_labeled  # noqa: E402
 from tests import fake_server  # noqa: E402
@@ -105,12 +105,6 @@ def _suite(engine: str, reference: str, *extra: str) -> subprocess.CompletedProc
         # refuses to run under several workers.
         env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")})
 
-
-@pytest.fixture
-def launched() -> Iterator[None]:
-    yield
-    stop_all()
-    assert running() == []
 
 
 def test_the_suite_runs_on_servers_named_by_url(launched: None) -> None:

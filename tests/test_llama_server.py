@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 
 import pytest
 
 httpx = pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not installed")
 
-from engines.adapters.http.launch import running, stop_all  # noqa: E402
+from engines.adapters.http.launch import running  # noqa: E402
 from engines.adapters.http.llama import LLAMA_SERVER  # noqa: E402
 from engines.protocol import (  # noqa: E402
     FinishReason,
@@ -32,12 +31,6 @@ pytestmark = pytest.mark.skipif(
            "builds one; ci/test-third-party.sh sets it under ALL_VARIANTS): the real "
            "llama-server tests did not run")
 
-
-@pytest.fixture
-def launched() -> Iterator[None]:
-    yield
-    stop_all()
-    assert running() == []
 
 
 def busy_slots(url: str) -> int:
