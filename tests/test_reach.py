@@ -233,3 +233,35 @@ def test_a_bad_declaration_is_a_usage_error_naming_the_engine() -> None:
     with pytest.raises(EngineSpecError, match=r"Declares: position_thresholds: 'sliding "
                                               r"window' is -4; expected a positive int"):
         build_context(Declares, name="Declares")
+
+
+def test_every_drawn_request_fits_the_context_after_its_prompt_is_extended() -> None:
+    """A near miss of a prompt under half the context, with a long budget and a penalty, has
+    its prompt extended by its own continuation: prompt plus budget must still fit (they did
+    not, and vLLM's 64-token context refused such a request served alone: a false crash).
+    In a 40-token context with 17- and 18-token earlier prompts, 12 of 3,000 draws passed
+    the context before the fix: rare, so many cheap draws."""
+    limits = EngineLimits(vocab_size=97, max_model_len=40, block_size=16,
+                          sampling_fields=frozenset({"repetition_penalty", "frequency_penalty",
+                                                     "presence_penalty", "min_tokens"}))
+    earlier = (tuple(range(17)), tuple(range(20, 37)), tuple(range(40, 58)))
+
+    def alone(prompt: Any, params: SamplingParams) -> list[int]:
+        return [(len(prompt) + i) % 97 for i in range(params.max_tokens)]
+
+    extended = 0
+
+    @settings(max_examples=3000, derandomize=True, database=None, deadline=None)
+    @given(request_mixes(limits, alone=alone, min_size=1, max_size=1, earlier=earlier))
+    def fits(mix: list[Request]) -> None:
+        nonlocal extended
+        r = mix[0]
+        assert len(r.prompt_token_ids) + r.params.max_tokens <= limits.max_model_len, r
+        penalized = (r.params.repetition_penalty != 1.0 or r.params.frequency_penalty
+                     or r.params.presence_penalty)
+        extended += bool(penalized and r.params.max_tokens > 16
+                         and len(r.prompt_token_ids) > 17)
+
+    fits()
+    # The draws reached the case: long budgets beside penalized prompts past the earlier ones.
+    assert extended >= 10, extended
