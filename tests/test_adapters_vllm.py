@@ -194,7 +194,7 @@ def test_the_kv_view_on_sliding_windows_and_two_cache_groups(preset: str) -> Non
 
     got = drain(engine, [long, short], on_step=on_step)
     # On Gemma-2 the short prompt's second token was 155 from generate and 175 from vLLM while
-    # the reference dropped the attention soft-cap (transformers <= 5.19's sdpa): vLLM is right.
+    # the reference dropped the attention soft-cap (transformers <= 5.20's sdpa): vLLM is right.
     for r in (long, short):
         assert got[r.request_id][0] == preset_generate(preset, r.prompt_token_ids, 6)
     assert engine.kv_free_blocks() == engine.kv_total_blocks
@@ -209,10 +209,11 @@ def test_the_kv_view_on_sliding_windows_and_two_cache_groups(preset: str) -> Non
 
 def test_gemma2_logprobs_are_the_references_which_soft_caps_attention() -> None:
     # The zoo matrix saw vLLM's top logprobs 2e-3 from the reference's on Gemma-2's 2-token
-    # prompts (lead (k)): the reference was wrong. This venv's transformers (5.19) builds
-    # Gemma-2 with sdpa attention, which drops the attention soft-cap silently; the presets ask
-    # for eager (engines.models.attention_for). vLLM agrees with the capped model to 5e-6, and
-    # the uncapped one is 5e-3 away on this prompt, so a reference without the cap fails here.
+    # prompts: the reference was wrong (docs/findings.md report 20). This venv's transformers
+    # (5.19) builds Gemma-2 with sdpa attention, which drops the attention soft-cap silently;
+    # the presets ask for eager (engines.models.attention_for). vLLM agrees with the capped
+    # model to 5e-6 and the uncapped one is 5e-3 away on this prompt: a reference without the
+    # cap fails here.
     import torch
 
     from engines.adapters.vllm.adapter import vllm_cpu

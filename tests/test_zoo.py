@@ -56,11 +56,11 @@ def test_each_preset_has_its_feature() -> None:
 
 
 def test_the_reference_soft_caps_gemma2s_attention() -> None:
-    # transformers 5.16 to 5.19 build Gemma-2 with sdpa attention by default, and their sdpa
+    # transformers 5.16 to 5.20 build Gemma-2 with sdpa attention by default, and their sdpa
     # drops `softcap` silently: in the vLLM venv (5.19) the reference was the model without
     # its attention soft-capping, and vLLM, which applies it, failed reference_parity and
-    # logprobs against it (docs/findings.md, "Resolved: lead (k)"). The presets ask for eager
-    # attention where the attention soft-caps; CI runs this on 5.16 too.
+    # logprobs against it (docs/findings.md report 20). The presets ask for eager attention
+    # where the attention soft-caps; CI runs this on 5.16 too (ci/test-third-party.sh).
     model: Any = load_model("tiny-gemma-mixed")
     assert model.config._attn_implementation == "eager"
     uncapped: Any = build_preset("tiny-gemma-mixed")
