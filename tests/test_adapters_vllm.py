@@ -246,8 +246,8 @@ def test_long_rope_uses_the_long_factors_below_the_threshold_when_the_context_is
     # prompt's logprobs differ from the reference's, and the adapter declares
     # reference_parity and logprobs. Once vLLM follows the sequence this test fails and says
     # to drop the declaration. (Only this engine: vLLM caches rotary modules process-wide
-    # without max_model_len in the key, so a second phi3 engine with another context would
-    # reuse this one's choice, report 19.)
+    # without max_model_len in the key, so a second phi3 engine with a context below the
+    # threshold would reuse this one's choice; the adapter refuses it, the next test.)
     import torch
 
     from engines.adapters.vllm.adapter import vllm_cpu
@@ -266,6 +266,24 @@ def test_long_rope_uses_the_long_factors_below_the_threshold_when_the_context_is
     (top,) = tops
     gap = max(abs(lp - float(ref[t])) for t, lp in top.items())
     assert gap > 1e-3, "vLLM now follows the sequence: drop the long-RoPE declaration"
+
+
+def test_a_second_long_rope_engine_across_the_threshold_is_refused() -> None:
+    # vLLM's rotary module cache has no max_model_len in its key, and the long-RoPE module
+    # picks its factors from max_model_len when it is built (report 17): after a 512-token
+    # engine on this checkpoint, a 64-token one would silently rotate with the long factors
+    # (its top logprobs 9.8e-2 from its own when built first). The adapter refuses it.
+    from engines.adapters.vllm.adapter import vllm_cpu
+    from engines.adapters.vllm.config import checkpoint_dir
+    from engines.adapters.vllm.rope import refuse_a_shared_long_rope
+
+    preset = "tiny-phi3-longrope"
+    vllm_cpu(preset)  # 512 tokens: the long factors (the previous test's engine, reused)
+    with pytest.raises(ValueError, match=r"^max_model_len: 64 would use the long RoPE factors "
+                                         r"of an engine built earlier .*report 17"):
+        vllm_cpu(preset, max_model_len=64)
+    refuse_a_shared_long_rope(str(checkpoint_dir(preset)), 256)  # the same side: no refusal
+    refuse_a_shared_long_rope(str(checkpoint_dir("tiny")), 64)  # not long-RoPE
 
 
 def test_long_rope_is_declared_only_past_the_threshold() -> None:
