@@ -7,9 +7,11 @@ factory call builds the tiny preset's ONNX model (about 30 s, cached on disk aft
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -252,3 +254,84 @@ def test_an_architecture_the_builder_lacks_is_a_declared_refusal() -> None:
 
     with pytest.raises(ValueError, match="does not support the architecture"):
         make_engine("tiny-moe")
+
+
+# Gemma-2's sliding and full layers (report 23): prompts of different lengths in one batch,
+# and prompts plus budgets past the 16-token window.
+GEMMA = "tiny-gemma-mixed"
+RAGGED = (3, 5, 40, 100)
+
+
+@functools.lru_cache(maxsize=1)
+def _gemma_eager() -> Any:
+    # transformers' own forward, soft-capping included: this venv's transformers (5.19) gives
+    # Gemma-2 `sdpa` by default, which drops the attention soft-cap silently; our own
+    # instance, so that the shared model's attention is left as it is.
+    from engines.models import build_preset
+
+    model = build_preset(GEMMA)
+    model.set_attn_implementation("eager")
+    return model
+
+
+def gemma_generate(prompt: tuple[int, ...], max_tokens: int) -> list[int]:
+    import torch
+
+    ids = torch.tensor([prompt])
+    out = _gemma_eager().generate(ids, attention_mask=torch.ones_like(ids),
+                                  max_new_tokens=max_tokens, do_sample=False)
+    return [int(t) for t in out[0, len(prompt):]]
+
+
+def test_a_gemma2_checkpoint_batches_prompts_of_different_lengths() -> None:
+    # The builder's default cache on the sliding layers fails on such a batch (report 23):
+    # the adapter builds full-length caches, and the window must still apply.
+    from engines.adapters.common.checkpoints import checkpoint_dir
+    from engines.adapters.ortgenai import make_engine
+    from engines.adapters.ortgenai.convert import FULL_KV, builder_options, ortgenai_dir
+
+    assert builder_options(checkpoint_dir(GEMMA, seed=0, tokenizer=True)) == FULL_KV
+    for preset in ("tiny", "tiny-llama-rope", "tiny-mistral-swa"):  # no sliding layer_types
+        assert builder_options(checkpoint_dir(preset, seed=0, tokenizer=True)) == {}
+    built = ortgenai_dir(GEMMA, 0)
+    decoder = json.loads((built / "genai_config.json").read_text())["model"]["decoder"]
+    assert "sliding_window" not in decoder and "windowed_kv_cache=false" in built.name
+    eng = make_engine(GEMMA)
+    prompts = make_prompts(RAGGED, seed=12)
+    got = drain(eng, greedy(prompts, [30] * len(prompts)))
+    assert [got[r][0] for r in got] == [gemma_generate(p, 30) for p in prompts]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "onnxruntime-genai 0.18.0 (onnxruntime 1.31.1, 1.32.0): with the builder's default "
+    "window-sized KV cache on Gemma-2's sliding layers, its Engine fails a batch whose prompts "
+    "differ in length, ENGINE_EXECUTION_FAILURE (docs/findings.md, report 23)"))
+def test_the_librarys_default_gemma2_build_batches_prompts_of_different_lengths() -> None:
+    import numpy as np
+    import onnxruntime_genai as og
+
+    from engines.adapters.ortgenai.convert import built_dir
+
+    model_dir = built_dir(GEMMA, 0, {})  # the builder's defaults
+    config = json.loads((model_dir / "genai_config.json").read_text())
+    if config["model"]["decoder"].get("sliding_window", {}).get("layers") != [0, 2]:
+        pytest.fail("not the windowed build this test is about")  # not an AssertionError
+    eng = og.Engine(og.Model(og.Config(str(model_dir))))
+    buffer = eng.create_event_buffer(64)
+    prompts = make_prompts((3, 4), seed=12)
+    requests = []
+    for prompt in prompts:
+        req = eng.create_request()
+        opts = og.TurnOptions(req)
+        opts.set_max_generated_tokens(20)
+        opts.set_do_sample(False)
+        req.begin_turn(np.array(prompt, dtype=np.int32), opts)
+        requests.append(req)
+    got: dict[int, list[int | str]] = {id(r): [] for r in requests}
+    while eng.has_pending_requests():
+        for ev in eng.run(buffer):
+            if ev.flags & og.EngineEventFlags.FAILED:
+                got[id(ev.request)].append(ev.error_code.name)
+            elif ev.token is not None:
+                got[id(ev.request)].append(int(ev.token))
+    assert [got[id(r)] for r in requests] == [gemma_generate(p, 20) for p in prompts]

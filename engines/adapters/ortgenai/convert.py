@@ -3,18 +3,26 @@ cached.
 
 The preset is saved as a safetensors checkpoint (engines.adapters.common.checkpoints), then
 `python -m onnxruntime_genai.models.builder -p fp32 -e cpu` writes `model.onnx` and
-`genai_config.json`. For Llama-family checkpoints the builder loads a tokenizer and resolves an
-EOS id: a preset's checkpoint carries the 1:1 WordLevel tokenizer
-(engines.adapters.common.tokenizer), and the builder reads a linked copy whose config names the
-EOS below. The builder sets `eos_token_id` to 0 for a checkpoint without one (ours
-have none), and the library then ends every request that generates token 0. It accepts no EOS
+`genai_config.json`. A model with both sliding-window and full layers (Gemma-2's `layer_types`)
+is built with `--extra_options windowed_kv_cache=false` (builder_options): the builder's
+default there, a window-sized KV cache on the sliding layers, fails in the library's own
+Engine on every batch whose prompts differ in length, and in its Generator on any request
+whose `max_length` is below window + 16 (docs/findings.md, report 23); with a full-length
+cache on every layer the window is still applied (the attention's `local_window_size`), and
+the tokens equal transformers'.
+
+For Llama-family checkpoints the builder loads a tokenizer and resolves an EOS id: a preset's
+checkpoint carries the 1:1 WordLevel tokenizer (engines.adapters.common.tokenizer), and the
+builder reads a linked copy whose config names the EOS below. The builder sets `eos_token_id`
+to 0 for a checkpoint without one (ours have none), and the library then ends every request
+that generates token 0. It accepts no EOS
 outside the vocabulary (it checks `0 <= eos < vocab_size` when a request starts) and an empty
 list falls back to 0, so the config is rewritten to name `eos_id(vocab)`, the last token, and
 the adapter turns a stop there that the request did not ask for into a continuation
 (engines.adapters.ortgenai.adapter).
 
-Cache key (engines.adapters.common.checkpoints): the checkpoint's weights and config and the
-library version.
+Cache key (engines.adapters.common.checkpoints): the checkpoint's weights and config, the
+library version and the builder options, if any.
 """
 
 from __future__ import annotations
@@ -25,15 +33,22 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from engines.adapters.common.checkpoints import (
     ConversionError,
     UnsupportedArchitecture,
+    checkpoint_dir,
     converted_dir,
 )
+from engines.models import PRESETS
 
-__all__ = ["ConversionError", "UnsupportedArchitecture", "eos_id", "ortgenai_dir"]
+__all__ = ["FULL_KV", "ConversionError", "UnsupportedArchitecture", "builder_options",
+           "built_dir", "eos_id", "ortgenai_dir"]
+
+# The builder's option that gives every layer a full-length KV cache (report 23).
+FULL_KV = {"windowed_kv_cache": "false"}
 
 
 def eos_id(vocab_size: int) -> int:
@@ -58,12 +73,35 @@ def _with_eos(checkpoint: Path, into: Path) -> Path:
     return into
 
 
-def _build(checkpoint: Path, out: Path) -> None:
+def builder_options(checkpoint: Path) -> dict[str, str]:
+    """The builder's `--extra_options` for a checkpoint: FULL_KV where the builder would give
+    some layers a window-sized KV cache, which 0.18.0's runtime cannot batch (report 23).
+
+    The builder marks a layer sliding where the config, as transformers loads it (the builder
+    loads it so too, with the defaults its class fills in), says `layer_types[i] ==
+    "sliding_attention"` and `sliding_window` is set. A config without `layer_types` (Mistral)
+    gets no sliding layer from the builder at all (report 19), and no option here."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(checkpoint))
+    return dict(FULL_KV) if _has_sliding_layers(config.to_dict()) else {}
+
+
+def _has_sliding_layers(config: Mapping[str, object]) -> bool:
+    window = config.get("sliding_window")
+    layer_types = config.get("layer_types") or ()
+    return (isinstance(window, int) and window > 0 and isinstance(layer_types, (list, tuple))
+            and "sliding_attention" in layer_types)
+
+
+def _build(checkpoint: Path, out: Path, options: Mapping[str, str]) -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     cache = out / ".builder-cache"
     checkpoint = _with_eos(checkpoint, out / ".checkpoint")
     cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint),
            "-o", str(out), "-p", "fp32", "-e", "cpu", "-c", str(cache)]
+    if options:
+        cmd += ["--extra_options", *(f"{k}={v}" for k, v in sorted(options.items()))]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     config = out / "genai_config.json"
     if done.returncode != 0 and "model is not currently supported" in done.stderr + done.stdout:
@@ -83,12 +121,24 @@ def _build(checkpoint: Path, out: Path) -> None:
 
 @functools.lru_cache(maxsize=8)
 def ortgenai_dir(model: str, seed: int) -> Path:
-    """The built model of a preset name or a checkpoint directory, building it once."""
-    import onnxruntime_genai
-
-    # Through the module global, so that a test can replace _build.
+    """The built model of a preset name or a checkpoint directory, building it once, with the
+    builder options the checkpoint needs here (builder_options)."""
     # The builder loads the architecture's tokenizer for Llama-family checkpoints: a preset's
     # checkpoint carries the 1:1 one.
-    return converted_dir(model, seed, library="ortgenai", version=onnxruntime_genai.__version__,
-                         marker="genai_config.json", convert=lambda c, out: _build(c, out),
-                         tokenizer=True)
+    checkpoint = (checkpoint_dir(model, seed=seed, tokenizer=True) if model in PRESETS
+                  else Path(model))
+    options = builder_options(checkpoint) if (checkpoint / "config.json").is_file() else {}
+    return built_dir(model, seed, options)
+
+
+def built_dir(model: str, seed: int, options: Mapping[str, str]) -> Path:
+    """The model built with these builder options (none: the builder's defaults), once; the
+    options are in the cache key."""
+    import onnxruntime_genai
+
+    tag = "".join(f"-{k}={v}" for k, v in sorted(options.items()))
+    # Through the module global, so that a test can replace _build.
+    return converted_dir(model, seed, library="ortgenai",
+                         version=f"{onnxruntime_genai.__version__}{tag}",
+                         marker="genai_config.json",
+                         convert=lambda c, out: _build(c, out, options), tokenizer=True)
