@@ -39,7 +39,6 @@ Translations (where the library's semantics differ from the protocol):
   decodes greedily under a repetition penalty or min_tokens (whose chosen token need not be
   the raw top one) gets `top_logprobs=None` (the protocol's "no logprobs from this engine"):
   `LOGPROBS_LIMIT` says so. The sampled token's own logprob is always served.
-
 - long-RoPE models (Phi-3, Phi-3.5, Phi-4-mini): the exported graph picks the short or long
   factors from the largest position id it is given, and the library gives it every token of a
   step, of every request, at once; nor does it recompute a sequence's KV when the sequence
