@@ -309,7 +309,7 @@ def test_the_chunked_prefill_is_declared_where_a_prompt_can_be_chunked() -> None
     swa = {"model_type": "mistral", "sliding_window": SWA_WINDOW}
     declared = chunked_prefill_fails(swa, 512)
     assert set(declared) == set(CHUNKED_PREFILL_FAILS) == {
-        "parity", "reference_parity", "prefill_decode", "bad_input"}
+        "parity", "reference_parity", "prefill_decode"}
     assert all("report 22" in reason for reason in declared.values())
     # A prompt of window + 1 tokens forwards `window` of them at once: one chunk, the model's.
     assert chunked_prefill_fails(swa, SWA_WINDOW + 2) == {}
@@ -325,4 +325,4 @@ def test_the_sliding_window_preset_declares_report_22() -> None:
 
     eng = make_engine("tiny-mistral-swa")
     assert set(eng.expected_failed_checks) == {  # type: ignore[attr-defined]
-        "seeds", "parity", "reference_parity", "prefill_decode", "bad_input"}
+        "seeds", "parity", "reference_parity", "prefill_decode"}

@@ -17,7 +17,7 @@ from engines.testing.properties import (
     check_zero_waste,
 )
 from engines.testing.workload import Abort, BadRequest
-from tests.helpers import GOOD, JUDGE, R0, R1, Steps, fails, trace
+from tests.helpers import GOOD, JUDGE, R0, R1, Steps, fails, judge, trace
 
 L, S, A = FinishReason.LENGTH, FinishReason.STOP, FinishReason.ABORT
 
@@ -82,6 +82,23 @@ def test_bad_input() -> None:
     wrong_type = trace(GOOD, bad=bad)
     wrong_type.refusals.append(KeyError("bad0"))
     fails(check_bad_input, wrong_type, "refused a bad request .* with KeyError")
+
+
+def test_bad_input_leaves_a_declared_parity_to_its_own_xfail() -> None:
+    """An engine that declares parity broken (its strict xfail judges it) still has its
+    refusals judged by bad_input; the good requests' tokens are not, and it says so."""
+    bad = (BadRequest(0, "max_tokens 0", Request((1,), SamplingParams(max_tokens=0),
+                                                 request_id="bad0")),)
+    wrong: Steps = [list(GOOD[0]), [("r0", (6,), None), ("r1", (4,), L)], list(GOOD[2])]
+    refused = trace(wrong, bad=bad)
+    refused.refusals.append(ValueError("max_tokens: must be an integer >= 1, got 0"))
+    fails(check_bad_input, refused, "the good ones changed. parity: request 'r1'")
+    declared = judge(declared=frozenset({"parity"}))
+    assert check_bad_input(refused, declared) == ("parity",)
+    assert check_bad_input(trace(wrong), declared) == ()  # no bad request: nothing to re-check
+    accepted = trace(wrong, bad=bad)
+    accepted.refusals.append(None)
+    fails(check_bad_input, accepted, "accepted a bad request before step 0", declared)
 
 
 def test_compaction() -> None:

@@ -114,3 +114,25 @@ def test_kv_block_count_for_an_engine_with_kv_introspection(pytester: pytest.Pyt
     out = _summary(pytester, "--engine", "engines.paged:PagedEngine", "-k", "liveness")
     assert "across 2+ KV blocks" in out
 
+
+
+DECLARING = """
+from tests.planted.toy_bugs import PaddedPositions
+
+class PaddedDeclared(PaddedPositions):  # batch-dependent tokens, admitted to
+    expected_failed_checks = {"parity": "rows decode at the longest row's position",
+                              "seeds": "declared to turn sampled draws off"}
+"""
+
+
+def test_declared_checks_say_what_the_others_left_unjudged(pytester: pytest.Pytester) -> None:
+    """bad_input leaves the good requests' parity to parity's own strict xfail, and every
+    check but seeds draws greedy requests only: the summary says both."""
+    pytester.makepyfile(declaring=DECLARING)
+    result = pytester.runpytest(*SUITE, "--engine", "declaring:PaddedDeclared",
+                                "-k", "bad_input")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "bad_input: the good requests beside refused ones were not re-checked for parity" \
+        in out
+    assert "no check but `seeds` drew a sampled request" in out

@@ -134,7 +134,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("budget_finish", requests.check_budget_finish, machine=_EVERY_STEP),
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),
     Check("bad_input", requests.check_bad_input, draws=Draws(bad=(1, 2), bad_seed_workloads=True),
-          machine=frozenset({"bad request"})),
+          machine=frozenset({"bad request"}), tally=Coverage.record_unrechecked),
     Check("compaction", slots.check_compaction, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("slot_lengths", slots.check_slot_lengths, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("zero_waste", slots.check_zero_waste, needs=(SLOTS,), machine=_EVERY_STEP),

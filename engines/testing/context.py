@@ -177,7 +177,8 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     # with a smaller pool preempts where the default engine cannot).
     kv_variants = {n: factory_source(options.variants[n], None) for n, (_, e) in others.items()
                    if isinstance(e, KVIntrospection)}
-    judge = Judge(oracle, options.parity, options.tolerance, reference, variants, kv_variants)
+    judge = Judge(oracle, options.parity, options.tolerance, reference, variants, kv_variants,
+                  frozenset(declared))
     return SuiteContext(
         name=name,
         factory=factory,

@@ -43,6 +43,10 @@ POOL_FITS = "limits: the pool holds every request running at once"  # its blocks
 POOL_SEATS = "limits: requests the engine runs at once"
 NEAR_MISS = "near-miss prompts"
 WITHHELD = "sampling not drawn under tie-aware parity: "
+# Sampled requests drawn by no check but `seeds`: the engine declares seeded sampling broken.
+GREEDY_ONLY = "sampling: every request greedy"
+# bad_input's re-checks of the good requests left to the engine's declared xfail, by check.
+NOT_RECHECKED = "bad_input: not re-checked, declared broken: "
 _DEFAULT = SamplingParams()
 
 
@@ -90,6 +94,8 @@ class Coverage:
         if limits.pool_overflows is False and limits.kv_blocks is not None:
             self.most[POOL_FITS] = limits.kv_blocks
             self.most[POOL_SEATS] = limits.slots
+        if not limits.sampling:
+            self.most[GREEDY_ONLY] = 1
         for name in sorted(PROCESSED - limits.sampling_fields):  # said, not silently skipped
             prefix = WITHHELD if limits.sampling_withheld else UNDRAWN
             self.most[f"{prefix}{name}"] = 1
@@ -109,6 +115,11 @@ class Coverage:
                 for key, value in ((MOST_SEEDS, group.size), (NEEDED, group.needed),
                                    (TOP_PERCENT, group.top_percent)):
                     self.most[key] = max(self.most[key], value or 0)
+
+    def record_unrechecked(self, left: tuple[str, ...]) -> None:
+        """bad_input's re-checks of the good requests left to their own declared xfail."""
+        for name in left:
+            self.most[f"{NOT_RECHECKED}{name}"] = 1
 
     def merge(self, other: Coverage) -> None:
         self.counts.update(other.counts)
@@ -139,7 +150,7 @@ class Coverage:
                             "(why: below)")
                 unjudged = 0
             if v and not k.startswith(ENGINE) and not k.removeprefix("max ").startswith(
-                    (SEEDS, UNDRAWN, WITHHELD, "limits: ")):
+                    (SEEDS, UNDRAWN, WITHHELD, GREEDY_ONLY, NOT_RECHECKED, "limits: ")):
                 ours.append(f"{v} {k}" if not k.startswith("max ") else f"{k[4:]} {v}")
         engines = [f"{v} {k.removeprefix(ENGINE)}" for k, v in data.items()
                    if k.startswith(ENGINE)]
@@ -158,6 +169,16 @@ class Coverage:
                              if k.startswith(f"max {prefix}"))
             if undrawn:
                 out.append(f"sampling: not drawn, {because}: {', '.join(undrawn)}")
+        if data.get(f"max {GREEDY_ONLY}"):
+            out.append("sampling: no check but `seeds` drew a sampled request (temperature > 0): "
+                       "the engine declares `seeds` broken (expected_failed_checks), so every "
+                       "other check judged greedy requests only")
+        left = sorted(k.removeprefix(f"max {NOT_RECHECKED}") for k in data
+                      if k.startswith(f"max {NOT_RECHECKED}"))
+        if left:
+            out.append(f"bad_input: the good requests beside refused ones were not re-checked "
+                       f"for {', '.join(left)}, which the engine declares broken (its own "
+                       "strict xfail judges it); the refusals and what they left behind were")
         if data.get(f"max {NO_THRESHOLDS}"):
             out.append("limits: the engine declares no position thresholds (a sliding window, "
                        "a RoPE scaling threshold: `position_thresholds`), nor does an engine "

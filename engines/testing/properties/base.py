@@ -42,6 +42,10 @@ class Judge:
     # The variants with KVIntrospection, each with the source lines that build it (for a
     # report about its KV view): kv_accounting judges their runs of each workload too.
     kv_variants: Mapping[str, str] = field(default_factory=dict)
+    # The checks the engine under test declares broken (expected_failed_checks): a check that
+    # re-judges another one's property as part of its own (bad_input re-checks parity on the
+    # good requests) leaves a declared one to its strict xfail, and says so.
+    declared: frozenset[str] = frozenset()
 
     def comparable(self, params: SamplingParams) -> bool:
         """Whether a request's tokens are a function of the request, so that two runs must
