@@ -141,6 +141,8 @@ def summarize(run: Run, requests: pd.DataFrame | None = None,
     for name, column in (("ttft", "ttft_s"), ("queue_wait", "queue_wait_s"), ("e2e", "e2e_s")):
         row[f"{name}_p50_s"] = _q(requests[column], 0.5)
         row[f"{name}_p95_s"] = _q(requests[column], 0.95)
+    waits = requests["queue_wait_s"].dropna()
+    row["queue_wait_mean_s"] = float(waits.mean()) if len(waits) else float("nan")
     row["itl_p50_s"] = _q(tokens["itl_s"], 0.5)
     row["itl_p95_s"] = _q(tokens["itl_s"], 0.95)
     row["itl_max_s"] = float(tokens["itl_s"].max()) if len(tokens) else float("nan")

@@ -18,8 +18,8 @@ from engines.bench.metrics import requests_frame, tokens_frame
 
 SUMMARY_COLUMNS = [
     "engine", "capacity_rps", "capacity_high_rps", "output_tokens_per_s",
-    "ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s", "itl_p50_s",
-    "itl_p95_s", "itl_max_s", "e2e_p50_s", "goodput_rps", "itl_spike_ratio",
+    "ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s", "queue_wait_mean_s",
+    "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s", "goodput_rps", "itl_spike_ratio",
     "spike_prompt_len", "baseline_itl_s", "wasted_slot_steps", "driver_overhead_pct",
     "reference_rps",
     # goodput capacity's bracket and the SLO it was judged under; the spike's CI
@@ -27,7 +27,7 @@ SUMMARY_COLUMNS = [
     "itl_spike_ci_high", "itl_spike_samples",
 ]
 LATENCY_COLUMNS = ("ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s",
-                   "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s")
+                   "queue_wait_mean_s", "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s")
 
 
 def _overhead_pct(runs: list[Any]) -> float:
