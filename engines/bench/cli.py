@@ -37,9 +37,9 @@ from engines.protocol import Engine
 HF_GENERATE = "engines.adapters.hf.generate:HFGenerateEngine"  # `closed`'s baseline
 # Measured, not promised: the --quick run on the CPU preset, by scripts/bench_stability.sh.
 QUICK_HELP = ("small draws (300-request probes, brackets 4.4%% wide, one try per rate on the "
-              "CPU-time clock, an 800-request reference run): measured 119-131 s wall on 2 "
-              "cores, the bench's under SCHED_FIFO (--priority) and the other saturated "
-              "(load 17-35), with and without a busy loop beside it on its core")
+              "CPU-time clock, an 800-request reference run): measured 122-134 s wall on 2 "
+              "cores, its stepping thread under SCHED_FIFO (--priority), quiet and beside two "
+              "busy loops (load 0.9-3.2)")
 
 
 def _parser() -> argparse.ArgumentParser:
