@@ -41,7 +41,7 @@ def load_factory(spec: str, *, option: str = "--engine") -> Callable[[], Engine]
 
     option: how the spec was given, for error messages ('--reference-engine', ...).
     """
-    if spec.strip().lower().startswith(("http://", "https://")):
+    if is_url(spec):
         return _url_factory(spec, option)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -74,6 +74,11 @@ def load_factory(spec: str, *, option: str = "--engine") -> Callable[[], Engine]
             "returns an engine"
         )
     return obj  # type: ignore[no-any-return]
+
+
+def is_url(spec: str) -> bool:
+    """Whether a spec names a server by URL rather than a `module:callable`."""
+    return spec.strip().lower().startswith(("http://", "https://"))
 
 
 def _url_factory(spec: str, option: str) -> Callable[[], Engine]:

@@ -283,6 +283,22 @@ def preset_thresholds(spec: object) -> dict[str, int]:
             for t in preset.thresholds}
 
 
+def long_rope_threshold(config: Any) -> int | None:
+    """A long-RoPE (Phi-3 family) config's threshold, `original_max_position_embeddings`: the
+    long factors apply past it. None for any other RoPE. `config`: a transformers config or
+    its JSON dict; the parameters under `rope_parameters` (transformers 5) or `rope_scaling`,
+    the type named `rope_type` or `type`, the threshold there or at the top level."""
+    def field(key: str) -> Any:
+        return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
+    params = field("rope_parameters") or field("rope_scaling") or {}
+    if not isinstance(params, dict) or params.get("rope_type", params.get("type")) != "longrope":
+        return None
+    original = params.get("original_max_position_embeddings") or field(
+        "original_max_position_embeddings")
+    return None if original is None else int(original)
+
+
 def preset_max_model_len(spec: str | Path) -> int | None:
     preset = PRESETS.get(str(spec))
     return preset.max_model_len if preset else None

@@ -21,6 +21,7 @@ from transformers import DynamicCache
 from engines.core.request_state import RequestState
 from engines.core.sampling import sample
 from engines.core.slots import BaseEngine
+from engines.models import long_rope_threshold
 from engines.protocol import StepOutput
 
 
@@ -35,7 +36,7 @@ class SequentialEngine(BaseEngine):
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._cached = 0  # tokens whose KV is in self._kv
-        self._recompute_at = _long_rope_threshold(self.model.config)
+        self._recompute_at = long_rope_threshold(self.model.config)
 
     def slot_lengths(self) -> list[int]:
         return [self._cached]
@@ -84,10 +85,3 @@ class SequentialEngine(BaseEngine):
         self.running.clear()
         self._kv = None
         self._cached = 0
-
-
-def _long_rope_threshold(config: Any) -> int | None:
-    rope = getattr(config, "rope_parameters", None)
-    if isinstance(rope, dict) and rope.get("rope_type") == "longrope":
-        return int(rope["original_max_position_embeddings"])
-    return None

@@ -305,10 +305,11 @@ class Recorder:
         last = self.trace.steps[-1].table if self.trace.steps else None
         if self.slots and (last is None or any(x is not None for x in last)):
             self.step()
-        if self.kv and not self.call("has_work()", self.engine.has_work):
-            self.trace.kv_after_drain = self.kv_snapshot()
-        if self.load and not self.call("has_work()", self.engine.has_work):
-            self._load_at_rest()
+        if (self.kv or self.load) and not self.call("has_work()", self.engine.has_work):
+            if self.kv:
+                self.trace.kv_after_drain = self.kv_snapshot()
+            if self.load:
+                self._load_at_rest()
         after = self._counters()
         self.trace.exercised = {k: v - self.counters0.get(k, 0) for k, v in after.items()}
         self.workload()

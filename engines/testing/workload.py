@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engines.factories import is_url
 from engines.protocol import Request, SamplingParams
 
 __all__ = [
@@ -100,7 +101,7 @@ def render_request(r: Request) -> str:
 
 def factory_source(factory: Callable[..., Any], spec: str | None) -> str:
     """Source lines binding `make_engine` for a runnable script."""
-    if spec and spec.strip().lower().startswith(("http://", "https://")):
+    if spec and is_url(spec):
         # A server by URL: the same loader the suite used (engines.factories).
         return f"from engines.factories import load_factory\nmake_engine = load_factory({spec!r})"
     if spec:

@@ -45,6 +45,7 @@ from engines.models import (
     PRESETS,
     build_preset,
     load_checkpoint,
+    long_rope_threshold,
     preset_max_model_len,
 )
 from engines.protocol import BASE_PARAMS, Request, StepOutput
@@ -215,16 +216,12 @@ LONGROPE_BATCH_WIDE = ("transformers' continuous batching applies long-RoPE fact
 LONGROPE_FAILS = ("parity", "reference_parity", "prefill_decode", "logprobs", "seeds")
 
 
-def _rope_type(config: Any) -> str | None:
-    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
-    return params.get("rope_type") if isinstance(params, dict) else None
-
 
 def _known_failures(model: PreTrainedModel) -> dict[str, str]:
     known: dict[str, str] = {}
     if any(getattr(m, "attn_logit_softcapping", None) for m in model.modules()):
         known.update(dict.fromkeys(("reference_parity", "logprobs"), SOFTCAP_DROPPED))
-    if _rope_type(model.config) == "longrope":
+    if long_rope_threshold(model.config) is not None:
         known.update(dict.fromkeys(LONGROPE_FAILS, LONGROPE_BATCH_WIDE))
     return known
 

@@ -67,7 +67,13 @@ import openvino_genai
 
 from engines.adapters.common.book import Live, RequestBook
 from engines.adapters.openvino.convert import openvino_dir
-from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
+from engines.models import (
+    DEFAULT_PRESET,
+    DEFAULT_SEED,
+    PRESETS,
+    long_rope_threshold,
+    preset_max_model_len,
+)
 from engines.protocol import ALL_PARAMS, FinishReason, Request, SamplingParams, StepOutput
 
 __all__ = [
@@ -279,15 +285,10 @@ LONGROPE_FAILS = ("parity", "reference_parity", "prefill_decode", "seeds")
 def known_differences(model_dir: Path, max_model_len: int) -> dict[str, str]:
     """The checks the library is known to fail on this converted model (check -> reason):
     long-RoPE ones, where a sequence can reach past the threshold."""
-    config = json.loads((model_dir / "config.json").read_text())
-    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    original = params.get("original_max_position_embeddings") or config.get(
-        "original_max_position_embeddings")
-    if params.get("rope_type", params.get("type")) != "longrope" or original is None:
+    original = long_rope_threshold(json.loads((model_dir / "config.json").read_text()))
+    if original is None or max_model_len <= original:  # none, or no position passes it
         return {}
-    if max_model_len <= int(original):  # no position ever passes it: short factors throughout
-        return {}
-    return dict.fromkeys(LONGROPE_FAILS, LONGROPE_STEP_WIDE.format(int(original)))
+    return dict.fromkeys(LONGROPE_FAILS, LONGROPE_STEP_WIDE.format(original))
 
 
 def openvino_genai_engine(

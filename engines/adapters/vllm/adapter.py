@@ -38,7 +38,12 @@ import engines.adapters.vllm.pool as engine_pool
 from engines.adapters.common.book import RequestBook
 from engines.adapters.common.exercised import Tally
 from engines.adapters.vllm.view import SchedulerView
-from engines.models import DEFAULT_PRESET, DEFAULT_SEED, preset_max_model_len
+from engines.models import (
+    DEFAULT_PRESET,
+    DEFAULT_SEED,
+    long_rope_threshold,
+    preset_max_model_len,
+)
 from engines.protocol import ALL_PARAMS, FinishReason, InvalidRequest, Request, StepOutput
 
 __all__ = ["VLLMConfig", "VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
@@ -206,14 +211,10 @@ LONGROPE_ALWAYS_LONG = ("vLLM uses a long-RoPE model's long factors at every pos
 
 def _known_differences(engine: object, config: VLLMConfig) -> dict[str, str]:
     hf = getattr(getattr(engine, "model_config", None), "hf_config", None)
-    params = getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {}
-    original = params.get("original_max_position_embeddings") or getattr(
-        hf, "original_max_position_embeddings", None)
-    if params.get("rope_type") != "longrope" or original is None:
+    original = long_rope_threshold(hf)
+    if original is None or config.max_model_len <= original:
         return {}
-    if config.max_model_len <= int(original):
-        return {}
-    reason = LONGROPE_ALWAYS_LONG.format(config.max_model_len, int(original))
+    reason = LONGROPE_ALWAYS_LONG.format(config.max_model_len, original)
     return dict.fromkeys(("reference_parity", "logprobs"), reason)
 
 

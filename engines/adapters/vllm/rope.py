@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engines.models import long_rope_threshold
+
 __all__ = ["refuse_a_shared_long_rope"]
 
 
@@ -23,15 +25,12 @@ def _long_rope(model_dir: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     hf = json.loads(path.read_text())
-    params = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-    if params.get("rope_type", params.get("type")) != "longrope":
-        return None
-    original = params.get("original_max_position_embeddings") or hf.get(
-        "original_max_position_embeddings")
+    original = long_rope_threshold(hf)
     if original is None:
         return None
+    params = hf.get("rope_parameters") or hf.get("rope_scaling")
     return {"short_factor": list(params["short_factor"]),
-            "long_factor": list(params["long_factor"]), "original": int(original)}
+            "long_factor": list(params["long_factor"]), "original": original}
 
 
 def refuse_a_shared_long_rope(model_dir: str, max_model_len: int) -> None:

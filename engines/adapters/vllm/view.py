@@ -45,6 +45,7 @@ class SchedulerView:
         self._progress: dict[str, tuple[int, int]] = {}
         self._preemptions: dict[str, int] = {}
         self._chunked: set[str] = set()
+        self._sliding_groups: list[bool] | None = None  # fixed when the engine is built
 
     # -- what was exercised ------------------------------------------------------------------
     def observe(self, tally: Tally) -> None:
@@ -94,7 +95,12 @@ class SchedulerView:
 
     def _sliding(self) -> list[bool]:
         """Per KV cache group, in vLLM's group order: whether it drops blocks that left its
-        window (a sliding-window group)."""
+        window (a sliding-window group). Read once: the recorder asks every step."""
+        if self._sliding_groups is None:
+            self._sliding_groups = self._read_sliding()
+        return self._sliding_groups
+
+    def _read_sliding(self) -> list[bool]:
         _, manager, _ = self._need()
         groups = getattr(getattr(manager, "kv_cache_config", None), "kv_cache_groups", None)
         if not groups:

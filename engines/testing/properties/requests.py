@@ -148,14 +148,15 @@ def check_bad_input(trace: Trace, judge: Judge) -> tuple[str, ...]:
     if not w.bad:
         return ()
     rechecks = {"parity": check_parity, "budget_finish": check_budget_finish}
+    left = tuple(name for name in rechecks if name in judge.declared)
     try:
         for name, check in rechecks.items():
-            if name not in judge.declared:
+            if name not in left:
                 check(trace, judge)
     except Violation as v:
         raise fail("bad_input", f"after refusing {len(w.bad)} bad request(s), the good "
                     f"ones changed. {v}") from None
-    return tuple(name for name in rechecks if name in judge.declared)
+    return left
 
 
 def _is_id(token: object, vocab: int) -> bool:
