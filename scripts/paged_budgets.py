@@ -26,32 +26,37 @@ from engines.paged.engine import PagedEngine
 EIGHT_SEATS = {"max_batch_size": 8, "kv_slots": 8}
 
 
+def _engine(budget: int) -> PagedEngine:
+    return PagedEngine(max_num_batched_tokens=budget, max_batch_size=EIGHT_SEATS["max_batch_size"],
+                       kv_slots=EIGHT_SEATS["kv_slots"])
+
+
 def budget_64() -> PagedEngine:
-    return PagedEngine(max_num_batched_tokens=64, **EIGHT_SEATS)
+    return _engine(64)
 
 
 def budget_80() -> PagedEngine:
-    return PagedEngine(max_num_batched_tokens=80, **EIGHT_SEATS)
+    return _engine(80)
 
 
 def budget_96() -> PagedEngine:
-    return PagedEngine(max_num_batched_tokens=96, **EIGHT_SEATS)
+    return _engine(96)
 
 
 def budget_104() -> PagedEngine:
-    return PagedEngine(max_num_batched_tokens=104, **EIGHT_SEATS)
+    return _engine(104)
 
 
 def budget_112() -> PagedEngine:
-    return PagedEngine(max_num_batched_tokens=112, **EIGHT_SEATS)
+    return _engine(112)
 
 
 def budget_128() -> PagedEngine:
-    return PagedEngine(max_num_batched_tokens=128, **EIGHT_SEATS)
+    return _engine(128)
 
 
 def budget_256() -> PagedEngine:
-    return PagedEngine(max_num_batched_tokens=256, **EIGHT_SEATS)
+    return _engine(256)
 
 
 def seats_16() -> PagedEngine:
