@@ -18,18 +18,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.bench.table import ROWS, Better, contest, format_table
+from engines.bench.table import ROWS, Better, contest, format_table, tie_for
 
 TOLERANCE = 1.2
 
 
 def _ratios(summary: pd.DataFrame, column: str, better: Better) -> tuple[str, dict[str, float]]:
     """(winner, {other engine: the best value's ratio over it}) as the bench's table has them
-    (engines.bench.table.contest: engines within its TIE share a win); nan ratios dropped."""
+    (engines.bench.table.contest: engines within the row's tie share a win); nan ratios
+    dropped."""
     values = pd.to_numeric(summary.set_index("engine")[column], errors="coerce")
     if values.notna().sum() < 2:
         return "", {}
-    won, beaten = contest(values, better)
+    won, beaten = contest(values, better, tie_for(summary, column))
     if not beaten:
         return "tie", {}
     return ", ".join(sorted(won)), {e: f for e, f in beaten.items() if not np.isnan(f)}

@@ -12,13 +12,14 @@ import pandas as pd
 import pytest
 
 from engines.bench import capacity, disturbance, draws, traces
-from engines.bench.config import Config
+from engines.bench.config import QUICK_SEARCH_TIE, Config
 from engines.bench.doubles.fake import FakeEngine, LoggedEngine, VirtualClock
 from engines.bench.metrics import requests_frame, summarize, tokens_frame
 from engines.bench.paired import EngineClock, run_closed_paired, run_paired
 from engines.bench.probes import MAX_GROWTH
 from engines.bench.replay import run_closed, run_trace
 from engines.bench.slo import SLO
+from engines.bench.table import TIE
 
 
 def _items(n: int, prompt_len: int = 8, max_tokens: int = 4) -> list[draws.WorkItem]:
@@ -246,6 +247,9 @@ def test_cli_quick_writes_consistent_tables_and_plots(
     assert f"capacity ratio continuous/static: {ratio:.2f}x" in out
     assert "SLO: TTFT <= 10 ms and mean ITL <= 2 ms for >= 90% of requests (given)" in out
     assert "winner" in out.splitlines()[0]
+    # --quick ties capacity and goodput within its searches' measured spread, and says so.
+    assert (summary["search_tie"] == QUICK_SEARCH_TIE).all()
+    assert f"capacity and goodput within {QUICK_SEARCH_TIE:g}x (--search-tie" in out
     for name, row in summary.iterrows():
         mine = probes[(probes["engine"] == name) & (probes["search"] == "capacity")]
         # Capacity is the bracket's low end: the highest stable rate probed, below every
@@ -257,10 +261,13 @@ def test_cli_quick_writes_consistent_tables_and_plots(
         assert row["goodput_rps"] <= row["capacity_rps"]
         assert row["goodput_high_rps"] <= row["capacity_high_rps"]
         assert (row["slo_ttft_s"], row["slo_itl_s"], row["slo_attainment"]) == (0.01, 0.002, 0.9)
-        # Latency columns at half the engine's own closed-batch request rate.
+        # Latency columns at half the engine's own closed-batch request rate, re-timed just
+        # before the reference run (the fakes' speed does not drift: near the closed stage's).
         mine_closed = closed[closed["engine"] == name]
         assert row["reference_rps"] == pytest.approx(
-            Config().reference_load * mine_closed["achieved_rps"].median(), rel=0.05)
+            Config().reference_load * row["reference_basis_rps"], rel=1e-4)
+        assert row["reference_basis_rps"] == pytest.approx(
+            mine_closed["achieved_rps"].median(), rel=0.25)
         assert f"goodput {name}: {row['goodput_rps']:.4g} req/s" in out
         assert row["output_tokens_per_s"] > 0 and row["driver_overhead_pct"] >= 0
         assert row["ttft_p50_s"] <= row["ttft_p95_s"] and row["itl_p50_s"] <= row["itl_p95_s"]
@@ -292,7 +299,8 @@ def test_cli_names_a_bad_engine_spec(capsys: pytest.CaptureFixture[str]) -> None
 
 @pytest.mark.parametrize(("flag", "value", "field"), [
     ("--slo-ttft", "-1", "slo_ttft_s"), ("--slo-attainment", "1.5", "slo_attainment"),
-    ("--replicas", "0", "replicas"), ("--rate", "0", "reference_rps")])
+    ("--replicas", "0", "replicas"), ("--rate", "0", "reference_rps"),
+    ("--retries", "-1", "retries"), ("--search-tie", "0.9", "search_tie")])
 def test_cli_names_the_bad_value(flag: str, value: str, field: str,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     from engines.bench import cli
@@ -339,3 +347,48 @@ def test_every_run_is_summarized_once_for_every_table(monkeypatch: pytest.Monkey
     assert made == sum(len(e.closed) + len(e.reference_summaries)
                        for e in result.results.values())
     assert table["output_tokens_per_s"].gt(0).all()
+
+
+def test_cli_retries_and_search_tie_reach_the_config() -> None:
+    from engines.bench import cli
+
+    def config(*argv: str) -> Config:
+        return cli._config(cli._parser().parse_args([*argv, "--device", "cpu"]))
+
+    assert (config("--clock", "wall").retries, config().search_tie) == (1, TIE)
+    assert config("--quick").search_tie == QUICK_SEARCH_TIE
+    given = config("--quick", "--retries", "2", "--search-tie", "1.1")
+    assert (given.retries, given.search_tie) == (2, 1.1)
+    # The cpu clock's default is one try (engines.bench.config); asked for, it retries.
+    assert config("--clock", "cpu").retries == 0
+    assert config("--clock", "cpu", "--retries", "1").retries == 1
+
+
+def test_the_reference_rate_is_retimed_just_before_the_reference_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The host slows 3x after the closed stage (another tenant starts during the searches).
+    # Half the closed stage's rate would be 1.5x the slowed engine's capacity; the reference
+    # run must run at half the rate the engine has now.
+    from engines.bench import comparison
+    from engines.bench.doubles.fake import Machine
+
+    machine = Machine()
+    engines: dict[str, Any] = {"continuous": FakeEngine(max_batch_size=4, base_s=0.002,
+                                                        machine=machine)}
+    config = Config(capacity_requests=8, closed_requests=8, reference_requests=8, warmup=0,
+                    runs=2, iterations=1, goodput_iterations=1, goodput_halvings=1,
+                    slo_ttft_s=1.0, slo_itl_s=1.0, admissions_per_class=1)
+    searched = capacity.goodput_many
+
+    def then_slow_down(*args: Any, **kwargs: Any) -> Any:
+        found = searched(*args, **kwargs)
+        machine.factor = 3.0
+        return found
+
+    monkeypatch.setattr(capacity, "goodput_many", then_slow_down)
+    result = comparison.run(engines, config).results["continuous"]
+    quiet_rps = np.median([len(r.trace) / r.wall_s for r in result.closed])
+    (basis,) = result.reference_basis_rps
+    assert basis == pytest.approx(quiet_rps / 3, rel=0.25)
+    assert result.reference is not None
+    assert result.reference.trace.rate == pytest.approx(config.reference_load * basis)

@@ -37,9 +37,10 @@ from engines.protocol import Engine
 HF_GENERATE = "engines.adapters.hf.generate:HFGenerateEngine"  # `closed`'s baseline
 # Measured, not promised: the --quick run on the CPU preset, by scripts/bench_stability.sh.
 QUICK_HELP = ("small draws (300-request probes, brackets 4.4%% wide, one try per rate on the "
-              "CPU-time clock, an 800-request reference run): measured 122-134 s wall on 2 "
-              "cores, its stepping thread under SCHED_FIFO (--priority), quiet and beside two "
-              "busy loops (load 0.9-3.2)")
+              "CPU-time clock, capacity and goodput tied within 1.3x, an 800-request "
+              "reference run): measured 122-134 s wall on 2 cores, its stepping thread under "
+              "SCHED_FIFO (--priority), quiet and beside two busy loops (load 0.9-3.2); "
+              "109-210 s on a VM whose own speed moved 1.5x over the day")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, help="closed runs: recorded runs (5)")
     p.add_argument("--iterations", type=int, help="capacity: bisection steps")
     p.add_argument("--replicas", type=int, help="independent capacity/goodput searches (1)")
+    p.add_argument("--retries", type=int,
+                   help="capacity and goodput: paired re-runs of a failing verdict before it "
+                        "counts (default: 1 on the wall clock, 0 on the cpu clock)")
+    p.add_argument("--search-tie", type=float, metavar="FACTOR",
+                   help="capacity and goodput: engines within this factor of the best share "
+                        "the win (default 1.05; --quick: 1.3, how far its searches moved between "
+                        "runs)")
     p.add_argument("--rate", type=float, help="latency columns: every engine at this rate "
                                              "(default: each at 0.8 x its own capacity)")
     p.add_argument("--seed", type=int, default=0)
@@ -123,7 +131,8 @@ def _config(args: argparse.Namespace) -> Config:
         dtype=args.dtype,
         max_batch_size=args.max_batch_size, seed=args.seed, capacity_requests=args.requests,
         reference_rps=args.rate, warmup=args.warmup, runs=args.runs, iterations=args.iterations,
-        replicas=args.replicas, slo_ttft_s=args.slo_ttft, slo_itl_s=itl,
+        replicas=args.replicas, retries=args.retries,
+        search_tie=args.search_tie, slo_ttft_s=args.slo_ttft, slo_itl_s=itl,
         slo_attainment=args.slo_attainment)
 
 

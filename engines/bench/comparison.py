@@ -11,7 +11,9 @@
    rate, so an engine's latency figures never move because another engine's did. The closed
    rate, not the capacity bracket: a median of paired closed runs moves a few percent between
    runs, where the search's verdicts near capacity move it by up to 20%, and latency at a
-   fixed share of a rate inherits every percent of it.
+   fixed share of a rate inherits every percent of it. Re-timed by paired closed runs just
+   before the reference run, not taken from stage 2, which ran a minute or more earlier on a
+   machine whose speed may have moved since.
 4. The admission disturbance (every prompt class admitted into running batches) and a small
    slot-timeline run.
 Every stage drives the engines paired, step by step (engines.bench.paired): the ratios between
@@ -44,6 +46,7 @@ from engines.factories import check_engine
 from engines.protocol import Engine
 
 MAX_DRAWN_SLOTS = 64
+RETIME_RUNS = 3  # paired closed runs that re-time the closed rate before a reference run
 
 
 @dataclass(slots=True)
@@ -53,6 +56,8 @@ class EngineResult:
     capacities: list[Capacity] = field(default_factory=list)  # one per replica
     goodputs: list[Capacity] = field(default_factory=list)
     references: list[Run | None] = field(default_factory=list)
+    # The closed-batch request rate each reference run's is a share of (re-timed before it)
+    reference_basis_rps: list[float] = field(default_factory=list)
     disturbance: Run | None = None
     spikes: pd.DataFrame = field(default_factory=pd.DataFrame)
     timeline: Run | None = None
@@ -141,8 +146,9 @@ def _closed_rps(runs: list[Run]) -> float:
 
 
 def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], config: Config,
-             slo: Targets, mixed: functools.partial[list[draws.WorkItem]], replica: int,
-             sync: Sync | None, bar: Progress) -> None:
+             slo: Targets, mixed: functools.partial[list[draws.WorkItem]],
+             closed_trace: traces.ArrivalTrace, replica: int, sync: Sync | None,
+             bar: Progress) -> None:
     seed = config.seed + 10 * replica
     items = mixed(config.capacity_requests, seed=seed + 1)
     of = f"replica {replica + 1}/{config.replicas}"
@@ -159,13 +165,14 @@ def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], confi
                                   max_expand=config.goodput_halvings, retries=config.retries,
                                   sync=sync, tag=f"r{replica}g", bar=bar,
                                   time_source=clocks.source(config.clock))
-    rates = {name: config.reference_rps or config.reference_load * _closed_rps(r.closed)
-             for name, r in results.items()}
+    bar.stage(f"reference run ({of})", (0 if config.reference_rps else RETIME_RUNS) + 1)
+    basis = _reference_basis(engines, closed_trace, config, replica, sync, bar)
+    rates = {name: config.reference_rps or config.reference_load * basis[name]
+             for name in results}
     live = {name: rate for name, rate in rates.items() if rate > 0}
     # Twice a probe's requests unless given: a p95 of 400 requests rests on 20 of them, not 10.
     reference_items = mixed(config.reference_requests or 2 * config.capacity_requests,
                             seed=seed + 4)
-    bar.stage(f"reference run ({of})", 1)
     refs = run_paired({n: engines[n] for n in live},
                       {n: traces.poisson(reference_items, rate, seed=seed, tag=f"ref{replica}")
                        for n, rate in live.items()}, sync=sync,
@@ -175,6 +182,26 @@ def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], confi
         result.capacities.append(caps[name])
         result.goodputs.append(goods[name])
         result.references.append(refs.get(name))
+        result.reference_basis_rps.append(basis[name])
+
+
+def _reference_basis(engines: dict[str, Engine], closed_trace: traces.ArrivalTrace,
+                     config: Config, replica: int, sync: Sync | None,
+                     bar: Progress) -> dict[str, float]:
+    """Each engine's closed-batch request rate, re-timed by RETIME_RUNS paired closed runs
+    just before its reference run (nan with --rate, which sets every rate itself).
+
+    Not the closed stage's: that ran a minute or more earlier, and on a shared host whose speed
+    drifts (here the tiny preset's decode step, in CPU time, moved 0.8-1.4 ms between 2-s
+    windows on an idle guest) a reference run in a slower spell than the closed stage ran at
+    0.75 of its engines' capacity instead of 0.5, where queueing latencies grow as
+    load / (1 - load): every latency ratio of that run moved by 1.3-1.7x."""
+    if config.reference_rps:
+        return dict.fromkeys(engines, float("nan"))
+    runs = run_closed_paired(engines, closed_trace, warmup=0, runs=RETIME_RUNS,
+                             on_run=bar.tick, sync=sync, tag=f"r{replica}retime",
+                             time_source=clocks.source(config.clock))
+    return {name: _closed_rps(r) for name, r in runs.items()}
 
 
 def _drawable(engine: Engine) -> bool:
@@ -239,7 +266,7 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
     closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")
     results = closed_stage(engines, closed_trace, config, bar=bar, sync=sync)
     for replica in range(config.replicas):
-        _replica(engines, results, config, slo, mixed, replica, sync, bar)
+        _replica(engines, results, config, slo, mixed, closed_trace, replica, sync, bar)
     _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar)
     top, hardware = headline(slo)
     for result in results.values():

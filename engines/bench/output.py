@@ -11,7 +11,7 @@ from engines.bench import clocks, disturbance, summary
 from engines.bench.comparison import Comparison
 from engines.bench.metrics import write_csv
 from engines.bench.slo import PairedSLO
-from engines.bench.table import format_table
+from engines.bench.table import TIE, format_table
 
 
 def write(comparison: Comparison, table: pd.DataFrame, out: Path, *, plots: bool) -> None:
@@ -75,9 +75,19 @@ def slo_origin(comparison: Comparison) -> list[str]:
     ]
 
 
+def _ties(search_tie: float) -> str:
+    text = f"ties: engines within {TIE:g}x of a row's best share its win"
+    if search_tie == TIE:
+        return text
+    return (text + f"; capacity and goodput within {search_tie:g}x (--search-tie; --quick's "
+            "default is how far its searches moved between runs: docs/benchmarks.md, winners "
+            "and ties)")
+
+
 def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
-    lines = [format_table(table), "", f"SLO: {comparison.slo.describe()}",
-             *slo_origin(comparison)]
+    config = comparison.config
+    lines = [format_table(table), "", _ties(config.search_tie),
+             f"SLO: {comparison.slo.describe()}", *slo_origin(comparison)]
     for result in comparison.results.values():
         for label, found in (("goodput", result.goodput), ("capacity", result.capacity)):
             lines.append(f"{label} {result.name}: {found.low:.4g} req/s, bracket "
@@ -93,7 +103,6 @@ def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
     lines += _ratio_lines(table, "capacity_rps", "capacity")
     first = next(iter(comparison.results.values()))
     lines += [f"capacity rule: {first.capacity.rule}", f"goodput rule: {first.goodput.rule}"]
-    config = comparison.config
     lines.append(f"times: {clocks.describe(config.clock)} (--clock {config.clock})")
     lines.append("latency columns: " + (f"every engine at {config.reference_rps:g} req/s"
                  if config.reference_rps else

@@ -122,12 +122,14 @@ def run_closed_paired(
     on_run: Callable[[], None] | None = None,
     sync: Sync | None = None,
     time_source: TimeSource | None = None,
+    tag: str = "",
 ) -> dict[str, list[Run]]:
     """The closed protocol (docs/references.md: `warmup` unrecorded runs, then `runs` recorded
-    ones), every engine's run i paired with the others'."""
+    ones), every engine's run i paired with the others'. `tag` keeps request ids unique when
+    the same trace is run closed again."""
     recorded: dict[str, list[Run]] = {name: [] for name in engines}
     for i in range(warmup + runs):
-        paired = run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"#{i}",
+        paired = run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"{tag}#{i}",
                             sync=sync, time_source=time_source)
         if i >= warmup:
             for name, run in paired.items():
