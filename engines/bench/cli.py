@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
                         "the win (default 1.05; --quick: 1.3, how far its searches moved between "
                         "runs)")
     p.add_argument("--rate", type=float, help="latency columns: every engine at this rate "
-                                             "(default: each at 0.8 x its own capacity)")
+                                             "(default: each at 0.5 x its own closed-batch "
+                                             "request rate, re-timed just before the run)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--clock", choices=["auto", "wall", "cpu"], default="auto",
                    help="what the engines' clocks count: wall time, or the CPU time of the "
