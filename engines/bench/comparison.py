@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engines.bench import capacity, clocks, disturbance, draws, traces
+from engines.bench import capacity, clocks, disturbance, draws, reference, traces
 from engines.bench.capacity import Capacity
 from engines.bench.config import Config, EngineFactory
 from engines.bench.describe import EngineDescription, describe
@@ -46,7 +46,6 @@ from engines.factories import check_engine
 from engines.protocol import Engine
 
 MAX_DRAWN_SLOTS = 64
-RETIME_RUNS = 3  # paired closed runs that re-time the closed rate before a reference run
 
 
 @dataclass(slots=True)
@@ -98,6 +97,8 @@ class Comparison:
     results: dict[str, EngineResult]
     targets: Targets | None = None  # what judged the probes (a PairedSLO keeps every round)
     engines: dict[str, EngineDescription] = field(default_factory=dict)
+    # Per replica: how far the host's speed moved between re-timing and reference run
+    reference_drift: list[float] = field(default_factory=list)
 
 
 def build(factories: dict[str, EngineFactory], bar: Progress | None = None) -> dict[str, Engine]:
@@ -141,21 +142,19 @@ def headline(slo: Targets) -> tuple[SLO, HardwareTimes | None]:
     return slo, None
 
 
-def _closed_rps(runs: list[Run]) -> float:
-    return float(np.median([len(r.trace) / r.wall_s for r in runs]))
-
-
 def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], config: Config,
              slo: Targets, mixed: functools.partial[list[draws.WorkItem]],
              closed_trace: traces.ArrivalTrace, replica: int, sync: Sync | None,
-             bar: Progress) -> None:
+             bar: Progress) -> float:
+    """One replica's searches and reference run; returns the reference run's drift
+    (engines.bench.reference)."""
     seed = config.seed + 10 * replica
     items = mixed(config.capacity_requests, seed=seed + 1)
     of = f"replica {replica + 1}/{config.replicas}"
     bar.stage(f"capacity rounds ({of})",
               capacity.planned_rounds(config.iterations, config.retries), unit="round")
     caps = capacity.search_many(
-        engines, items, start_rates={n: _closed_rps(r.closed) for n, r in results.items()},
+        engines, items, start_rates={n: reference.closed_rps(r.closed) for n, r in results.items()},
         seed=seed, iterations=config.iterations, slo=slo, retries=config.retries, sync=sync,
         tag=f"r{replica}c", bar=bar, time_source=clocks.source(config.clock))
     bar.stage(f"goodput rounds ({of})",
@@ -165,43 +164,19 @@ def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], confi
                                   max_expand=config.goodput_halvings, retries=config.retries,
                                   sync=sync, tag=f"r{replica}g", bar=bar,
                                   time_source=clocks.source(config.clock))
-    bar.stage(f"reference run ({of})", (0 if config.reference_rps else RETIME_RUNS) + 1)
-    basis = _reference_basis(engines, closed_trace, config, replica, sync, bar)
-    rates = {name: config.reference_rps or config.reference_load * basis[name]
-             for name in results}
-    live = {name: rate for name, rate in rates.items() if rate > 0}
+    bar.stage(f"reference run ({of})", reference.stages(config))
     # Twice a probe's requests unless given: a p95 of 400 requests rests on 20 of them, not 10.
     reference_items = mixed(config.reference_requests or 2 * config.capacity_requests,
                             seed=seed + 4)
-    refs = run_paired({n: engines[n] for n in live},
-                      {n: traces.poisson(reference_items, rate, seed=seed, tag=f"ref{replica}")
-                       for n, rate in live.items()}, sync=sync,
-                      time_source=clocks.source(config.clock))
-    bar.tick()
+    ref = reference.run_reference(
+        engines, closed_trace, reference_items, config, replica=replica, seed=seed, sync=sync,
+        bar=bar, yardstick=slo.source if isinstance(slo, PairedSLO) else None)
     for name, result in results.items():
         result.capacities.append(caps[name])
         result.goodputs.append(goods[name])
-        result.references.append(refs.get(name))
-        result.reference_basis_rps.append(basis[name])
-
-
-def _reference_basis(engines: dict[str, Engine], closed_trace: traces.ArrivalTrace,
-                     config: Config, replica: int, sync: Sync | None,
-                     bar: Progress) -> dict[str, float]:
-    """Each engine's closed-batch request rate, re-timed by RETIME_RUNS paired closed runs
-    just before its reference run (nan with --rate, which sets every rate itself).
-
-    Not the closed stage's: that ran a minute or more earlier, and on a shared host whose speed
-    drifts (here the tiny preset's decode step, in CPU time, moved 0.8-1.4 ms between 2-s
-    windows on an idle guest) a reference run in a slower spell than the closed stage ran at
-    0.75 of its engines' capacity instead of 0.5, where queueing latencies grow as
-    load / (1 - load): every latency ratio of that run moved by 1.3-1.7x."""
-    if config.reference_rps:
-        return dict.fromkeys(engines, float("nan"))
-    runs = run_closed_paired(engines, closed_trace, warmup=0, runs=RETIME_RUNS,
-                             on_run=bar.tick, sync=sync, tag=f"r{replica}retime",
-                             time_source=clocks.source(config.clock))
-    return {name: _closed_rps(r) for name, r in runs.items()}
+        result.references.append(ref.runs.get(name))
+        result.reference_basis_rps.append(ref.basis_rps[name])
+    return ref.drift
 
 
 def _drawable(engine: Engine) -> bool:
@@ -265,12 +240,13 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
     slo = targets(config, max_model_len, timer)
     closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")
     results = closed_stage(engines, closed_trace, config, bar=bar, sync=sync)
-    for replica in range(config.replicas):
-        _replica(engines, results, config, slo, mixed, closed_trace, replica, sync, bar)
+    drifts = [_replica(engines, results, config, slo, mixed, closed_trace, replica, sync, bar)
+              for replica in range(config.replicas)]
     _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar)
     top, hardware = headline(slo)
     for result in results.values():
         result.reference_summaries = [summarize(r, slo=top) for r in result.references
                                       if r is not None]
     return Comparison(config, top, hardware, results, slo,
-                      {name: describe(name, engine) for name, engine in engines.items()})
+                      {name: describe(name, engine) for name, engine in engines.items()},
+                      reference_drift=drifts)

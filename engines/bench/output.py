@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engines.bench import clocks, disturbance, summary
+from engines.bench import clocks, disturbance, reference, summary
 from engines.bench.comparison import Comparison
 from engines.bench.metrics import write_csv
 from engines.bench.slo import PairedSLO
@@ -106,5 +106,7 @@ def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
     lines.append(f"times: {clocks.describe(config.clock)} (--clock {config.clock})")
     lines.append("latency columns: " + (f"every engine at {config.reference_rps:g} req/s"
                  if config.reference_rps else
-                 f"each engine at {config.reference_load:g} x its own closed-batch request rate"))
+                 f"each engine at {config.reference_load:g} x its own closed-batch request "
+                 "rate, re-timed just before the reference run"))
+    lines.append(reference.drift_line(comparison.reference_drift))
     return "\n".join(lines)

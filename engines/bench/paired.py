@@ -123,14 +123,15 @@ def run_closed_paired(
     sync: Sync | None = None,
     time_source: TimeSource | None = None,
     tag: str = "",
+    between: Callable[[], None] | None = None,
 ) -> dict[str, list[Run]]:
     """The closed protocol (docs/references.md: `warmup` unrecorded runs, then `runs` recorded
     ones), every engine's run i paired with the others'. `tag` keeps request ids unique when
-    the same trace is run closed again."""
+    the same trace is run closed again; `between` as run_paired's."""
     recorded: dict[str, list[Run]] = {name: [] for name in engines}
     for i in range(warmup + runs):
         paired = run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"{tag}#{i}",
-                            sync=sync, time_source=time_source)
+                            sync=sync, time_source=time_source, between=between)
         if i >= warmup:
             for name, run in paired.items():
                 recorded[name].append(run)

@@ -26,8 +26,9 @@ SUMMARY_COLUMNS = [
     "goodput_high_rps", "slo_ttft_s", "slo_itl_s", "slo_attainment", "itl_spike_ci_low",
     "itl_spike_ci_high", "itl_spike_samples",
     # the factor within which capacity and goodput share a win (engines.bench.table); the
-    # closed-batch rate re-timed before the reference run, which reference_rps is a share of
-    "search_tie", "reference_basis_rps",
+    # closed-batch rate re-timed before the reference run, which reference_rps is a share of,
+    # and the host's drift between the two (engines.bench.reference)
+    "search_tie", "reference_basis_rps", "reference_drift",
 ]
 LATENCY_COLUMNS = ("ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s",
                    "queue_wait_mean_s", "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s")
@@ -66,6 +67,8 @@ def summary_row(result: EngineResult, comparison: Comparison) -> dict[str, Any]:
         "search_tie": comparison.config.search_tie,
         "reference_basis_rps": (result.reference_basis_rps[0] if result.reference_basis_rps
                                 else np.nan),
+        "reference_drift": (comparison.reference_drift[0] if comparison.reference_drift
+                            else np.nan),
     }
 
 
