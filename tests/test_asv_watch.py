@@ -188,7 +188,11 @@ def test_a_setup_without_progress_stops_at_its_timeout() -> None:
     text = out.decode()
     assert proc.returncode == -signal.SIGTERM, text
     assert "demo setup, 0 s: stuck" in text
-    assert "no progress in stuck for 1 s (the setup's timeout is 1 s): stopping" in text
+    # The time it says is when the watcher woke: 1 s, or later on a loaded machine (2 s seen
+    # beside a second test run).
+    found = re.search(r"no progress in stuck for (\d+) s \(the setup's timeout is 1 s\): "
+                      r"stopping", text)
+    assert found is not None and int(found.group(1)) >= 1, text
 
 
 def test_an_interrupted_setup_ends_and_says_where() -> None:
