@@ -5,7 +5,8 @@ ratios over another engine stays within TOLERANCE (max / min over the runs <= 1.
     python scripts/bench_stability_check.py DIR [DIR ...]   # each DIR holds a summary.csv
 
 Prints every run's table (as the bench prints it), its wall time and load when the run's log
-(DIR.log, written by scripts/bench_stability.sh) has them, then one line per row. Exit
+(DIR.log, written by scripts/bench_stability.sh) has them, and how far the host's speed moved
+under its reference run (reference_drift), then one line per row. Exit
 status 1 when a row's winner or ratios moved.
 """
 
@@ -44,6 +45,8 @@ def check(dirs: list[Path]) -> bool:
         print(f"=== {d}")
         print("\n".join(line for line in lines if line.startswith("==")))
         print(format_table(summary))
+        if "reference_drift" in summary:  # the host's speed over the reference run
+            print(f"reference drift: {summary['reference_drift'].iloc[0]:.2f}x")
         print()
     ok = True
     for column, (label, better) in ROWS.items():
