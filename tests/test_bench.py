@@ -431,3 +431,23 @@ def test_the_reference_run_says_when_the_host_moved_under_it(
     # Rates re-timed before the slowdown: half the quiet closed rate.
     assert found.runs["continuous"].trace.rate == pytest.approx(
         0.5 * found.basis_rps["continuous"], rel=1e-4)
+
+
+def test_a_given_reference_rate_spends_no_yardstick_turns() -> None:
+    # --rate: no re-timing, so nothing to compare the run's timings with; none are taken.
+    from engines.bench import reference
+    from engines.bench.doubles.fake import FakeTimer
+    from engines.bench.progress import Progress
+    from engines.bench.yardstick import Yardstick
+
+    timer = FakeTimer(step_s=0.01)
+    config = Config(reference_rps=50.0)
+    bar = Progress(False)
+    bar.stage("reference run", reference.stages(config))
+    closed = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=3, vocab_size=100))
+    found = reference.run_reference(
+        {"continuous": FakeEngine(max_batch_size=4, base_s=0.001)}, closed,
+        draws.uniform(6, prompt_len=4, max_tokens=3, vocab_size=100), config, replica=0,
+        seed=0, sync=None, bar=bar, yardstick=Yardstick(timer))
+    assert math.isnan(found.drift) and timer.calls == 0
+    assert found.runs["continuous"].trace.rate == pytest.approx(50.0)

@@ -73,16 +73,16 @@ def run_reference(engines: dict[str, Engine], closed_trace: traces.ArrivalTrace,
     rates = {name: config.reference_rps or config.reference_load * basis[name]
              for name in engines}
     live = {name: rate for name, rate in rates.items() if rate > 0}
+    # Timed during the run only against a re-timing: with --rate there is none to compare.
     runs = run_paired({n: engines[n] for n in live},
                       {n: traces.poisson(items, rate, seed=seed, tag=f"ref{replica}")
                        for n, rate in live.items()},
-                      sync=sync, time_source=source, between=between)
+                      sync=sync, time_source=source,
+                      between=between if before is not None else None)
     bar.tick()
     drift = float("nan")
-    if yardstick is not None:
-        during = yardstick.take()
-        if before is not None:
-            drift = during.step_s / before.step_s
+    if yardstick is not None and before is not None:
+        drift = yardstick.take().step_s / before.step_s
     return Reference(runs, basis, drift)
 
 
