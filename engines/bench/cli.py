@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.bench import comparison, draws, output, priority, rates, summary, traces
+from engines.bench import clocks, comparison, draws, output, priority, rates, summary, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
 from engines.bench.describe import banner, describe
 from engines.bench.devices import default_device
@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, help="independent capacity/goodput searches (1)")
     p.add_argument("--retries", type=int,
                    help="capacity and goodput: paired re-runs of a failing verdict before it "
-                        "counts (default: 1 on the wall clock, 0 on the cpu clock)")
+                        "counts (default: 1 on the wall clock, 0 on the cpu and steady clocks)")
     p.add_argument("--search-tie", type=float, metavar="FACTOR",
                    help="capacity and goodput: engines within this factor of the best share "
                         "the win (default 1.05; --quick: 1.3, how far its searches moved between "
@@ -78,18 +78,21 @@ def _parser() -> argparse.ArgumentParser:
                                              "(default: each at 0.5 x its own closed-batch "
                                              "request rate, re-timed just before the run)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--clock", choices=["auto", "wall", "cpu"], default="auto",
-                   help="what the engines' clocks count: wall time, or the CPU time of the "
+    p.add_argument("--clock", choices=["auto", *clocks.NAMES], default="auto",
+                   help="what the engines' clocks count: wall time; the CPU time of the "
                         "thread stepping them, which time slices given to other processes do "
-                        "not advance (engines/bench/clocks.py); auto: cpu for the default "
-                        "engines on CPU with --threads 1, else wall. cpu is right only for "
-                        "engines doing all their work on that thread")
+                        "not advance (cpu); or that CPU time rescaled by the host's own speed, "
+                        "timed between the steps, as a CPU that keeps its speed would count it "
+                        "(steady; engines/bench/clocks.py, engines/bench/steady.py). auto: "
+                        "steady for the default engines on CPU with --threads 1, else wall. "
+                        "cpu and steady are right only for engines doing all their work on "
+                        "that thread")
     p.add_argument("--priority", choices=priority.MODES, default="auto",
-                   help="auto: under the cpu clock, step the engines on a SCHED_FIFO thread "
-                        "where the OS permits it, so that no other process on the core "
-                        "preempts a step (a preempted step resumes with cold caches, which the "
-                        "cpu clock counts; engines/bench/priority.py); realtime: that or an "
-                        "error; normal: never")
+                   help="auto: under the cpu or steady clock, step the engines on a "
+                        "SCHED_FIFO thread where the OS permits it, so that no other process "
+                        "on the core preempts a step (a preempted step resumes with cold "
+                        "caches, which the cpu clock counts; engines/bench/priority.py); "
+                        "realtime: that or an error; normal: never")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the CPU presets gain nothing from more, "
                         "and oversubscribed spin-waits on a shared machine wreck the timings)")
@@ -113,12 +116,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _clock(args: argparse.Namespace, device: str) -> str:
     if args.clock != "auto":
-        if args.clock == "cpu" and args.threads != 1:
-            raise ValueError(f"--clock cpu: needs --threads 1 (torch's other threads are not "
-                             f"on this thread's clock), got --threads {args.threads}")
+        if args.clock in clocks.ON_THREAD and args.threads != 1:
+            raise ValueError(f"--clock {args.clock}: needs --threads 1 (torch's other threads "
+                             f"are not on this thread's clock), got --threads {args.threads}")
         return str(args.clock)
     in_thread = device.startswith("cpu") and args.threads == 1 and not args.engine
-    return "cpu" if in_thread else "wall"
+    return "steady" if in_thread else "wall"
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -177,9 +180,10 @@ def _servers_need_targets(engines: dict[str, Engine], config: Config) -> None:
         raise ValueError(f"--slo-ttft and --slo-itl: {', '.join(served)} stream(s) from a "
                          f"server, which runs alone, with no yardstick timed between its "
                          f"steps: give both targets (or use `replay --rates`)")
-    if served and config.clock == "cpu":
-        raise ValueError(f"--clock cpu: {', '.join(served)} compute(s) in a server, which "
-                         f"this thread's CPU time does not count: use --clock wall")
+    if served and clocks.on_thread(config.clock):
+        raise ValueError(f"--clock {config.clock}: {', '.join(served)} compute(s) in a "
+                         f"server, which this thread's CPU time does not count: use --clock "
+                         f"wall")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -14,6 +14,10 @@ that thread: a CPU engine built in-process with one torch thread (the default en
 `--threads 1`). An engine that computes in other threads or processes (vLLM's engine core, a
 server, a GPU) would be timed as almost free: such engines take the wall clock, and on CUDA it
 is always the wall clock, with a synchronize around every step.
+
+steady (engines.bench.steady): the cpu clock rescaled by the host's own speed, which a gauge
+times between the engines' steps: what a CPU that does not change speed would count. Built
+with its gauge by engines.bench.comparison.time_source; `source` has only the two plain ones.
 """
 
 from __future__ import annotations
@@ -23,15 +27,33 @@ from collections.abc import Callable
 from typing import Literal
 
 TimeSource = Callable[[], float]
-ClockName = Literal["wall", "cpu"]
+ClockName = Literal["wall", "cpu", "steady"]
 CLOCKS: dict[str, TimeSource] = {"wall": time.perf_counter, "cpu": time.thread_time}
+NAMES = ("wall", "cpu", "steady")
+ON_THREAD = ("cpu", "steady")  # count this thread's CPU time: every engine's work on it
+
+
+def check(name: str) -> None:
+    if name not in NAMES:
+        raise ValueError(f"clock: must be one of {', '.join(NAMES)}, got {name!r}")
+
+
+def on_thread(name: str) -> bool:
+    """Whether the clock counts only this thread's CPU time (cpu, steady)."""
+    check(name)
+    return name in ON_THREAD
 
 
 def source(name: str) -> TimeSource:
+    """The plain clock `name`: wall or cpu (steady needs its gauge: engines.bench.steady)."""
+    check(name)
     if name not in CLOCKS:
-        raise ValueError(f"clock: must be one of {', '.join(CLOCKS)}, got {name!r}")
+        raise ValueError(f"clock: {name!r} is built with its gauge "
+                         "(engines.bench.comparison.time_source)")
     return CLOCKS[name]
 
 
 def describe(name: str) -> str:
-    return {"wall": "wall time", "cpu": "CPU time of the thread stepping the engines"}[name]
+    return {"wall": "wall time", "cpu": "CPU time of the thread stepping the engines",
+            "steady": "CPU time of the thread stepping the engines, rescaled to the host's "
+                      "speed at the start"}[name]

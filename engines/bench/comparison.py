@@ -33,6 +33,7 @@ import pandas as pd
 
 from engines.bench import capacity, clocks, disturbance, draws, reference, traces
 from engines.bench.capacity import Capacity
+from engines.bench.clocks import TimeSource
 from engines.bench.config import Config, EngineFactory
 from engines.bench.describe import EngineDescription, describe
 from engines.bench.devices import Sync, synchronizer
@@ -41,6 +42,7 @@ from engines.bench.paired import run_closed_paired, run_paired
 from engines.bench.progress import Progress, progress
 from engines.bench.replay import Run
 from engines.bench.slo import SLO, HardwareTimes, PairedSLO, Targets
+from engines.bench.steady import SteadyTime
 from engines.bench.yardstick import Timer, Yardstick
 from engines.factories import check_engine
 from engines.protocol import Engine
@@ -99,6 +101,10 @@ class Comparison:
     engines: dict[str, EngineDescription] = field(default_factory=dict)
     # Per replica: how far the host's speed moved between re-timing and reference run
     reference_drift: list[float] = field(default_factory=list)
+    # The steady clock's gauge (engines.bench.steady): its step at the start, in seconds, and
+    # the lowest and highest factor the host's speed took over the run; None on other clocks
+    steady_baseline_s: float | None = None
+    host_speed: tuple[float, float] | None = None
 
 
 def build(factories: dict[str, EngineFactory], bar: Progress | None = None) -> dict[str, Engine]:
@@ -117,20 +123,40 @@ def scale(engines: dict[str, Engine]) -> tuple[int, int]:
             min(int(e.vocab_size) for e in engines.values()))
 
 
-def targets(config: Config, max_model_len: int, timer: Timer | None = None) -> Targets:
+def time_source(config: Config, steady: SteadyTime | None = None) -> TimeSource:
+    """What the engines' clocks count under `config.clock` (engines.bench.clocks): `steady`
+    if given, else a SteadyTime whose gauge is the SLO yardstick's decode step, on the raw CPU
+    clock."""
+    if config.clock != "steady":
+        if steady is not None:
+            raise ValueError(f"clock: a steady time source was given for --clock "
+                             f"{config.clock}")
+        return clocks.source(config.clock)
+    if steady is not None:
+        return steady
+    from engines.bench.calibration import ForwardTimer  # torch: only when timing
+
+    return SteadyTime(ForwardTimer(config.preset, device=config.device, dtype=config.dtype,
+                                   batch=config.max_batch_size, prompt_len=1,
+                                   seed=config.seed, clock=clocks.source("cpu")))
+
+
+def targets(config: Config, max_model_len: int, timer: Timer | None = None,
+            source: TimeSource | None = None) -> Targets:
     """The goodput targets: both given (one SLO for every round), or a PairedSLO whose
     yardstick times the preset's forward (or `timer`) between the engines' steps, each given
-    target replacing its derived one."""
+    target replacing its derived one; `source`: the engines' time source, which it reads."""
     if config.slo_ttft_s is not None and config.slo_itl_s is not None:
         return SLO(config.slo_ttft_s, config.slo_itl_s, config.slo_attainment)
+    source = source or time_source(config)
     if timer is None:
         from engines.bench.calibration import ForwardTimer  # torch: only when timing
 
         timer = ForwardTimer(config.preset, device=config.device, dtype=config.dtype,
                              batch=config.max_batch_size,
                              prompt_len=draws.prompt_classes(max_model_len)[-1],
-                             seed=config.seed, clock=clocks.source(config.clock))
-    return PairedSLO(Yardstick(timer, now=clocks.source(config.clock)), config.preset,
+                             seed=config.seed, clock=source)
+    return PairedSLO(Yardstick(timer, now=source), config.preset,
                      attainment=config.slo_attainment, ttft_s=config.slo_ttft_s,
                      itl_s=config.slo_itl_s)
 
@@ -145,7 +171,7 @@ def headline(slo: Targets) -> tuple[SLO, HardwareTimes | None]:
 def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], config: Config,
              slo: Targets, mixed: functools.partial[list[draws.WorkItem]],
              closed_trace: traces.ArrivalTrace, replica: int, sync: Sync | None,
-             bar: Progress) -> float:
+             bar: Progress, source: TimeSource) -> float:
     """One replica's searches and reference run; returns the reference run's drift
     (engines.bench.reference)."""
     seed = config.seed + 10 * replica
@@ -156,21 +182,22 @@ def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], confi
     caps = capacity.search_many(
         engines, items, start_rates={n: reference.closed_rps(r.closed) for n, r in results.items()},
         seed=seed, iterations=config.iterations, slo=slo, retries=config.retries, sync=sync,
-        tag=f"r{replica}c", bar=bar, time_source=clocks.source(config.clock))
+        tag=f"r{replica}c", bar=bar, time_source=source)
     bar.stage(f"goodput rounds ({of})",
               capacity.planned_rounds(config.goodput_iterations, config.retries), unit="round")
     goods = capacity.goodput_many(engines, items, capacities=caps, slo=slo, seed=seed,
                                   iterations=config.goodput_iterations,
                                   max_expand=config.goodput_halvings, retries=config.retries,
                                   sync=sync, tag=f"r{replica}g", bar=bar,
-                                  time_source=clocks.source(config.clock))
+                                  time_source=source)
     bar.stage(f"reference run ({of})", reference.stages(config))
     # Twice a probe's requests unless given: a p95 of 400 requests rests on 20 of them, not 10.
     reference_items = mixed(config.reference_requests or 2 * config.capacity_requests,
                             seed=seed + 4)
     ref = reference.run_reference(
         engines, closed_trace, reference_items, config, replica=replica, seed=seed, sync=sync,
-        bar=bar, yardstick=slo.source if isinstance(slo, PairedSLO) else None)
+        bar=bar, yardstick=slo.source if isinstance(slo, PairedSLO) else None,
+        time_source=source)
     for name, result in results.items():
         result.capacities.append(caps[name])
         result.goodputs.append(goods[name])
@@ -187,13 +214,13 @@ def _drawable(engine: Engine) -> bool:
 def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
                  config: Config, mixed: functools.partial[list[draws.WorkItem]],
                  max_model_len: int, vocab_size: int, sync: Sync | None,
-                 bar: Progress) -> None:
+                 bar: Progress, source: TimeSource) -> None:
     bar.stage("admission disturbance, slot timeline", 2)
     items = draws.admissions(config.admissions_per_class, max_model_len=max_model_len,
                              vocab_size=vocab_size, slots=config.max_batch_size,
                              seed=config.seed + 2)
     dist = run_paired(engines, dict.fromkeys(engines, traces.closed(items, tag="dist")),
-                      sync=sync, time_source=clocks.source(config.clock))
+                      sync=sync, time_source=source)
     bar.tick()
     timeline_trace = traces.closed(mixed(2 * config.max_batch_size, seed=config.seed + 3),
                                    tag="timeline")
@@ -201,7 +228,7 @@ def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
     slotted = {name: engine for name, engine in engines.items()
                if callable(getattr(engine, "slot_table", None)) and _drawable(engine)}
     timelines = run_paired(slotted, dict.fromkeys(slotted, timeline_trace), sync=sync,
-                           record_slots=True, time_source=clocks.source(config.clock))
+                           record_slots=True, time_source=source)
     bar.tick()
     for name, result in results.items():
         result.disturbance = dist[name]
@@ -210,13 +237,14 @@ def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
 
 
 def closed_stage(engines: dict[str, Engine], trace: traces.ArrivalTrace, config: Config, *,
-                 bar: Progress, sync: Sync | None = None) -> dict[str, EngineResult]:
+                 bar: Progress, sync: Sync | None = None,
+                 source: TimeSource | None = None) -> dict[str, EngineResult]:
     """The closed protocol, paired: `config.warmup` unrecorded runs of `trace`, then
     `config.runs` recorded ones; the first stage of a comparison and all of `closed`."""
     bar.stage("closed runs", config.warmup + config.runs)
     closed = run_closed_paired(engines, trace, warmup=config.warmup, runs=config.runs,
                                on_run=bar.tick, sync=sync,
-                               time_source=clocks.source(config.clock))
+                               time_source=source or time_source(config))
     return {name: EngineResult(name, runs, closed_summaries=[summarize(r) for r in runs])
             for name, runs in closed.items()}
 
@@ -230,23 +258,30 @@ def compare(factories: dict[str, EngineFactory], config: Config, *,
 
 
 def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = None,
-        timer: Timer | None = None) -> Comparison:
+        timer: Timer | None = None, steady: SteadyTime | None = None) -> Comparison:
     """Benchmark built engines (drained) on the same draws and traces, paired. `timer`
-    replaces the preset's forward as the SLO's yardstick (tests: a modelled one)."""
+    replaces the preset's forward as the SLO's yardstick, `steady` the steady clock (tests:
+    modelled ones)."""
     bar = bar or Progress(False)
     max_model_len, vocab_size = scale(engines)
     sync = synchronizer(config.device)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
-    slo = targets(config, max_model_len, timer)
+    source = time_source(config, steady)
+    slo = targets(config, max_model_len, timer, source)
     closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")
-    results = closed_stage(engines, closed_trace, config, bar=bar, sync=sync)
-    drifts = [_replica(engines, results, config, slo, mixed, closed_trace, replica, sync, bar)
+    results = closed_stage(engines, closed_trace, config, bar=bar, sync=sync, source=source)
+    drifts = [_replica(engines, results, config, slo, mixed, closed_trace, replica, sync, bar,
+                       source)
               for replica in range(config.replicas)]
-    _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar)
+    _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar,
+                 source)
     top, hardware = headline(slo)
     for result in results.values():
         result.reference_summaries = [summarize(r, slo=top) for r in result.references
                                       if r is not None]
+    gauged = source if isinstance(source, SteadyTime) else None
     return Comparison(config, top, hardware, results, slo,
                       {name: describe(name, engine) for name, engine in engines.items()},
-                      reference_drift=drifts)
+                      reference_drift=drifts,
+                      steady_baseline_s=gauged.baseline_s if gauged else None,
+                      host_speed=gauged.speed_range() if gauged else None)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from engines.bench.clocks import source
+from engines.bench.clocks import ON_THREAD, check, on_thread
 from engines.bench.devices import default_device
 from engines.bench.doubles.slowdown import SlowedEngine, planted
 from engines.bench.table import TIE
@@ -46,7 +46,7 @@ class Config:
     # rate batches less: more steps for the same requests), so this bounds the search's cost.
     goodput_halvings: int = 5
     # A failing probe round is re-run, paired, this many times (the wall clock's default;
-    # for_hardware takes 0 with the CPU-time clock).
+    # for_hardware takes 0 with the CPU-time clocks).
     retries: int = 1
     # Capacity and goodput: engines within this factor of a row's best share its win
     # (engines.bench.table). The full run's is the table's TIE; for_hardware sets --quick's
@@ -72,7 +72,8 @@ class Config:
     # p95 rests on 2x the requests a probe's would.
     reference_requests: int | None = None
     replicas: int = 1  # independent capacity and goodput searches (asv's samples)
-    clock: str = "wall"  # what engine clocks count: "wall" or "cpu" (engines.bench.clocks)
+    # what engine clocks count: "wall", "cpu" or "steady" (engines.bench.clocks)
+    clock: str = "wall"
 
     def __post_init__(self) -> None:
         for name in ("capacity_requests", "closed_requests", "runs", "replicas",
@@ -93,9 +94,9 @@ class Config:
                 raise ValueError(f"{name}: must be > 0 seconds or req/s, got {value}")
         if not 0 < self.slo_attainment <= 1:
             raise ValueError(f"slo_attainment: must be in (0, 1], got {self.slo_attainment}")
-        source(self.clock)  # names the bad value
-        if self.clock == "cpu" and not self.device.startswith("cpu"):
-            raise ValueError(f"clock: 'cpu' times work on this thread only; device "
+        check(self.clock)  # names the bad value
+        if on_thread(self.clock) and not self.device.startswith("cpu"):
+            raise ValueError(f"clock: {self.clock!r} times work on this thread only; device "
                              f"{self.device!r} needs 'wall'")
 
     @classmethod
@@ -128,7 +129,7 @@ class Config:
             if device.startswith("cuda"):  # a 1.5B step is ~10 ms: keep the run in minutes
                 base.update(capacity_requests=48, iterations=3, goodput_iterations=2,
                             admissions_per_class=6, reference_requests=None)
-        if overrides.get("clock") == "cpu":
+        if overrides.get("clock") in ON_THREAD:
             # A retry is for a slow spell, which the wall clock counts and this thread's CPU
             # time does not (engines/bench/clocks.py). Here a second try is only a second
             # draw of the same noise, and "passes if any try passed" would bias every

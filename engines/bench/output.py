@@ -75,6 +75,17 @@ def slo_origin(comparison: Comparison) -> list[str]:
     ]
 
 
+def _steady(comparison: Comparison) -> str:
+    """What the steady clock rescaled by (engines.bench.steady)."""
+    if comparison.host_speed is None or comparison.steady_baseline_s is None:
+        return ""
+    low, high = comparison.host_speed
+    start_ms = comparison.steady_baseline_s * 1e3
+    return (f"; its gauge, the yardstick's decode step, took {start_ms:.3g} ms at the start "
+            f"and {low:.2f}-{high:.2f}x that over the run: every figure is at "
+            "the start's speed (docs/benchmarks.md, the engines' clocks)")
+
+
 def _ties(search_tie: float) -> str:
     text = f"ties: engines within {TIE:g}x of a row's best share its win"
     if search_tie == TIE:
@@ -103,7 +114,8 @@ def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
     lines += _ratio_lines(table, "capacity_rps", "capacity")
     first = next(iter(comparison.results.values()))
     lines += [f"capacity rule: {first.capacity.rule}", f"goodput rule: {first.goodput.rule}"]
-    lines.append(f"times: {clocks.describe(config.clock)} (--clock {config.clock})")
+    lines.append(f"times: {clocks.describe(config.clock)} (--clock {config.clock})"
+                 + _steady(comparison))
     lines.append("latency columns: " + (f"every engine at {config.reference_rps:g} req/s"
                  if config.reference_rps else
                  f"each engine at {config.reference_load:g} x its own closed-batch request "

@@ -8,7 +8,8 @@ jumps over idle gaps, and the engines alternate step by step: a slow spell lands
 them alike, and each engine's timeline is still open-loop (requests join when their arrival
 time has passed on it, however busy the engine is). `between` gets a turn after every cycle of
 steps, on no engine's clock: the SLO's yardstick (engines.bench.yardstick) times the
-hardware there, so its timings meet the same slow spells as the engines' steps.
+hardware there, so its timings meet the same slow spells as the engines' steps. A steady time
+source (engines.bench.steady) gets its gauge's turn there too.
 
 Not a server: an engine that streams (engines.bench.streaming: it computes on its own clock and
 reports when tokens arrived) keeps computing while a paused EngineClock says no time passes,
@@ -24,6 +25,7 @@ from collections.abc import Callable, Generator, Mapping
 from engines.bench.clocks import TimeSource
 from engines.bench.devices import Sync
 from engines.bench.replay import Clock, Run, WallClock, drive, gc_paused
+from engines.bench.steady import SteadyTime
 from engines.bench.streaming import streams
 from engines.bench.traces import ArrivalTrace
 from engines.protocol import Engine
@@ -74,7 +76,8 @@ def run_paired(
     clocks: one per engine (default: a fresh EngineClock each); an EngineClock runs only
     during its engine's turn. Tests pass VirtualClocks that their fake engines advance.
     between: called before every cycle (each unfinished engine stepped once).
-    time_source: what the default EngineClocks count (wall time unless given).
+    time_source: what the default EngineClocks count (wall time unless given); a SteadyTime
+    times its gauge before every cycle as well.
     """
     alone = {name for name, engine in engines.items() if streams(engine)} if clocks is None \
         else set()
@@ -87,8 +90,16 @@ def run_paired(
         for name, engine in engines.items()
     }
     done: dict[str, Run] = {}
+    turns = [turn for turn in (between, time_source.turn if isinstance(time_source, SteadyTime)
+                               else None) if turn is not None]
+
+    def cycle() -> None:
+        for turn in turns:
+            turn()
+
     with gc_paused():
-        _alternate({n: r for n, r in runs.items() if n not in alone}, clocks, done, between)
+        _alternate({n: r for n, r in runs.items() if n not in alone}, clocks, done,
+                   cycle if turns else None)
         for name in alone:
             _alternate({name: runs[name]}, clocks, done, None)
     return {name: done[name] for name in engines}

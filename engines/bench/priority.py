@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
+from engines.bench import clocks
+
 Mode = Literal["auto", "realtime", "normal"]
 MODES: tuple[Mode, ...] = ("auto", "realtime", "normal")
 RT_PRIORITY = 1  # the lowest: above every ordinary process, below every real-time one
@@ -44,10 +46,10 @@ def check(mode: str, clock: str) -> None:
     """Refuse a mode that cannot be honoured, naming the option and the value."""
     if mode not in MODES:
         raise ValueError(f"priority: must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "realtime" and clock != "cpu":
-        raise ValueError(f"priority: 'realtime' needs --clock cpu (an engine timed on the wall "
-                         f"clock may compute in other threads, which a real-time stepping "
-                         f"thread would starve), got --clock {clock}")
+    if mode == "realtime" and not clocks.on_thread(clock):
+        raise ValueError(f"priority: 'realtime' needs --clock cpu or steady (an engine timed "
+                         f"on the wall clock may compute in other threads, which a real-time "
+                         f"stepping thread would starve), got --clock {clock}")
 
 
 @contextmanager
@@ -60,7 +62,7 @@ def stepping_priority(mode: str, clock: str) -> Iterator[Scheduling]:
         yield Scheduling(False, "normal scheduling (--priority normal): other processes on "
                                 "this core slow the figures")
         return
-    if clock != "cpu":
+    if not clocks.on_thread(clock):
         yield Scheduling(False, "normal scheduling: timed on the wall clock, whose engines may "
                                 "compute in threads a real-time stepping thread would starve")
         return

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engines.bench import draws, traces
+from engines.bench import clocks, draws, traces
 from engines.bench.metrics import requests_frame, tokens_frame, write_csv
 from engines.bench.probes import verdict
 from engines.bench.replay import Run, WallClock, run_trace
@@ -127,8 +127,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine]) -> int:
     if not args.rates:
         raise ValueError("--rates: replay needs the request rates to replay, e.g. --rates 1,2")
-    if args.clock == "cpu":
-        raise ValueError("--clock cpu: replay runs every engine alone on the wall clock")
+    if args.clock in clocks.ON_THREAD:
+        raise ValueError(f"--clock {args.clock}: replay runs every engine alone on the wall "
+                         "clock")
     rates = parse_rates(args.rates)
     max_model_len = min(int(e.max_model_len) for e in engines.values())
     vocab_size = min(int(e.vocab_size) for e in engines.values())

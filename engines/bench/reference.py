@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engines.bench import clocks, traces
+from engines.bench.clocks import TimeSource
 from engines.bench.config import Config
 from engines.bench.devices import Sync
 from engines.bench.draws import WorkItem
@@ -56,10 +57,12 @@ def stages(config: Config) -> int:
 def run_reference(engines: dict[str, Engine], closed_trace: traces.ArrivalTrace,
                   items: list[WorkItem], config: Config, *, replica: int, seed: int,
                   sync: Sync | None, bar: Progress,
-                  yardstick: TimingSource | None = None) -> Reference:
+                  yardstick: TimingSource | None = None,
+                  time_source: TimeSource | None = None) -> Reference:
     """Re-time the closed rates (unless --rate gives one), then replay `items` open-loop at
-    the reference rates, paired; `yardstick` (the PairedSLO's) times the host in both."""
-    source = clocks.source(config.clock)
+    the reference rates, paired; `yardstick` (the PairedSLO's) times the host in both.
+    time_source: the engines' (default: config.clock's plain one)."""
+    source = time_source or clocks.source(config.clock)
     between = yardstick.turn if yardstick is not None else None
     if config.reference_rps:
         basis = dict.fromkeys(engines, float("nan"))

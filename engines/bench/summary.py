@@ -29,6 +29,9 @@ SUMMARY_COLUMNS = [
     # closed-batch rate re-timed before the reference run, which reference_rps is a share of,
     # and the host's drift between the two (engines.bench.reference)
     "search_tie", "reference_basis_rps", "reference_drift",
+    # the steady clock's gauge step at the start and the range of the host's speed factor
+    # over the run (engines.bench.steady); nan on the other clocks
+    "steady_baseline_s", "host_speed_min", "host_speed_max",
 ]
 LATENCY_COLUMNS = ("ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s",
                    "queue_wait_mean_s", "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s")
@@ -69,6 +72,10 @@ def summary_row(result: EngineResult, comparison: Comparison) -> dict[str, Any]:
                                 else np.nan),
         "reference_drift": (comparison.reference_drift[0] if comparison.reference_drift
                             else np.nan),
+        "steady_baseline_s": (comparison.steady_baseline_s
+                              if comparison.steady_baseline_s is not None else np.nan),
+        "host_speed_min": comparison.host_speed[0] if comparison.host_speed else np.nan,
+        "host_speed_max": comparison.host_speed[1] if comparison.host_speed else np.nan,
     }
 
 

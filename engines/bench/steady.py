@@ -1,0 +1,104 @@
+"""The steady clock: this thread's CPU time, rescaled to the host's speed when the bench began.
+
+CPU time already leaves out the time slices other processes get (engines.bench.clocks), but on
+a VM the core itself changes speed under the guest (a tenant on its SMT sibling, memory
+traffic, frequency): on one idle 2-core guest the tiny preset's 8-row decode step, in CPU
+time, moved 0.93-1.87 ms between 2-s windows (scripts/host_steadiness.py). Paired runs cancel
+such a spell between engines only where figures are linear in speed. An open-loop run at a
+rate set in a fast spell runs past its share of capacity in a slow one, and queueing latency
+grows as load / (1 - load): on that guest the quick bench's queue-wait ratios moved 2.9-5.1x
+between four runs of the same code.
+
+So a gauge (the yardstick's decode step, engines.bench.calibration, timed on the raw CPU
+clock) takes turns between the engines' steps, within SHARE of the wall time. The host's speed
+is the median of its last WINDOW timings over the median of its timings in the first
+BASELINE_S, and each stretch of CPU time counts as itself divided by the speed in force when
+it ran. The speed changes only at a gauge turn, between steps, never inside one. Measured on
+that guest, the gauge alternating with another load of the same model (a 24-row decode step
+and a 96-token prefill), one gauge timing for every 8 of them: window medians that moved
+1.6-1.9x in raw CPU time moved 1.05-1.10x rescaled, idle or beside two busy loops.
+
+What it changes: every figure is in the host's speed over the first BASELINE_S, a virtual
+machine that does not change speed. Ratios between engines mean what they did; an absolute
+figure is the one the host would give if it kept its speed at the start, which the output
+states with the range the speed took (`speed_range`). It assumes what the cpu clock assumes
+(every engine's work on this thread) and that the engines slow as the gauge does: the same
+model's forward, on the same core.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from typing import Protocol
+
+from engines.bench.clocks import TimeSource
+
+SHARE = 0.05  # at most this share of the wall time between gauge turns is spent timing
+WINDOW = 9  # gauge timings whose median is the host's speed now
+BASELINE_S = 1.0  # the speed everything is rescaled to: the gauge over this long at the start
+
+
+class Gauge(Protocol):
+    """One decode step of the yardstick's model (engines.bench.calibration.ForwardTimer), timed
+    on the raw clock, in seconds."""
+
+    def decode(self) -> float: ...
+
+
+class SteadyTime:
+    """A TimeSource (engines.bench.clocks) on a virtual machine of constant speed; `turn()`
+    goes between the engines' steps (engines.bench.paired runs it before every cycle)."""
+
+    def __init__(self, gauge: Gauge, *, raw: TimeSource = time.thread_time,
+                 wall: TimeSource = time.perf_counter, share: float = SHARE,
+                 window: int = WINDOW, baseline_s: float = BASELINE_S) -> None:
+        if not 0 < share < 1:
+            raise ValueError(f"steady clock share: must be in (0, 1), got {share}")
+        if window < 1:
+            raise ValueError(f"steady clock window: must be >= 1, got {window}")
+        self._gauge, self._raw, self._wall, self._share = gauge, raw, wall, share
+        first: list[float] = []
+        end = wall() + baseline_s
+        while len(first) < window or wall() < end:
+            first.append(gauge.decode())
+        self.baseline_s = statistics.median(first)  # the gauge's step at the start
+        self._recent = deque(first[-window:], maxlen=window)
+        self._speed = 1.0  # gauge now / baseline: 2.0 is half the start's speed
+        self.speeds: list[float] = [self._speed]  # after every turn that timed the gauge
+        self._t, self._last = 0.0, raw()
+        self._next_turn = wall()
+
+    def __call__(self) -> float:
+        raw = self._raw()
+        self._t += (raw - self._last) / self._speed
+        self._last = raw
+        return self._t
+
+    @property
+    def speed(self) -> float:
+        """How much longer the gauge's step takes now than at the start."""
+        return self._speed
+
+    def turn(self) -> None:
+        """Time the gauge once if it has kept within its share since its last timing."""
+        started = self._wall()
+        if started < self._next_turn:
+            return
+        self()  # what ran so far counts at the speed it ran at
+        self._recent.append(self._gauge.decode())
+        self._speed = statistics.median(self._recent) / self.baseline_s
+        self.speeds.append(self._speed)
+        self()  # the gauge's own time counts on no engine's clock: banked, then ignored
+        spent = self._wall() - started
+        self._next_turn = started + spent / self._share
+
+    def mark(self) -> int:
+        """Where `speed_range(since=...)` starts: the turns so far."""
+        return len(self.speeds)
+
+    def speed_range(self, since: int = 0) -> tuple[float, float]:
+        """The lowest and highest factor (gauge step / the start's) since `mark()`."""
+        seen = self.speeds[since:] or self.speeds[-1:]
+        return min(seen), max(seen)
