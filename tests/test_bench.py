@@ -362,6 +362,7 @@ def test_cli_retries_and_search_tie_reach_the_config() -> None:
     assert (given.retries, given.search_tie) == (2, 1.1)
     # The cpu clock's default is one try (engines.bench.config); asked for, it retries.
     assert config("--clock", "cpu").retries == 0
+    assert config("--clock", "steady").retries == 0
     assert config("--clock", "cpu", "--retries", "1").retries == 1
 
 

@@ -46,18 +46,21 @@ def _args(*argv: str) -> tuple[str, str]:
     return cli._clock(args, "cpu"), cli._clock(args, "cuda")
 
 
-def test_auto_takes_the_cpu_clock_only_for_the_default_engines_on_one_thread() -> None:
-    assert _args() == ("cpu", "wall")
+def test_auto_takes_the_steady_clock_only_for_the_default_engines_on_one_thread() -> None:
+    assert _args() == ("steady", "wall")
     assert _args("--threads", "2") == ("wall", "wall")
     assert _args("--engine", "engines.bench.doubles.fake:static") == ("wall", "wall")
     assert _args("--clock", "wall")[0] == "wall"
     assert _args("--engine", "engines.bench.doubles.fake:static", "--clock", "cpu")[0] == "cpu"
-    with pytest.raises(ValueError, match="--clock cpu: needs --threads 1"):
-        _args("--clock", "cpu", "--threads", "2")
-    with pytest.raises(ValueError, match="clock: 'cpu' times work on this thread only"):
-        Config(device="cuda", clock="cpu")
-    with pytest.raises(ValueError, match="clock: must be one of wall, cpu, got 'gpu'"):
+    for name in ("cpu", "steady"):
+        with pytest.raises(ValueError, match=f"--clock {name}: needs --threads 1"):
+            _args("--clock", name, "--threads", "2")
+        with pytest.raises(ValueError, match=f"clock: '{name}' times work on this thread only"):
+            Config(device="cuda", clock=name)
+    with pytest.raises(ValueError, match="clock: must be one of wall, cpu, steady, got 'gpu'"):
         Config(clock="gpu")
+    with pytest.raises(ValueError, match="clock: 'steady' is built with its gauge"):
+        clocks.source("steady")
 
 
 def test_thread_time_is_this_threads_cpu() -> None:

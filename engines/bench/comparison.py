@@ -101,8 +101,9 @@ class Comparison:
     engines: dict[str, EngineDescription] = field(default_factory=dict)
     # Per replica: how far the host's speed moved between re-timing and reference run
     reference_drift: list[float] = field(default_factory=list)
-    # The steady clock's gauge (engines.bench.steady): its step at the start, in seconds, and
-    # the lowest and highest factor the host's speed took over the run; None on other clocks
+    # The steady clock's gauge (engines.bench.steady): its step over its first turns, in
+    # seconds, and the lowest and highest factor the host's speed took over the run; None on
+    # the other clocks
     steady_baseline_s: float | None = None
     host_speed: tuple[float, float] | None = None
 
@@ -236,15 +237,28 @@ def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
         result.timeline = timelines.get(name)
 
 
+def settle(engines: dict[str, Engine], trace: traces.ArrivalTrace, source: TimeSource,
+           sync: Sync | None) -> None:
+    """Unrecorded paired runs of `trace` until a steady clock's baseline comes from its
+    gauge's turns between the engines' steps (engines.bench.steady); each run gives the gauge
+    at least one turn. Nothing to do on the other clocks."""
+    runs = 0
+    while isinstance(source, SteadyTime) and not source.settled:
+        run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"settle#{runs}",
+                   sync=sync, time_source=source)
+        runs += 1
+
+
 def closed_stage(engines: dict[str, Engine], trace: traces.ArrivalTrace, config: Config, *,
                  bar: Progress, sync: Sync | None = None,
                  source: TimeSource | None = None) -> dict[str, EngineResult]:
     """The closed protocol, paired: `config.warmup` unrecorded runs of `trace`, then
     `config.runs` recorded ones; the first stage of a comparison and all of `closed`."""
+    source = source or time_source(config)
+    settle(engines, trace, source, sync)
     bar.stage("closed runs", config.warmup + config.runs)
     closed = run_closed_paired(engines, trace, warmup=config.warmup, runs=config.runs,
-                               on_run=bar.tick, sync=sync,
-                               time_source=source or time_source(config))
+                               on_run=bar.tick, sync=sync, time_source=source)
     return {name: EngineResult(name, runs, closed_summaries=[summarize(r) for r in runs])
             for name, runs in closed.items()}
 

@@ -81,9 +81,10 @@ def _steady(comparison: Comparison) -> str:
         return ""
     low, high = comparison.host_speed
     start_ms = comparison.steady_baseline_s * 1e3
-    return (f"; its gauge, the yardstick's decode step, took {start_ms:.3g} ms at the start "
-            f"and {low:.2f}-{high:.2f}x that over the run: every figure is at "
-            "the start's speed (docs/benchmarks.md, the engines' clocks)")
+    return (f"; its gauge, the yardstick's decode step between the engines' steps, took "
+            f"{start_ms:.3g} ms over its first turns and {low:.2f}-{high:.2f}x that over the "
+            "run: every figure is at the speed of those turns (docs/benchmarks.md, the "
+            "engines' clocks)")
 
 
 def _ties(search_tie: float) -> str:

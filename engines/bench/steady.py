@@ -11,19 +11,27 @@ between four runs of the same code.
 
 So a gauge (the yardstick's decode step, engines.bench.calibration, timed on the raw CPU
 clock) takes turns between the engines' steps, within SHARE of the wall time. The host's speed
-is the median of its last WINDOW timings over the median of its timings in the first
-BASELINE_S, and each stretch of CPU time counts as itself divided by the speed in force when
-it ran. The speed changes only at a gauge turn, between steps, never inside one. Measured on
-that guest, the gauge alternating with another load of the same model (a 24-row decode step
-and a 96-token prefill), one gauge timing for every 8 of them: window medians that moved
-1.6-1.9x in raw CPU time moved 1.05-1.10x rescaled, idle or beside two busy loops.
+is the median of its last WINDOW timings over the median of its first SETTLE_TURNS turns, and
+each stretch of CPU time counts as itself divided by the speed in force when it ran. The
+speed changes only at a gauge turn, between steps, never inside one. The baseline comes from
+turns between the engines' steps, not from timings back to back before them: between steps
+the engines' work has evicted the gauge's caches, and there its step took 1.3-1.4x as long as
+back to back a moment later; a back-to-back baseline would report that as the host slowing
+down. Until the baseline is settled, time counts against WINDOW back-to-back timings taken
+when the clock was built: engines.bench.comparison runs unrecorded warm-up runs until then.
 
-What it changes: every figure is in the host's speed over the first BASELINE_S, a virtual
+Measured on that guest, the gauge alternating with another load of the same model (a 24-row
+decode step and a 96-token prefill), one gauge timing for every 8 of them: window medians that
+moved 1.6-1.9x in raw CPU time moved 1.05-1.10x rescaled, idle or beside two busy loops. The
+prefills kept more of the spread (1.09-1.10x against the decode steps' 1.05x): a slow spell
+slows a decode step more than a prefill, and one gauge cannot follow both.
+
+What it changes: every figure is in the host's speed over the gauge's first turns, a virtual
 machine that does not change speed. Ratios between engines mean what they did; an absolute
-figure is the one the host would give if it kept its speed at the start, which the output
-states with the range the speed took (`speed_range`). It assumes what the cpu clock assumes
-(every engine's work on this thread) and that the engines slow as the gauge does: the same
-model's forward, on the same core.
+figure is the one the host would give if it kept that speed, which the output states with the
+range the speed took (`speed_range`). It assumes what the cpu clock assumes (every engine's
+work on this thread) and that the engines slow as the gauge does: the same model's forward,
+on the same core.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from engines.bench.clocks import TimeSource
 
 SHARE = 0.05  # at most this share of the wall time between gauge turns is spent timing
 WINDOW = 9  # gauge timings whose median is the host's speed now
-BASELINE_S = 1.0  # the speed everything is rescaled to: the gauge over this long at the start
+SETTLE_TURNS = 24  # the speed everything is rescaled to: the gauge's first this many turns
 
 
 class Gauge(Protocol):
@@ -53,20 +61,20 @@ class SteadyTime:
 
     def __init__(self, gauge: Gauge, *, raw: TimeSource = time.thread_time,
                  wall: TimeSource = time.perf_counter, share: float = SHARE,
-                 window: int = WINDOW, baseline_s: float = BASELINE_S) -> None:
+                 window: int = WINDOW, settle_turns: int = SETTLE_TURNS) -> None:
         if not 0 < share < 1:
             raise ValueError(f"steady clock share: must be in (0, 1), got {share}")
-        if window < 1:
-            raise ValueError(f"steady clock window: must be >= 1, got {window}")
+        for name, value in (("window", window), ("settle_turns", settle_turns)):
+            if value < 1:
+                raise ValueError(f"steady clock {name}: must be >= 1, got {value}")
         self._gauge, self._raw, self._wall, self._share = gauge, raw, wall, share
-        first: list[float] = []
-        end = wall() + baseline_s
-        while len(first) < window or wall() < end:
-            first.append(gauge.decode())
-        self.baseline_s = statistics.median(first)  # the gauge's step at the start
-        self._recent = deque(first[-window:], maxlen=window)
-        self._speed = 1.0  # gauge now / baseline: 2.0 is half the start's speed
-        self.speeds: list[float] = [self._speed]  # after every turn that timed the gauge
+        self._recent = deque([gauge.decode() for _ in range(window)], maxlen=window)
+        # Provisional, back to back: replaced by the first settle_turns turns' median.
+        self.baseline_s = statistics.median(self._recent)
+        self._settling: list[float] | None = []
+        self._settle_turns = settle_turns
+        self._speed = 1.0  # gauge now / baseline: 2.0 is half the baseline's speed
+        self.speeds: list[float] = []  # after every turn once settled
         self._t, self._last = 0.0, raw()
         self._next_turn = wall()
 
@@ -75,6 +83,11 @@ class SteadyTime:
         self._t += (raw - self._last) / self._speed
         self._last = raw
         return self._t
+
+    @property
+    def settled(self) -> bool:
+        """Whether the baseline comes from the gauge's turns between steps yet."""
+        return self._settling is None
 
     @property
     def speed(self) -> float:
@@ -87,9 +100,16 @@ class SteadyTime:
         if started < self._next_turn:
             return
         self()  # what ran so far counts at the speed it ran at
-        self._recent.append(self._gauge.decode())
+        timing = self._gauge.decode()
+        self._recent.append(timing)
+        if self._settling is not None:
+            self._settling.append(timing)
+            if len(self._settling) >= self._settle_turns:
+                self.baseline_s = statistics.median(self._settling)
+                self._settling = None
         self._speed = statistics.median(self._recent) / self.baseline_s
-        self.speeds.append(self._speed)
+        if self._settling is None:
+            self.speeds.append(self._speed)
         self()  # the gauge's own time counts on no engine's clock: banked, then ignored
         spent = self._wall() - started
         self._next_turn = started + spent / self._share
@@ -99,6 +119,7 @@ class SteadyTime:
         return len(self.speeds)
 
     def speed_range(self, since: int = 0) -> tuple[float, float]:
-        """The lowest and highest factor (gauge step / the start's) since `mark()`."""
-        seen = self.speeds[since:] or self.speeds[-1:]
+        """The lowest and highest factor (gauge step / the baseline's) since `mark()`, once
+        settled."""
+        seen = self.speeds[since:] or self.speeds[-1:] or [self._speed]
         return min(seen), max(seen)

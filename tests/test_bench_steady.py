@@ -1,0 +1,141 @@
+"""The steady clock: CPU time rescaled by the host's own speed, which a gauge times between the
+engines' steps (engines.bench.steady)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engines.bench import capacity, comparison, draws, output, summary, traces
+from engines.bench.config import Config
+from engines.bench.doubles.fake import FakeEngine, FakeTimer, Machine
+from engines.bench.paired import run_paired
+from engines.bench.steady import SteadyTime
+
+
+class Host:
+    """A modelled CPU: work advances its clock by the work's cost times the machine's factor,
+    and the gauge's decode step is 1 ms of such work."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        self.t = 0.0
+
+    def clock(self) -> float:
+        return self.t
+
+    def work(self, seconds: float) -> None:
+        self.t += seconds * self.machine.factor
+
+    def decode(self) -> float:
+        start = self.t
+        self.work(0.001)
+        return self.t - start
+
+
+def test_work_counts_at_the_settled_speed_whatever_the_host_does() -> None:
+    machine = Machine()
+    host = Host(machine)
+    steady = SteadyTime(host, raw=host.clock, wall=host.clock, share=0.5, window=3,
+                        settle_turns=2)
+
+    def timed(seconds: float) -> float:
+        start = steady()
+        host.work(seconds)
+        return steady() - start
+
+    assert timed(0.01) == pytest.approx(0.01)
+    machine.factor = 1.25  # between the engines' steps the gauge's caches are cold
+    for _ in range(2):
+        host.work(0.01)
+        steady.turn()
+    # The baseline is the turns', not the back-to-back timings': no slowdown is reported.
+    assert steady.settled and steady.baseline_s == pytest.approx(0.00125)
+    assert timed(0.01) == pytest.approx(0.0125)  # at the settled speed: as it ran
+    machine.factor = 1.0
+    for _ in range(3):
+        host.work(0.01)
+        steady.turn()
+    assert steady.speed == pytest.approx(0.8)
+    assert timed(0.01) == pytest.approx(0.0125)  # faster than settled: the same figure
+    machine.factor = 2.5  # the host runs at half the settled speed: raw CPU time doubles
+    assert timed(0.01) == pytest.approx(0.025 / 0.8)  # no gauge turn yet: the old speed holds
+    for _ in range(4):  # the window's median moves to the new speed
+        host.work(0.01)
+        steady.turn()
+    assert steady.speed == pytest.approx(2.0)
+    assert timed(0.01) == pytest.approx(0.0125)
+    assert steady.speed_range() == pytest.approx((0.8, 2.0))
+
+
+def test_the_gauge_keeps_to_its_share_of_the_time() -> None:
+    machine = Machine()
+    host = Host(machine)
+    steady = SteadyTime(host, raw=host.clock, wall=host.clock, share=0.1, window=1,
+                        settle_turns=1)
+    timed = len(steady.speeds)
+    for _ in range(100):
+        host.work(0.001)  # an engine's step: 100 ms in all
+        steady.turn()
+    # 1 ms a timing, a tenth of the time, its own included: about 11 in 111 ms, not 100.
+    assert 9 <= len(steady.speeds) - timed <= 13
+
+
+def test_a_paired_run_gives_the_gauge_its_turns() -> None:
+    machine = Machine()
+    gauge = FakeTimer(step_s=0.001, machine=machine)
+    steady = SteadyTime(gauge, raw=time.perf_counter, window=1)
+    before = gauge.calls
+    trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
+    run_paired({"e": FakeEngine(max_batch_size=2, base_s=0.001)}, {"e": trace},
+               time_source=steady)
+    assert gauge.calls > before
+
+
+@pytest.mark.parametrize("clock", ["wall", "steady"])
+def test_a_host_that_slows_down_moves_the_rates_only_on_the_plain_clock(
+        clock: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The host slows 3x after the searches (its own speed, which the CPU clock counts as the
+    # wall clock does). The re-timed closed rate follows it on a plain clock; on the steady
+    # clock, whose gauge slows alike, it stays at the quiet rate, and the output says how far
+    # the host's speed moved. The fakes sleep: the steady clock reads the wall clock here.
+    machine = Machine()
+    engines: dict[str, Any] = {"continuous": FakeEngine(max_batch_size=4, base_s=0.005,
+                                                        machine=machine)}
+    config = Config(capacity_requests=8, closed_requests=8, reference_requests=8, warmup=0,
+                    runs=2, iterations=1, goodput_iterations=1, goodput_halvings=1,
+                    slo_ttft_s=1.0, slo_itl_s=1.0, admissions_per_class=1, clock=clock)
+    steady = SteadyTime(FakeTimer(step_s=0.001, machine=machine), raw=time.perf_counter,
+                        window=3, settle_turns=4)
+    searched = capacity.goodput_many
+
+    def then_slow_down(*args: Any, **kwargs: Any) -> Any:
+        found = searched(*args, **kwargs)
+        machine.factor = 3.0
+        return found
+
+    monkeypatch.setattr(capacity, "goodput_many", then_slow_down)
+    found = comparison.run(engines, config, steady=steady if clock == "steady" else None)
+    result = found.results["continuous"]
+    quiet_rps = np.median([len(r.trace) / r.wall_s for r in result.closed])
+    (basis,) = result.reference_basis_rps
+    text = output.closing_text(found, summary.summary(found))
+    if clock == "wall":
+        assert basis < 0.6 * quiet_rps
+        assert found.host_speed is None and "every figure is at the speed" not in text
+    else:
+        # The fakes oversleep every step by about the same on a loaded machine, which the
+        # rescaling divides by 3 as well: somewhat above the quiet rate, never a third of it.
+        assert basis > 0.8 * quiet_rps
+        assert found.host_speed == pytest.approx((1.0, 3.0))
+        assert "and 1.00-3.00x that over the run: every figure is at the speed of" in text
+        assert steady.settled
+
+
+def test_a_steady_source_for_another_clock_is_refused() -> None:
+    steady = SteadyTime(FakeTimer(), raw=time.perf_counter, window=1)
+    with pytest.raises(ValueError, match="a steady time source was given for --clock wall"):
+        comparison.time_source(Config(clock="wall"), steady)
