@@ -84,6 +84,11 @@ class SteadyTime:
         self._last = raw
         return self._t
 
+    def resettle(self) -> None:
+        """Take the baseline afresh from the next turns (engines.bench.comparison: after the
+        warm-up runs, so that fresh engines' one-off first steps are not in it)."""
+        self._settling, self.speeds = [], []
+
     @property
     def settled(self) -> bool:
         """Whether the baseline comes from the gauge's turns between steps yet."""
