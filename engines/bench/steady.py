@@ -13,12 +13,13 @@ So a gauge (the yardstick's decode step, engines.bench.calibration, timed on the
 clock) takes turns between the engines' steps, within SHARE of the wall time. The host's speed
 is the median of its last WINDOW timings over the median of its first SETTLE_TURNS turns, and
 each stretch of CPU time counts as itself divided by the speed in force when it ran. The
-speed changes only at a gauge turn, between steps, never inside one. The baseline comes from
-turns between the engines' steps, not from timings back to back before them: between steps
-the engines' work has evicted the gauge's caches, and there its step took 1.3-1.4x as long as
-back to back a moment later; a back-to-back baseline would report that as the host slowing
-down. Until the baseline is settled, time counts against WINDOW back-to-back timings taken
-when the clock was built: engines.bench.comparison runs unrecorded warm-up runs until then.
+speed changes only at a gauge turn, between steps, never inside one. A turn makes an untimed
+call first and times the second: between steps the engines' work has evicted the gauge's
+caches, and a cold call took 1.19-1.36x as long as the warm one right after it, by how much
+depending on what ran before, which is not the host's speed. The baseline comes from turns
+between the engines' steps after the closed stage's warm-up runs (engines.bench.comparison),
+not from fresh engines' first steps or from timings before the run; until it is settled,
+time counts against WINDOW back-to-back timings taken when the clock was built.
 
 Measured on that guest, the gauge alternating with another load of the same model (a 24-row
 decode step and a 96-token prefill), one gauge timing for every 8 of them: window medians that
@@ -105,6 +106,7 @@ class SteadyTime:
         if started < self._next_turn:
             return
         self()  # what ran so far counts at the speed it ran at
+        self._gauge.decode()  # untimed: brings the gauge's caches in (see the module's doc)
         timing = self._gauge.decode()
         self._recent.append(timing)
         if self._settling is not None:
