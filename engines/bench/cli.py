@@ -37,10 +37,10 @@ from engines.protocol import Engine
 HF_GENERATE = "engines.adapters.hf.generate:HFGenerateEngine"  # `closed`'s baseline
 # Measured, not promised: the --quick run on the CPU preset, by scripts/bench_stability.sh.
 QUICK_HELP = ("small draws (300-request probes, brackets 4.4%% wide, one try per rate on the "
-              "CPU-time clock, capacity and goodput tied within 1.3x, an 800-request "
+              "CPU-time clocks, capacity and goodput tied within 1.3x, an 800-request "
               "reference run): measured 122-134 s wall on 2 cores, its stepping thread under "
               "SCHED_FIFO (--priority), quiet and beside two busy loops (load 0.9-3.2); "
-              "109-210 s on a VM whose own speed moved 1.5x over the day")
+              "139-222 s on a VM whose own speed moved 2x (the steady clock)")
 
 
 def _parser() -> argparse.ArgumentParser:
