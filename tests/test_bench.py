@@ -366,20 +366,27 @@ def test_cli_retries_and_search_tie_reach_the_config() -> None:
     assert config("--clock", "cpu", "--retries", "1").retries == 1
 
 
+@pytest.mark.parametrize("clock", ["wall", "steady"])
 def test_the_reference_rate_is_retimed_just_before_the_reference_run(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        clock: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The host slows 3x after the closed stage (another tenant starts during the searches).
     # Half the closed stage's rate would be 1.5x the slowed engine's capacity; the reference
-    # run must run at half the rate the engine has now.
-    from engines.bench import comparison
-    from engines.bench.doubles.fake import Machine
+    # run must run at half the rate the engine has now. On the steady clock, whose gauge
+    # slows alike (the host's own speed: engines.bench.steady), the rate stays the quiet one,
+    # and the output says how far the host's speed moved.
+    from engines.bench import comparison, output, summary
+    from engines.bench.doubles.fake import FakeTimer, Machine
+    from engines.bench.steady import SteadyTime
 
     machine = Machine()
     engines: dict[str, Any] = {"continuous": FakeEngine(max_batch_size=4, base_s=0.005,
                                                         machine=machine)}
     config = Config(capacity_requests=8, closed_requests=8, reference_requests=8, warmup=0,
                     runs=2, iterations=1, goodput_iterations=1, goodput_halvings=1,
-                    slo_ttft_s=1.0, slo_itl_s=1.0, admissions_per_class=1)
+                    slo_ttft_s=1.0, slo_itl_s=1.0, admissions_per_class=1, clock=clock)
+    # The fakes sleep: the steady clock reads the wall clock here.
+    steady = SteadyTime(FakeTimer(step_s=0.001, machine=machine), raw=time.perf_counter,
+                        window=3, settle_turns=4) if clock == "steady" else None
     searched = capacity.goodput_many
 
     def then_slow_down(*args: Any, **kwargs: Any) -> Any:
@@ -388,12 +395,22 @@ def test_the_reference_rate_is_retimed_just_before_the_reference_run(
         return found
 
     monkeypatch.setattr(capacity, "goodput_many", then_slow_down)
-    result = comparison.run(engines, config).results["continuous"]
+    found = comparison.run(engines, config, steady=steady)
+    result = found.results["continuous"]
     quiet_rps = np.median([len(r.trace) / r.wall_s for r in result.closed])
     (basis,) = result.reference_basis_rps
-    # A third of the quiet rate, give or take the fakes' wall-clock sleeps (a loaded machine
-    # oversleeps every step by about the same, which narrows the ratio: 0.43 seen, not 1/3).
-    assert basis < 0.6 * quiet_rps
+    text = output.closing_text(found, summary.summary(found))
+    if steady is None:
+        # A third of the quiet rate, give or take the fakes' wall-clock sleeps (a loaded
+        # machine oversleeps every step by about the same, which narrows the ratio: 0.43
+        # seen, not 1/3).
+        assert basis < 0.6 * quiet_rps
+        assert found.host_speed is None and "every figure is at the speed" not in text
+    else:
+        # The oversleeping is divided by 3 as well: somewhat above the quiet rate.
+        assert basis > 0.8 * quiet_rps
+        assert steady.settled and found.host_speed == pytest.approx((1.0, 3.0))
+        assert "and 1.00-3.00x that over the run: every figure is at the speed of" in text
     assert result.reference is not None
     assert result.reference.trace.rate == pytest.approx(config.reference_load * basis)
 

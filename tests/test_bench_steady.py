@@ -6,10 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
 import pytest
 
-from engines.bench import capacity, comparison, draws, output, summary, traces
+from engines.bench import comparison, draws, traces
 from engines.bench.config import Config
 from engines.bench.doubles.fake import FakeEngine, FakeTimer, Machine
 from engines.bench.paired import run_paired
@@ -94,46 +93,6 @@ def test_a_paired_run_gives_the_gauge_its_turns() -> None:
     run_paired({"e": FakeEngine(max_batch_size=2, base_s=0.001)}, {"e": trace},
                time_source=steady)
     assert gauge.calls > before
-
-
-@pytest.mark.parametrize("clock", ["wall", "steady"])
-def test_a_host_that_slows_down_moves_the_rates_only_on_the_plain_clock(
-        clock: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The host slows 3x after the searches (its own speed, which the CPU clock counts as the
-    # wall clock does). The re-timed closed rate follows it on a plain clock; on the steady
-    # clock, whose gauge slows alike, it stays at the quiet rate, and the output says how far
-    # the host's speed moved. The fakes sleep: the steady clock reads the wall clock here.
-    machine = Machine()
-    engines: dict[str, Any] = {"continuous": FakeEngine(max_batch_size=4, base_s=0.005,
-                                                        machine=machine)}
-    config = Config(capacity_requests=8, closed_requests=8, reference_requests=8, warmup=0,
-                    runs=2, iterations=1, goodput_iterations=1, goodput_halvings=1,
-                    slo_ttft_s=1.0, slo_itl_s=1.0, admissions_per_class=1, clock=clock)
-    steady = SteadyTime(FakeTimer(step_s=0.001, machine=machine), raw=time.perf_counter,
-                        window=3, settle_turns=4)
-    searched = capacity.goodput_many
-
-    def then_slow_down(*args: Any, **kwargs: Any) -> Any:
-        found = searched(*args, **kwargs)
-        machine.factor = 3.0
-        return found
-
-    monkeypatch.setattr(capacity, "goodput_many", then_slow_down)
-    found = comparison.run(engines, config, steady=steady if clock == "steady" else None)
-    result = found.results["continuous"]
-    quiet_rps = np.median([len(r.trace) / r.wall_s for r in result.closed])
-    (basis,) = result.reference_basis_rps
-    text = output.closing_text(found, summary.summary(found))
-    if clock == "wall":
-        assert basis < 0.6 * quiet_rps
-        assert found.host_speed is None and "every figure is at the speed" not in text
-    else:
-        # The fakes oversleep every step by about the same on a loaded machine, which the
-        # rescaling divides by 3 as well: somewhat above the quiet rate, never a third of it.
-        assert basis > 0.8 * quiet_rps
-        assert found.host_speed == pytest.approx((1.0, 3.0))
-        assert "and 1.00-3.00x that over the run: every figure is at the speed of" in text
-        assert steady.settled
 
 
 def test_a_steady_source_for_another_clock_is_refused() -> None:
