@@ -56,4 +56,4 @@ def source(name: str) -> TimeSource:
 def describe(name: str) -> str:
     return {"wall": "wall time", "cpu": "CPU time of the thread stepping the engines",
             "steady": "CPU time of the thread stepping the engines, rescaled to the host's "
-                      "speed at the run's start"}[name]
+                      "speed over the gauge's first turns, after the warm-up runs"}[name]
