@@ -97,7 +97,7 @@ class SteadyTime:
 
     @property
     def speed(self) -> float:
-        """How much longer the gauge's step takes now than at the start."""
+        """How much longer the gauge's step takes now than over its settling turns."""
         return self._speed
 
     def turn(self) -> None:
@@ -121,12 +121,7 @@ class SteadyTime:
         spent = self._wall() - started
         self._next_turn = started + spent / self._share
 
-    def mark(self) -> int:
-        """Where `speed_range(since=...)` starts: the turns so far."""
-        return len(self.speeds)
-
-    def speed_range(self, since: int = 0) -> tuple[float, float]:
-        """The lowest and highest factor (gauge step / the baseline's) since `mark()`, once
-        settled."""
-        seen = self.speeds[since:] or self.speeds[-1:] or [self._speed]
+    def speed_range(self) -> tuple[float, float]:
+        """The lowest and highest factor (gauge step / the baseline's) since it settled."""
+        seen = self.speeds or [self._speed]
         return min(seen), max(seen)
