@@ -6,7 +6,8 @@ ratios over another engine stays within TOLERANCE (max / min over the runs <= 1.
 
 Prints every run's table (as the bench prints it), its wall time and load when the run's log
 (DIR.log, written by scripts/bench_stability.sh) has them, and how far the host's speed moved
-under its reference run (reference_drift), then one line per row. Exit
+under its reference run (reference_drift) and its prefill over its decode step over the
+spikes' steps (spike_host_prefill_x), then one line per row. Exit
 status 1 when a row's winner or ratios moved.
 """
 
@@ -47,6 +48,9 @@ def check(dirs: list[Path]) -> bool:
         print(format_table(summary))
         if "reference_drift" in summary:  # the host's speed over the reference run
             print(f"reference drift: {summary['reference_drift'].iloc[0]:.2f}x")
+        if "spike_host_prefill_x" in summary:  # the host's mix over the disturbance run
+            print(f"host prefill/decode over the spikes' steps: "
+                  f"{summary['spike_host_prefill_x'].iloc[0]:.2f}x")
         print()
     ok = True
     for column, (label, better) in ROWS.items():

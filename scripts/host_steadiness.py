@@ -1,15 +1,21 @@
-"""How steady is this machine's speed? The bench's yardstick step, timed in windows.
+"""How steady is this machine's speed? The bench's yardstick, timed in windows.
 
     python scripts/host_steadiness.py [--seconds 30] [--window 2] [--cpu N] [--preset tiny]
 
-Times the preset's full-batch decode step (the SLO yardstick's, engines.bench.calibration) in
-this thread's CPU time, back to back, and prints each window's median, mean and p90, then the
-spread of the window medians. Run it with the machine otherwise idle: CPU time does not count
-other processes' time slices, so what moves it is the host itself (another tenant's core or
-memory traffic under a VM, frequency changes). On a steady machine the window medians stay
-within a few percent; `bench --quick`'s latency ratios repeat only on such a machine (on one
-whose medians moved 0.8-1.4 ms between windows they moved by up to 1.8x between quick runs:
-docs/benchmarks.md, how stable a quick run is).
+Times the preset's full-batch decode step and its longest-class prefill (the SLO yardstick's,
+engines.bench.calibration, one prefill for every three decode steps as the yardstick takes
+them) in this thread's CPU time, and prints each window's decode-step median, mean and p90 and
+its prefill over its decode step, then the spread of both over the windows. Run it with the
+machine otherwise idle: CPU time does not count other processes' time slices, so what moves it
+is the host itself (another tenant's core or memory traffic under a VM, frequency changes).
+
+Two figures, because the bench can rescale one. The decode step's spread is what the steady
+clock takes out (engines.bench.steady): `bench --quick`'s ratios between engines repeat once
+it is gone. The prefill over the decode step is the host's mix of two speeds, and no clock
+rescales it: an admission spike (an admitting step over a decode step) and every latency that
+weighs a prefill against decode steps move with it between runs. On a steady machine both
+stay within a few percent across windows; on the 2-core VM of docs/benchmarks.md (how stable a
+quick run is), over 20 s, the decode step moved 1.69x and the mix 1.33x.
 """
 
 from __future__ import annotations
@@ -22,18 +28,26 @@ import time
 import torch
 
 from engines.bench.calibration import ForwardTimer
+from engines.bench.draws import prompt_classes
+from engines.models import preset_max_model_len
+
+DECODES_PER_PREFILL = 3  # as the yardstick takes them (engines.bench.yardstick)
 
 
-def windows(timer: ForwardTimer, seconds: float, window: float) -> list[list[float]]:
-    """Decode-step times (s), grouped by wall-clock windows of `window` seconds."""
-    out: list[list[float]] = []
+def windows(timer: ForwardTimer, seconds: float,
+            window: float) -> list[tuple[list[float], list[float]]]:
+    """(decode-step times, prefill times) in seconds, by wall-clock windows of `window` s."""
+    out: list[tuple[list[float], list[float]]] = []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         close = time.perf_counter() + window
-        samples = []
+        decodes: list[float] = []
+        prefills: list[float] = []
         while time.perf_counter() < close:
-            samples.append(timer.decode())
-        out.append(samples)
+            decodes.append(timer.decode())
+            if len(decodes) % DECODES_PER_PREFILL == 0:
+                prefills.append(timer.prefill())
+        out.append((decodes, prefills))
     return out
 
 
@@ -48,18 +62,29 @@ def main() -> None:
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     torch.set_num_threads(1)  # the bench's default: everything on the clock's thread
+    max_model_len = preset_max_model_len(args.preset)
+    if max_model_len is None:
+        parser.error(f"--preset: {args.preset!r} is not a preset (engines.models.PRESETS)")
+    prompt_len = prompt_classes(max_model_len)[-1]
     timer = ForwardTimer(args.preset, device="cpu", dtype="float32", batch=args.batch,
-                         prompt_len=8, seed=0, clock=time.thread_time)
-    medians = []
-    for samples in windows(timer, args.seconds, args.window):
-        ordered = sorted(samples)
+                         prompt_len=prompt_len, seed=0, clock=time.thread_time)
+    medians, mixes = [], []
+    for decodes, prefills in windows(timer, args.seconds, args.window):
+        ordered = sorted(decodes)
         median = statistics.median(ordered)
+        mix = statistics.median(prefills) / median if prefills else float("nan")
         medians.append(median)
-        print(f"median {median * 1e3:.3f} ms  mean {statistics.fmean(ordered) * 1e3:.3f} ms  "
-              f"p90 {ordered[int(0.9 * (len(ordered) - 1))] * 1e3:.3f} ms  n {len(ordered)}")
-    print(f"window medians {min(medians) * 1e3:.3f}-{max(medians) * 1e3:.3f} ms: "
+        mixes.append(mix)
+        print(f"decode median {median * 1e3:.3f} ms  mean {statistics.fmean(ordered) * 1e3:.3f}"
+              f" ms  p90 {ordered[int(0.9 * (len(ordered) - 1))] * 1e3:.3f} ms  n "
+              f"{len(ordered)}  prefill/decode {mix:.2f}x  n {len(prefills)}")
+    print(f"decode-step window medians {min(medians) * 1e3:.3f}-{max(medians) * 1e3:.3f} ms: "
           f"{max(medians) / min(medians):.2f}x between the fastest and slowest "
-          f"{args.window:g}-s window ({args.preset}, {args.batch}-row decode step, CPU time)")
+          f"{args.window:g}-s window ({args.preset}, {args.batch}-row decode step, CPU time; "
+          "the steady clock rescales this)")
+    print(f"prefill over decode step {min(mixes):.2f}-{max(mixes):.2f}x: "
+          f"{max(mixes) / min(mixes):.2f}x between windows ({prompt_len}-token prefill; "
+          "the host's mix of the two speeds, which no clock rescales)")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from engines.bench.probes import MAX_GROWTH
 from engines.bench.replay import run_closed, run_trace
 from engines.bench.slo import SLO
 from engines.bench.table import TIE
+from engines.bench.yardstick import MIN_DECODES, MIN_PREFILLS
 
 
 def _items(n: int, prompt_len: int = 8, max_tokens: int = 4) -> list[draws.WorkItem]:
@@ -449,6 +450,51 @@ def test_the_reference_run_says_when_the_host_moved_under_it(
     # Rates re-timed before the slowdown: half the quiet closed rate.
     assert found.runs["continuous"].trace.rate == pytest.approx(
         0.5 * found.basis_rps["continuous"], rel=1e-4)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_the_spikes_are_stated_beside_the_hosts_own_prefill_over_decode(
+        paired: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a VM the host's prefill and decode speeds move apart between runs, and an admission
+    # spike (an admitting step over a decode step) moves with them. The SLO yardstick takes
+    # turns between the disturbance run's steps, and the output states its ratio over those
+    # steps: here the host's prefills turn 2.5x dearer after the searches, which the median
+    # round (the SLO's) does not show. Given targets: no yardstick, no line.
+    from engines.bench import comparison, output, summary
+    from engines.bench.doubles.fake import FakeTimer
+
+    timer = FakeTimer(step_s=0.001, prefill_s=0.002, batch=4, prompt_len=30)
+    engines: dict[str, Any] = {
+        "static": FakeEngine(max_batch_size=4, static=True, base_s=0.0005),
+        "continuous": FakeEngine(max_batch_size=4, base_s=0.0005, prefill_s_per_token=2e-5)}
+    given = None if paired else 1.0
+    config = Config(capacity_requests=8, closed_requests=8, reference_requests=8, warmup=0,
+                    runs=1, iterations=1, goodput_iterations=1, goodput_halvings=1,
+                    admissions_per_class=1, slo_ttft_s=given, slo_itl_s=given)
+    searched = capacity.goodput_many
+
+    def then_dearer_prefills(*args: Any, **kwargs: Any) -> Any:
+        found = searched(*args, **kwargs)
+        timer.prefill_s = 0.005
+        return found
+
+    monkeypatch.setattr(capacity, "goodput_many", then_dearer_prefills)
+    found = comparison.run(engines, config, timer=timer)
+    text = output.closing_text(found, summary.summary(found))
+    column = summary.summary(found)["spike_host_prefill_x"]
+    if not paired:
+        assert found.disturbance_times is None and timer.calls == 0
+        assert column.isna().all() and "the host's own ratio" not in text
+        return
+    assert found.hardware is not None and found.disturbance_times is not None
+    assert found.hardware.prefill_over_decode() == pytest.approx(2.0)
+    assert found.disturbance_times.prefill_over_decode() == pytest.approx(5.0)
+    decodes, prefills = found.disturbance_times.samples
+    # Turns between the steps, not only the top-up to the minimum a round takes.
+    assert decodes + prefills > MIN_DECODES + MIN_PREFILLS
+    assert "30-token prefill took 5x its 4-row decode step" in text
+    assert "the host's own ratio, which a spike moves with" in text
+    assert column.to_list() == pytest.approx([5.0, 5.0])
 
 
 def test_a_given_reference_rate_spends_no_yardstick_turns() -> None:

@@ -41,7 +41,7 @@ from engines.bench.metrics import summarize
 from engines.bench.paired import run_closed_paired, run_paired
 from engines.bench.progress import Progress, progress
 from engines.bench.replay import Run
-from engines.bench.slo import SLO, HardwareTimes, PairedSLO, Targets
+from engines.bench.slo import SLO, HardwareTimes, PairedSLO, Targets, TimingSource
 from engines.bench.steady import SteadyTime
 from engines.bench.yardstick import Timer, Yardstick
 from engines.factories import check_engine
@@ -106,6 +106,10 @@ class Comparison:
     # the other clocks
     steady_baseline_s: float | None = None
     host_speed: tuple[float, float] | None = None
+    # The SLO yardstick's timings over the admission-disturbance steps (its turns between
+    # them): the host's own prefill against its decode step while the spikes were measured;
+    # None when the targets were given
+    disturbance_times: HardwareTimes | None = None
 
 
 def build(factories: dict[str, EngineFactory], bar: Progress | None = None) -> dict[str, Engine]:
@@ -215,13 +219,21 @@ def _drawable(engine: Engine) -> bool:
 def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
                  config: Config, mixed: functools.partial[list[draws.WorkItem]],
                  max_model_len: int, vocab_size: int, sync: Sync | None,
-                 bar: Progress, source: TimeSource) -> None:
+                 bar: Progress, source: TimeSource,
+                 yardstick: TimingSource | None) -> HardwareTimes | None:
+    """The spikes and slot timelines into `results`; returns the yardstick's timings over the
+    disturbance run, if there is one. A spike is an admitting step's gap over a decode step's,
+    and on a VM the host's prefill and decode speeds move apart between runs
+    (docs/benchmarks.md, how stable a quick run is): the output states the host's own ratio
+    over the same steps, so that runs are compared at the same one."""
     bar.stage("admission disturbance, slot timeline", 2)
     items = draws.admissions(config.admissions_per_class, max_model_len=max_model_len,
                              vocab_size=vocab_size, slots=config.max_batch_size,
                              seed=config.seed + 2)
     dist = run_paired(engines, dict.fromkeys(engines, traces.closed(items, tag="dist")),
-                      sync=sync, time_source=source)
+                      sync=sync, time_source=source,
+                      between=yardstick.turn if yardstick is not None else None)
+    times = yardstick.take() if yardstick is not None else None
     bar.tick()
     timeline_trace = traces.closed(mixed(2 * config.max_batch_size, seed=config.seed + 3),
                                    tag="timeline")
@@ -235,6 +247,7 @@ def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
         result.disturbance = dist[name]
         result.spikes = disturbance.spikes(dist[name], seed=config.seed)[1]
         result.timeline = timelines.get(name)
+    return times
 
 
 def settle(engines: dict[str, Engine], trace: traces.ArrivalTrace, source: TimeSource,
@@ -296,8 +309,8 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
     drifts = [_replica(engines, results, config, slo, mixed, closed_trace, replica, sync, bar,
                        source)
               for replica in range(config.replicas)]
-    _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar,
-                 source)
+    mix = _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar,
+                       source, slo.source if isinstance(slo, PairedSLO) else None)
     top, hardware = headline(slo)
     for result in results.values():
         result.reference_summaries = [summarize(r, slo=top) for r in result.references
@@ -307,4 +320,5 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
                       {name: describe(name, engine) for name, engine in engines.items()},
                       reference_drift=drifts,
                       steady_baseline_s=gauged.baseline_s if gauged else None,
-                      host_speed=gauged.speed_range() if gauged else None)
+                      host_speed=gauged.speed_range() if gauged else None,
+                      disturbance_times=mix)

@@ -87,6 +87,21 @@ def _steady(comparison: Comparison) -> str:
             "engines' clocks)")
 
 
+def _spike_host(comparison: Comparison) -> list[str]:
+    """The host's own prefill over decode step while the spikes were measured: what a spike
+    ratio moves with between runs on a host whose two speeds move apart."""
+    times = comparison.disturbance_times
+    if times is None or not any(len(r.spikes) for r in comparison.results.values()):
+        return []
+    decodes, prefills = times.samples
+    mix = times.prefill_over_decode()
+    return [f"  over the same steps, the SLO yardstick's {times.prompt_len}-token prefill took "
+            f"{mix:.3g}x its {times.batch}-row decode step ({times.basis}; {decodes} decode "
+            f"steps, {prefills} prefills between the engines' steps): the host's own ratio, "
+            "which a spike moves with; compare spikes between runs at the same one "
+            "(docs/benchmarks.md, how stable a quick run is)"]
+
+
 def _ties(search_tie: float) -> str:
     text = f"ties: engines within {TIE:g}x of a row's best share its win"
     if search_tie == TIE:
@@ -111,6 +126,7 @@ def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
                          f"{spike['steps']} admissions of {int(spike['prompt_len'])}-token "
                          "prompts" + (" (fewer than 5: read with care)"
                                       if spike["steps"] < disturbance.MIN_SAMPLES else ""))
+    lines += _spike_host(comparison)
     lines += _ratio_lines(table, "goodput_rps", "goodput")
     lines += _ratio_lines(table, "capacity_rps", "capacity")
     first = next(iter(comparison.results.values()))

@@ -93,6 +93,11 @@ class HardwareTimes:
     basis: str  # what was timed
     samples: tuple[int, int] = (0, 0)  # (decode steps, prefills) the figures are means of
 
+    def prefill_over_decode(self) -> float:
+        """How many decode steps one prefill costs: the host's mix of the two speeds, which
+        moves on a VM (docs/benchmarks.md, how stable a quick run is)."""
+        return self.prefill_s / self.step_s
+
     def describe(self) -> str:
         return (f"{self.basis}: decode step of {self.batch} rows {self.step_s * 1e3:.3g} ms, "
                 f"prefill of {self.prompt_len} tokens {self.prefill_s * 1e3:.3g} ms")

@@ -32,6 +32,9 @@ SUMMARY_COLUMNS = [
     # the steady clock's gauge step at the start and the range of the host's speed factor
     # over the run (engines.bench.steady); nan on the other clocks
     "steady_baseline_s", "host_speed_min", "host_speed_max",
+    # the SLO yardstick's prefill over its decode step during the disturbance run: the host's
+    # mix of the two speeds that itl_spike_ratio moves with; nan when the targets were given
+    "spike_host_prefill_x",
 ]
 LATENCY_COLUMNS = ("ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s",
                    "queue_wait_mean_s", "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s")
@@ -76,6 +79,8 @@ def summary_row(result: EngineResult, comparison: Comparison) -> dict[str, Any]:
                               if comparison.steady_baseline_s is not None else np.nan),
         "host_speed_min": comparison.host_speed[0] if comparison.host_speed else np.nan,
         "host_speed_max": comparison.host_speed[1] if comparison.host_speed else np.nan,
+        "spike_host_prefill_x": (comparison.disturbance_times.prefill_over_decode()
+                                 if comparison.disturbance_times is not None else np.nan),
     }
 
 
