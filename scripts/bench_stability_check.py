@@ -79,7 +79,25 @@ def check(dirs: list[Path]) -> bool:
         ok = ok and not problems
         print(f"{verdict} {label}: winner {' / '.join(sorted(winners))}; "
               f"{', '.join(spread) or 'no ratios'}" + "".join(f"; {p}" for p in problems))
+    print(_host_mix(summaries))
     return ok
+
+
+def _host_mix(summaries: list[pd.DataFrame]) -> str:
+    """How far the host's prefill over decode step moved between the runs' disturbance runs:
+    the spike moves with it, and no clock rescales it (scripts/host_steadiness.py). Said, not
+    judged: the rows above are the verdict."""
+    mixes = [float(s["spike_host_prefill_x"].iloc[0]) for s in summaries
+             if "spike_host_prefill_x" in s]
+    if len(mixes) < len(summaries) or any(np.isnan(mixes)):
+        return "host mix: not measured in every run (targets given, or an older bench)"
+    factor = max(mixes) / min(mixes)
+    text = (f"host mix: the yardstick's prefill took {min(mixes):.2f}-{max(mixes):.2f}x its "
+            f"decode step over the runs' spikes ({factor:.2f}x between runs)")
+    if factor > TOLERANCE:
+        text += (f"; past {TOLERANCE}x, this host cannot repeat a figure that weighs a "
+                 "prefill against decode steps (the ITL spike first) within it")
+    return text
 
 
 def main() -> int:

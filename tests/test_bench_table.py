@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from engines.bench.table import format_table, winners
 
@@ -81,15 +83,19 @@ def test_capacity_and_goodput_tie_within_the_runs_own_search_tie() -> None:
     assert full.loc["capacity req/s", "ratio"] == "1.52x static, 1.14x continuous"
 
 
-def test_the_stability_check_judges_winners_by_the_tables_rule(tmp_path: Path) -> None:
-    # Two quick runs whose paged-over-continuous capacity lead moved 1.04x -> 1.2x: one
-    # winner under --quick's tie, as the bench's own table names it; two under 5%.
+def _stability_check() -> Any:
     script = Path(__file__).resolve().parents[1] / "scripts" / "bench_stability_check.py"
     spec = importlib.util.spec_from_file_location("bench_stability_check", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    check = module.check
+    return module
+
+
+def test_the_stability_check_judges_winners_by_the_tables_rule(tmp_path: Path) -> None:
+    # Two quick runs whose paged-over-continuous capacity lead moved 1.04x -> 1.2x: one
+    # winner under --quick's tie, as the bench's own table names it; two under 5%.
+    check = _stability_check().check
 
     dirs = []
     for i, (continuous, paged, tie) in enumerate([(200.0, 208.0, 1.3), (200.0, 240.0, 1.3)]):
@@ -104,3 +110,18 @@ def test_the_stability_check_judges_winners_by_the_tables_rule(tmp_path: Path) -
         frame = pd.read_csv(run / "summary.csv").drop(columns="search_tie")
         frame.to_csv(run / "summary.csv", index=False)
     assert not check(dirs)
+
+
+@pytest.mark.parametrize(("mixes", "past"), [((4.0, 4.4), False), ((3.85, 5.30), True)])
+def test_the_stability_check_says_how_far_the_hosts_mix_moved(
+        mixes: tuple[float, float], past: bool) -> None:
+    # The spike moves with the host's prefill over decode step (engines.bench.comparison's
+    # disturbance run): the check states that mix's spread and, past its tolerance, that the
+    # host cannot repeat such figures; runs without it are named as unmeasured.
+    module = _stability_check()
+    frames = [pd.DataFrame({"engine": ["continuous"], "spike_host_prefill_x": [m]})
+              for m in mixes]
+    line = module._host_mix(frames)
+    assert f"{min(mixes):.2f}-{max(mixes):.2f}x" in line
+    assert ("this host cannot repeat" in line) == past
+    assert "not measured" in module._host_mix([frames[0], pd.DataFrame({"engine": ["x"]})])
