@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -367,6 +368,18 @@ def test_cli_retries_and_search_tie_reach_the_config() -> None:
     assert config("--clock", "cpu", "--retries", "1").retries == 1
 
 
+def _after_the_searches(monkeypatch: pytest.MonkeyPatch, change: Callable[[], None]) -> None:
+    """`change` the modelled host once the goodput searches return (a tenant starts)."""
+    searched = capacity.goodput_many
+
+    def then_change(*args: Any, **kwargs: Any) -> Any:
+        found = searched(*args, **kwargs)
+        change()
+        return found
+
+    monkeypatch.setattr(capacity, "goodput_many", then_change)
+
+
 @pytest.mark.parametrize("clock", ["wall", "steady"])
 def test_the_reference_rate_is_retimed_just_before_the_reference_run(
         clock: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -388,14 +401,7 @@ def test_the_reference_rate_is_retimed_just_before_the_reference_run(
     # The fakes sleep: the steady clock reads the wall clock here.
     steady = SteadyTime(FakeTimer(step_s=0.001, machine=machine), raw=time.perf_counter,
                         window=3, settle_turns=4) if clock == "steady" else None
-    searched = capacity.goodput_many
-
-    def then_slow_down(*args: Any, **kwargs: Any) -> Any:
-        found = searched(*args, **kwargs)
-        machine.factor = 3.0
-        return found
-
-    monkeypatch.setattr(capacity, "goodput_many", then_slow_down)
+    _after_the_searches(monkeypatch, lambda: setattr(machine, "factor", 3.0))
     found = comparison.run(engines, config, steady=steady)
     result = found.results["continuous"]
     quiet_rps = np.median([len(r.trace) / r.wall_s for r in result.closed])
@@ -471,14 +477,7 @@ def test_the_spikes_are_stated_beside_the_hosts_own_prefill_over_decode(
     config = Config(capacity_requests=8, closed_requests=8, reference_requests=8, warmup=0,
                     runs=1, iterations=1, goodput_iterations=1, goodput_halvings=1,
                     admissions_per_class=1, slo_ttft_s=given, slo_itl_s=given)
-    searched = capacity.goodput_many
-
-    def then_dearer_prefills(*args: Any, **kwargs: Any) -> Any:
-        found = searched(*args, **kwargs)
-        timer.prefill_s = 0.005
-        return found
-
-    monkeypatch.setattr(capacity, "goodput_many", then_dearer_prefills)
+    _after_the_searches(monkeypatch, lambda: setattr(timer, "prefill_s", 0.005))
     found = comparison.run(engines, config, timer=timer)
     text = output.closing_text(found, summary.summary(found))
     column = summary.summary(found)["spike_host_prefill_x"]
