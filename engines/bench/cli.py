@@ -40,7 +40,7 @@ QUICK_HELP = ("small draws (300-request probes, brackets 4.4%% wide, one try per
               "CPU-time clocks, capacity and goodput tied within 1.3x, an 800-request "
               "reference run): measured 122-134 s wall on 2 cores, its stepping thread under "
               "SCHED_FIFO (--priority), quiet and beside two busy loops (load 0.9-3.2); "
-              "139-222 s on a VM whose own speed moved 2x (the steady clock)")
+              "131-222 s on a VM whose own speed moved 2x (the steady clock)")
 
 
 def _parser() -> argparse.ArgumentParser:
