@@ -25,7 +25,9 @@ Measured on that guest, the gauge alternating with another load of the same mode
 decode step and a 96-token prefill), one gauge timing for every 8 of them: window medians that
 moved 1.6-1.9x in raw CPU time moved 1.05-1.10x rescaled, idle or beside two busy loops. The
 prefills kept more of the spread (1.09-1.10x against the decode steps' 1.05x): a slow spell
-slows a decode step more than a prefill, and one gauge cannot follow both.
+slows a decode step more than a prefill, and one gauge cannot follow both. A ratio of the two
+inside one engine (the admission spike) moves with that mix, which the output states beside
+it instead (engines.bench.comparison's disturbance run).
 
 What it changes: every figure is in the host's speed over the gauge's first turns, a virtual
 machine that does not change speed. Ratios between engines mean what they did; an absolute
