@@ -29,9 +29,8 @@ import torch
 
 from engines.bench.calibration import ForwardTimer
 from engines.bench.draws import prompt_classes
+from engines.bench.yardstick import DECODES_PER_PREFILL  # the mix the yardstick takes
 from engines.models import preset_max_model_len
-
-DECODES_PER_PREFILL = 3  # as the yardstick takes them (engines.bench.yardstick)
 
 
 def windows(timer: ForwardTimer, seconds: float,
