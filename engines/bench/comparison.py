@@ -166,6 +166,12 @@ def targets(config: Config, max_model_len: int, timer: Timer | None = None,
                      itl_s=config.slo_itl_s)
 
 
+def _yardstick_of(slo: Targets) -> TimingSource | None:
+    """What times the host between the engines' steps: the PairedSLO's; none for given
+    targets."""
+    return slo.source if isinstance(slo, PairedSLO) else None
+
+
 def headline(slo: Targets) -> tuple[SLO, HardwareTimes | None]:
     if isinstance(slo, PairedSLO):
         median = slo.headline()
@@ -201,7 +207,7 @@ def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], confi
                             seed=seed + 4)
     ref = reference.run_reference(
         engines, closed_trace, reference_items, config, replica=replica, seed=seed, sync=sync,
-        bar=bar, yardstick=slo.source if isinstance(slo, PairedSLO) else None,
+        bar=bar, yardstick=_yardstick_of(slo),
         time_source=source)
     for name, result in results.items():
         result.capacities.append(caps[name])
@@ -310,7 +316,7 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
                        source)
               for replica in range(config.replicas)]
     mix = _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar,
-                       source, slo.source if isinstance(slo, PairedSLO) else None)
+                       source, _yardstick_of(slo))
     top, hardware = headline(slo)
     for result in results.values():
         result.reference_summaries = [summarize(r, slo=top) for r in result.references
