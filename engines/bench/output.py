@@ -95,11 +95,12 @@ def _spike_host(comparison: Comparison) -> list[str]:
         return []
     decodes, prefills = times.samples
     mix = times.prefill_over_decode()
-    return [f"  over the same steps, the SLO yardstick's {times.prompt_len}-token prefill took "
-            f"{mix:.3g}x its {times.batch}-row decode step ({times.basis}; {decodes} decode "
-            f"steps, {prefills} prefills between the engines' steps): the host's own ratio, "
-            "which a spike moves with; compare spikes between runs at the same one "
-            "(docs/benchmarks.md, how stable a quick run is)"]
+    # Not indented: it is about every engine's spike, not the last one's line above it.
+    return [f"ITL spikes' host: over the same steps, the SLO yardstick's {times.prompt_len}-"
+            f"token prefill took {mix:.3g}x its {times.batch}-row decode step ({times.basis}; "
+            f"{decodes} decode steps, {prefills} prefills between the engines' steps): the "
+            "host's own ratio, which a spike moves with; compare spikes between runs at the "
+            "same one (docs/benchmarks.md, how stable a quick run is)"]
 
 
 def _ties(search_tie: float) -> str:
