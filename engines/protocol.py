@@ -10,18 +10,26 @@ import itertools
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
     "ALL_PARAMS",
     "BASE_PARAMS",
+    "CONSTRAINT_PARAMS",
+    "GUIDED_KINDS",
     "LOGPROBS_OF",
+    "OUTPUT_PARAMS",
+    "REQUEST_FIELDS",
+    "WAVE4_FIELDS",
     "Abortable",
     "Engine",
     "Exercised",
     "FinishReason",
+    "Guided",
+    "GuidedKind",
     "InvalidRequest",
     "KVIntrospection",
+    "LoRAManagement",
     "Load",
     "LoadIntrospection",
     "Request",
@@ -44,6 +52,34 @@ class FinishReason(str, Enum):
     ABORT = "abort"  # abort_request was called
 
 
+GuidedKind = Literal["regex", "json_schema", "choice", "grammar"]
+GUIDED_KINDS: tuple[GuidedKind, ...] = ("regex", "json_schema", "choice", "grammar")
+
+
+@dataclass(frozen=True, slots=True)
+class Guided:
+    """A constraint on a request's output text (guided decoding, vLLM's structured outputs):
+
+    - "regex": `spec` is a regular expression the whole output must match;
+    - "json_schema": `spec` is a JSON schema, as a JSON string (hashable, as the params are);
+    - "choice": `spec` is a tuple of strings, the output is exactly one of them;
+    - "grammar": `spec` is a context-free grammar in GBNF (llama.cpp's EBNF dialect, which
+      xgrammar and vLLM's EBNF read too), its root rule `root`.
+
+    Tokens are masked so that the text decoded so far stays a prefix of some match; a request
+    whose output is a full match and can go no further stops there (finish STOP), one whose
+    budget ends first stops with a valid prefix (LENGTH). Needs a tokenizer: text gives the
+    constraint its meaning.
+    """
+
+    kind: GuidedKind
+    spec: str | tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.spec, list):
+            object.__setattr__(self, "spec", tuple(self.spec))
+
+
 # Deliberately unchecked: engines refuse bad values at add_request (engines.core.validation), and
 # the suite must be able to build bad requests to prove that they do.
 @dataclass(frozen=True, slots=True)
@@ -64,9 +100,23 @@ class SamplingParams:
        least top_p), min_p (0.0: off, in [0, 1]; keep tokens at least min_p x the most likely
        one's probability), each on what the previous one kept, and a draw from the rest by
        the request's own RNG (`seed`). top_k: -1 is accepted as vLLM's older "off".
+    Constraints (wave 4) come first, before step 1, in this order: `guided` (tokens that
+    would leave the grammar at -inf), `allowed_token_ids` (every other id at -inf),
+    `bad_words` (the last token of every listed sequence whose other tokens the output ends
+    with, at -inf; a one-token sequence is always banned), then `logit_bias` (added to the
+    raw logit, OpenAI's and vLLM's place: before penalties and temperature).
     Top logprobs (`logprobs` > 0) are of the model's raw distribution, before any of these
     steps, as vLLM returns them by default; an engine that returns processed ones says so
     (LOGPROBS_OF).
+
+    Output surface (wave 4): `n` samples of one prompt (each a child with its own `index` in
+    its StepOutputs; a seeded request's children draw from seeds the engine derives, pairwise
+    distinct and reproducible); `beam_width` > 1 runs beam search (greedy over beams; the `n`
+    best by cumulative logprob / length ** length_penalty are returned as children 0..n-1,
+    best first, each finished); `prompt_logprobs` (k > 0: the request's first output carries
+    one mapping per prompt position); `stop` strings end the request at the token whose text
+    completes the first one (the text is cut before it, or after it with
+    `include_stop_str_in_output`), for engines that declare a `tokenizer`.
     """
 
     max_tokens: int = 16  # >= 1
@@ -81,23 +131,56 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     min_tokens: int = 0  # <= max_tokens
+    # Wave 4: constraints.
+    allowed_token_ids: tuple[int, ...] | None = None  # None: off; else only these may be sampled
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias in [-100, 100])
+    bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences never completed
+    guided: Guided | None = None
+    # Wave 4: the output surface.
+    n: int = 1  # parallel samples of the prompt (outputs carry their `index`)
+    beam_width: int = 1  # > 1: beam search, the n best beams returned
+    length_penalty: float = 1.0  # beam scores: cumulative logprob / length ** length_penalty
+    prompt_logprobs: int = 0  # top candidates per prompt position (0: none)
+    stop: tuple[str, ...] = ()  # stop strings (engines that declare a tokenizer)
+    include_stop_str_in_output: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.stop_token_ids, list):
-            object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        # Lists (and dicts, for logit_bias) are accepted and frozen, so params stay hashable.
+        for name in ("stop_token_ids", "allowed_token_ids", "stop"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+        if isinstance(self.logit_bias, dict):
+            object.__setattr__(self, "logit_bias", tuple(sorted(self.logit_bias.items())))
+        elif isinstance(self.logit_bias, list):
+            object.__setattr__(self, "logit_bias", tuple(tuple(p) for p in self.logit_bias))
+        if isinstance(self.bad_words, list):
+            object.__setattr__(self, "bad_words", tuple(tuple(w) for w in self.bad_words))
 
 
 # The fields an engine honours unless it declares otherwise (`supported_sampling`, a set of
-# SamplingParams field names, on the engine): what the protocol had before the rest.
+# field names, on the engine): what the protocol had before the rest.
 BASE_PARAMS = frozenset({"max_tokens", "stop_token_ids", "temperature", "seed", "logprobs"})
-ALL_PARAMS = frozenset(SamplingParams.__dataclass_fields__)
+# The token-choice surface of wave 3. Its name predates wave 4 and it keeps its meaning: an
+# engine that declared ALL_PARAMS before wave 4 must not be sent constraints or forks it never
+# claimed. Wave 4's fields are declared by name (or through the sets below).
+ALL_PARAMS = BASE_PARAMS | frozenset({"top_k", "top_p", "min_p", "repetition_penalty",
+                                      "presence_penalty", "frequency_penalty", "min_tokens"})
+CONSTRAINT_PARAMS = frozenset({"allowed_token_ids", "logit_bias", "bad_words", "guided"})
+OUTPUT_PARAMS = frozenset({"n", "beam_width", "length_penalty", "prompt_logprobs", "stop",
+                           "include_stop_str_in_output"})
+# Request fields beside its params, declared in the same `supported_sampling` set: an engine
+# that serves LoRA adapters declares "lora", one that honours cache salts "cache_salt".
+REQUEST_FIELDS = frozenset({"lora", "cache_salt"})
+WAVE4_FIELDS = CONSTRAINT_PARAMS | OUTPUT_PARAMS | REQUEST_FIELDS
 # What an engine's top logprobs are of (`logprobs_of` on the engine; "raw" unless declared).
 LOGPROBS_OF = ("raw", "processed")
 
 
 def supported_sampling(engine: object) -> frozenset[str]:
-    """The SamplingParams fields `engine` declares it honours (BASE_PARAMS if it says none).
-    A field an engine does not declare is never sent to it at anything but its default."""
+    """The SamplingParams fields (and Request fields, REQUEST_FIELDS) `engine` declares it
+    honours (BASE_PARAMS if it says none). A field an engine does not declare is never sent
+    to it at anything but its default."""
     declared = getattr(engine, "supported_sampling", None)
     return BASE_PARAMS if declared is None else frozenset(declared) | {"max_tokens"}
 
@@ -114,6 +197,10 @@ class Request:
     prompt_token_ids: tuple[int, ...]  # non-empty
     params: SamplingParams = SamplingParams()
     request_id: Hashable = field(default_factory=_next_request_id)  # unique per process
+    # Wave 4: a LoRA adapter the engine knows by this name (None: the base model), and a
+    # cache salt (requests with different salts never share cached KV; None is a salt too).
+    lora: str | None = None
+    cache_salt: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt_token_ids, list):
@@ -130,6 +217,18 @@ class StepOutput:
     # One per token when params.logprobs > 0: the sampled token's logprob (of the same
     # distribution as top_logprobs), whether or not it is among the top candidates.
     logprobs: tuple[float, ...] | None = None
+    # Wave 4. The child this output belongs to (0..n-1 for n > 1 or beam search, else 0): a
+    # request's children each have their own token stream and their own finishing output,
+    # and the request is finished when every child is.
+    index: int = 0
+    # On a request's first output, when params.prompt_logprobs > 0: one entry per prompt
+    # position, None at position 0, else a mapping holding the prompt token's logprob and the
+    # k most likely ids' (raw, given the prompt before it).
+    prompt_logprobs: tuple[Mapping[int, float] | None, ...] | None = None
+    # The detokenized text these tokens add (engines that declare a tokenizer): the deltas of
+    # a child concatenated equal the decode of its tokens (cut at a stop string), never half
+    # a multi-byte character.
+    text: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -153,6 +252,18 @@ class Abortable(Protocol):
     # Unknown or finished id: no-op. The request's last output (finish_reason ABORT, possibly
     # no tokens) comes from a later step(), and its slot is freed like any finished request's.
     def abort_request(self, request_id: Hashable) -> None: ...
+
+
+@runtime_checkable
+class LoRAManagement(Protocol):
+    """Optional: LoRA adapters added and removed while the engine runs (vLLM's add_lora).
+    `add_lora` makes `name` servable from the next add_request; `remove_lora` of a name in use
+    by an unfinished request raises ValueError (the request keeps its adapter); an unknown
+    name raises KeyError. A name removed and added again may name other weights."""
+
+    def add_lora(self, name: str, path: str) -> None: ...
+
+    def remove_lora(self, name: str) -> None: ...
 
 
 @runtime_checkable
@@ -220,8 +331,9 @@ class Exercised(Protocol):
     """Optional: counters of what the engine's features did, so that a passing run can say
     how much it exercised them. Cumulative since the engine was built; the suite reports the
     change over each workload. Suggested names: `preemptions`, `chunked_prompts` (prompts
-    prefilled over more than one step), `prefix_cache_hit_tokens`. A counter the engine
-    cannot give is absent, never zero."""
+    prefilled over more than one step), `prefix_cache_hit_tokens`; for speculative decoding
+    `spec_draft_tokens` (draft tokens proposed for verification) and `spec_accepted_tokens`
+    (of those, accepted). A counter the engine cannot give is absent, never zero."""
 
     def exercised(self) -> Mapping[str, int]: ...
 

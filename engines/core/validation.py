@@ -5,9 +5,18 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Container, Hashable
 
-from engines.protocol import BASE_PARAMS, InvalidRequest, Request, SamplingParams
+from engines.protocol import (
+    BASE_PARAMS,
+    GUIDED_KINDS,
+    REQUEST_FIELDS,
+    Guided,
+    InvalidRequest,
+    Request,
+    SamplingParams,
+)
 
 _DEFAULTS = SamplingParams()
+_REQUEST_DEFAULTS = dict.fromkeys(REQUEST_FIELDS)  # lora, cache_salt: off at None
 
 
 def _is_int(value: object) -> bool:
@@ -66,9 +75,18 @@ def check_request(
     if not _is_int(p.logprobs) or not 0 <= p.logprobs <= vocab_size:
         raise InvalidRequest(f"logprobs: must be an integer in 0..{vocab_size}, got {p.logprobs!r}")
     _check_processing(p)
-    for name in sorted(set(SamplingParams.__dataclass_fields__) - set(supported)):
-        value = getattr(p, name)
-        if value != getattr(_DEFAULTS, name):
+    _check_constraints(p, vocab_size)
+    _check_outputs(p, vocab_size)
+    for name in sorted(REQUEST_FIELDS):
+        value = getattr(request, name)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InvalidRequest(f"{name}: must be a non-empty string or None, got {value!r}")
+    unsupported = [(name, getattr(p, name), getattr(_DEFAULTS, name))
+                   for name in sorted(set(SamplingParams.__dataclass_fields__) - set(supported))]
+    unsupported += [(name, getattr(request, name), _REQUEST_DEFAULTS[name])
+                    for name in sorted(REQUEST_FIELDS - set(supported))]
+    for name, value, default in unsupported:
+        if value != default:
             raise InvalidRequest(f"{name}: {value!r} is not supported by this engine (it "
                                  f"honours {', '.join(sorted(supported))})")
 
@@ -92,3 +110,71 @@ def _check_processing(p: SamplingParams) -> None:
     if not _is_int(p.min_tokens) or not 0 <= p.min_tokens <= p.max_tokens:
         raise InvalidRequest(f"min_tokens: must be an integer in 0..max_tokens "
                              f"({p.max_tokens}), got {p.min_tokens!r}")
+
+
+def _token_ids(name: str, ids: object, vocab_size: int, *, empty_ok: bool = False) -> None:
+    if not isinstance(ids, tuple | list) or (not ids and not empty_ok):
+        raise InvalidRequest(f"{name}: must be a non-empty sequence of token ids, got {ids!r}")
+    for i, tok in enumerate(ids):
+        if not _is_int(tok) or not 0 <= int(tok) < vocab_size:
+            raise InvalidRequest(f"{name}[{i}]: {tok!r} is not a token id in the vocabulary "
+                                 f"0..{vocab_size - 1}")
+
+
+def _check_constraints(p: SamplingParams, vocab_size: int) -> None:
+    """Wave 4's constraints: allowed ids, logit bias, bad words, guided decoding."""
+    if p.allowed_token_ids is not None:
+        _token_ids("allowed_token_ids", p.allowed_token_ids, vocab_size)
+    if not isinstance(p.logit_bias, tuple | list):
+        raise InvalidRequest(f"logit_bias: must be (token id, bias) pairs, got {p.logit_bias!r}")
+    for i, pair in enumerate(p.logit_bias):
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise InvalidRequest(f"logit_bias[{i}]: {pair!r} is not a (token id, bias) pair")
+        tok, bias = pair
+        if not _is_int(tok) or not 0 <= int(tok) < vocab_size:
+            raise InvalidRequest(f"logit_bias[{i}]: token {tok!r} is not in the vocabulary "
+                                 f"0..{vocab_size - 1}")
+        if not _number(bias) or not -100.0 <= bias <= 100.0:
+            raise InvalidRequest(f"logit_bias[{i}]: bias {bias!r} for token {tok} must be a "
+                                 "number in [-100, 100]")
+    if not isinstance(p.bad_words, tuple | list):
+        raise InvalidRequest(f"bad_words: must be a sequence of token sequences, got "
+                             f"{p.bad_words!r}")
+    for i, word in enumerate(p.bad_words):
+        _token_ids(f"bad_words[{i}]", word, vocab_size)
+    g = p.guided
+    if g is None:
+        return
+    if not isinstance(g, Guided):
+        raise InvalidRequest(f"guided: expected engines.protocol.Guided, got {g!r}")
+    if g.kind not in GUIDED_KINDS:
+        raise InvalidRequest(f"guided.kind: {g.kind!r} is not one of {', '.join(GUIDED_KINDS)}")
+    if g.kind == "choice":
+        if (not isinstance(g.spec, tuple) or not g.spec
+                or not all(isinstance(c, str) and c for c in g.spec)):
+            raise InvalidRequest(f"guided.spec: a choice needs a non-empty tuple of non-empty "
+                                 f"strings, got {g.spec!r}")
+    elif not isinstance(g.spec, str) or not g.spec:
+        raise InvalidRequest(f"guided.spec: a {g.kind} needs a non-empty string, got {g.spec!r}")
+
+
+def _check_outputs(p: SamplingParams, vocab_size: int) -> None:
+    """Wave 4's output surface: n, beam search, prompt logprobs, stop strings."""
+    if not _is_int(p.n) or p.n < 1:
+        raise InvalidRequest(f"n: must be an integer >= 1, got {p.n!r}")
+    if not _is_int(p.beam_width) or p.beam_width < 1:
+        raise InvalidRequest(f"beam_width: must be an integer >= 1, got {p.beam_width!r}")
+    if p.beam_width > 1 and p.n > p.beam_width:
+        raise InvalidRequest(f"n: {p.n} beams asked of a beam search of width {p.beam_width} "
+                             "(n must be <= beam_width)")
+    if not _number(p.length_penalty):
+        raise InvalidRequest(f"length_penalty: must be a finite number, got "
+                             f"{p.length_penalty!r}")
+    if not _is_int(p.prompt_logprobs) or not 0 <= p.prompt_logprobs <= vocab_size:
+        raise InvalidRequest(f"prompt_logprobs: must be an integer in 0..{vocab_size}, got "
+                             f"{p.prompt_logprobs!r}")
+    if not isinstance(p.stop, tuple | list) or not all(isinstance(s, str) and s for s in p.stop):
+        raise InvalidRequest(f"stop: must be a sequence of non-empty strings, got {p.stop!r}")
+    if not isinstance(p.include_stop_str_in_output, bool):
+        raise InvalidRequest(f"include_stop_str_in_output: must be a bool, got "
+                             f"{p.include_stop_str_in_output!r}")
