@@ -6,8 +6,10 @@ Modelled on the add_request / step / has_work loop of vLLM's LLMEngine.
 
 from __future__ import annotations
 
+import difflib
 import itertools
-from collections.abc import Hashable, Mapping, Sequence
+import os
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal, Protocol, runtime_checkable
@@ -16,12 +18,15 @@ __all__ = [
     "ALL_PARAMS",
     "BASE_PARAMS",
     "CONSTRAINT_PARAMS",
+    "DECLARABLE_FIELDS",
+    "DECLARATIONS",
     "GUIDED_KINDS",
     "LOGPROBS_OF",
     "OUTPUT_PARAMS",
     "REQUEST_FIELDS",
     "WAVE4_FIELDS",
     "Abortable",
+    "ArrivalTimes",
     "Engine",
     "Exercised",
     "FinishReason",
@@ -35,10 +40,20 @@ __all__ = [
     "Request",
     "SamplingParams",
     "SlotIntrospection",
+    "StepBy",
     "StepOutput",
+    "arrival_times",
+    "check_declarations",
+    "expected_failed_checks",
     "kv_extra_blocks",
+    "load_settle_s",
+    "logprobs_of",
+    "max_concurrency",
     "position_thresholds",
+    "step_by",
     "supported_sampling",
+    "tokenizer_of",
+    "unknown_name",
 ]
 
 
@@ -177,12 +192,6 @@ WAVE4_FIELDS = CONSTRAINT_PARAMS | OUTPUT_PARAMS | REQUEST_FIELDS
 LOGPROBS_OF = ("raw", "processed")
 
 
-def supported_sampling(engine: object) -> frozenset[str]:
-    """The SamplingParams fields (and Request fields, REQUEST_FIELDS) `engine` declares it
-    honours (BASE_PARAMS if it says none). A field an engine does not declare is never sent
-    to it at anything but its default."""
-    declared = getattr(engine, "supported_sampling", None)
-    return BASE_PARAMS if declared is None else frozenset(declared) | {"max_tokens"}
 
 
 _auto_ids = itertools.count()
@@ -299,33 +308,6 @@ class KVIntrospection(Protocol):
     def kv_cached_tokens(self) -> Mapping[Hashable, int]: ...  # request -> tokens with KV
 
 
-def position_thresholds(engine: object) -> dict[str, int]:
-    """The positions past which the engine's model computes differently, by name, as the
-    engine declares them (`position_thresholds` on the engine, a mapping such as
-    {"sliding window": 4096, "RoPE scaling threshold": 8192}; none if it says nothing).
-    The suite draws prompts and budgets that cross each one, and counts those that did.
-    Every value must be a positive int (a ValueError names the one that is not)."""
-    declared = getattr(engine, "position_thresholds", None)
-    if not declared:
-        return {}
-    out = {}
-    for name, value in dict(declared).items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"position_thresholds: {name!r} is {value!r}; expected a "
-                             "positive int (a token position)")
-        out[str(name)] = value
-    return out
-
-
-def kv_extra_blocks(engine: object) -> int:
-    """Blocks a request of a KVIntrospection engine may hold beyond those its cached tokens
-    need (`kv_extra_blocks` on the engine, default 0): for an engine that allocates a block
-    ahead of the tokens it has computed, or whose view lists a second cache group's blocks
-    (a sliding-window ring beside the full-attention table) in the same table."""
-    declared = getattr(engine, "kv_extra_blocks", None)
-    return 0 if declared is None else int(declared)
-
-
 @runtime_checkable
 class Exercised(Protocol):
     """Optional: counters of what the engine's features did, so that a passing run can say
@@ -367,3 +349,183 @@ class LoadIntrospection(Protocol):
     load_settle_s: float  # how long after the drain the report may lag
 
     def load(self) -> Load: ...
+
+
+# What an engine may declare beside the protocols above: each attribute, optional, is read
+# through the helper of the same name below (tokenizer: tokenizer_of), and nowhere else
+# (tests/test_layout.py holds the repo to it), so that a bad value is refused in one place,
+# by name, and every reader agrees on the default.
+DECLARATIONS: Mapping[str, str] = {
+    "supported_sampling": "the SamplingParams and Request fields it honours (a set of names)",
+    "expected_failed_checks": "the suite's checks it knowingly breaks: check name -> reason",
+    "logprobs_of": "what its top logprobs are of, one of LOGPROBS_OF (default raw)",
+    "max_concurrency": "requests it runs at once, where it has no SlotIntrospection",
+    "position_thresholds": "positions past which its model computes differently, by name",
+    "kv_extra_blocks": "blocks a request may hold beyond its cached tokens' (KVIntrospection)",
+    "load_settle_s": "seconds its load report may lag its streams (LoadIntrospection)",
+    "tokenizer": "a directory holding the tokenizer.json of its vocabulary (text, stop strings)",
+    "arrival_times": "a callable: when each of the latest step's tokens arrived (streaming)",
+    "step_by": "a callable: step(), waiting for a first token only until a deadline",
+}
+# The names `supported_sampling` may hold: every SamplingParams field, and REQUEST_FIELDS.
+DECLARABLE_FIELDS = frozenset(SamplingParams.__dataclass_fields__) | REQUEST_FIELDS
+
+ArrivalTimes = Callable[[], Mapping[Hashable, Sequence[float]]]
+StepBy = Callable[[float], list[StepOutput]]
+
+
+def _declared(engine: object, name: str) -> object:
+    return getattr(engine, name, None)
+
+
+def _suggest(value: str, names: Collection[str]) -> str:
+    close = difflib.get_close_matches(value, sorted(names), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_name(what: str, value: object, names: Collection[str]) -> str:
+    """The sentence for a declaration naming something that does not exist: `what` (e.g.
+    "expected_failed_checks: check"), the name, the nearest real one, and all of them."""
+    return (f"{what} {value!r} does not exist{_suggest(str(value), names)}; expected one of "
+            f"{', '.join(sorted(names))}")
+
+
+def supported_sampling(engine: object) -> frozenset[str]:
+    """The SamplingParams fields (and Request fields, REQUEST_FIELDS) `engine` declares it
+    honours (BASE_PARAMS if it says none). A field an engine does not declare is never sent
+    to it at anything but its default. A name that is no field is refused (ValueError naming
+    it): a misspelt field would otherwise declare nothing, silently."""
+    declared = _declared(engine, "supported_sampling")
+    if declared is None:
+        return BASE_PARAMS
+    if isinstance(declared, str) or not isinstance(declared, Iterable):
+        raise ValueError(f"supported_sampling: {declared!r} is not a set of field names")
+    fields = frozenset(declared)
+    for name in sorted(fields, key=str):
+        if name not in DECLARABLE_FIELDS:
+            raise ValueError(unknown_name("supported_sampling: field", name, DECLARABLE_FIELDS))
+    return fields | {"max_tokens"}
+
+
+def expected_failed_checks(engine: object) -> dict[str, str]:
+    """The checks `engine` declares it breaks, each with its reason (none if it says
+    nothing). Only the shape is checked here (a mapping of names to reasons); that each name
+    is a check of the suite, the suite checks against its registry
+    (engines.testing.checks.known_checks)."""
+    declared = _declared(engine, "expected_failed_checks")
+    if not declared:
+        return {}
+    if not isinstance(declared, Mapping):
+        raise ValueError(f"expected_failed_checks: {declared!r} is not a mapping of check "
+                         "names to reasons")
+    out = {}
+    for name, reason in declared.items():
+        if not isinstance(name, str) or not isinstance(reason, str):
+            raise ValueError(f"expected_failed_checks: {name!r}: {reason!r}; expected a check "
+                             "name and the reason it fails, both strings")
+        out[name] = reason
+    return out
+
+
+def logprobs_of(engine: object) -> str:
+    """What the engine's top logprobs are of: "raw" (the model's distribution, the default)
+    or "processed" (after the request's logits processing)."""
+    declared = _declared(engine, "logprobs_of")
+    if declared is None:
+        return "raw"
+    if declared not in LOGPROBS_OF:
+        raise ValueError(f"logprobs_of: {declared!r}; expected one of {', '.join(LOGPROBS_OF)}")
+    return str(declared)
+
+
+def _count(name: str, value: object, *, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name}: {value!r}; expected an int of at least {least}")
+    return value
+
+
+def max_concurrency(engine: object) -> int | None:
+    """How many requests the engine says it runs at once (`max_concurrency`), or None where
+    it does not say. A SlotIntrospection engine's max_batch_size says it already."""
+    declared = _declared(engine, "max_concurrency")
+    return None if declared is None else _count("max_concurrency", declared, least=1)
+
+
+def position_thresholds(engine: object) -> dict[str, int]:
+    """The positions past which the engine's model computes differently, by name, as the
+    engine declares them (`position_thresholds` on the engine, a mapping such as
+    {"sliding window": 4096, "RoPE scaling threshold": 8192}; none if it says nothing).
+    The suite draws prompts and budgets that cross each one, and counts those that did.
+    Every value must be a positive int (a ValueError names the one that is not)."""
+    declared = _declared(engine, "position_thresholds")
+    if not declared:
+        return {}
+    if not isinstance(declared, Mapping):
+        raise ValueError(f"position_thresholds: {declared!r} is not a mapping of names to "
+                         "token positions")
+    out = {}
+    for name, value in declared.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"position_thresholds: {name!r} is {value!r}; expected a "
+                             "positive int (a token position)")
+        out[str(name)] = value
+    return out
+
+
+def kv_extra_blocks(engine: object) -> int:
+    """Blocks a request of a KVIntrospection engine may hold beyond those its cached tokens
+    need (`kv_extra_blocks` on the engine, default 0): for an engine that allocates a block
+    ahead of the tokens it has computed, or whose view lists a second cache group's blocks
+    (a sliding-window ring beside the full-attention table) in the same table."""
+    declared = _declared(engine, "kv_extra_blocks")
+    return 0 if declared is None else _count("kv_extra_blocks", declared, least=0)
+
+
+def load_settle_s(engine: object) -> float:
+    """How long after a drain a LoadIntrospection engine's load report may lag (0 where it
+    does not say)."""
+    declared = _declared(engine, "load_settle_s")
+    if declared is None:
+        return 0.0
+    if isinstance(declared, bool) or not isinstance(declared, int | float) or declared < 0:
+        raise ValueError(f"load_settle_s: {declared!r}; expected seconds, at least 0")
+    return float(declared)
+
+
+def tokenizer_of(engine: object) -> str | None:
+    """The directory holding the tokenizer.json of the engine's vocabulary (`tokenizer`, what
+    vLLM's --tokenizer takes), or None: an engine without one is sent no text features
+    (stop strings, guided decoding) and returns no text."""
+    declared = _declared(engine, "tokenizer")
+    if declared is None:
+        return None
+    if not isinstance(declared, str | os.PathLike):
+        raise ValueError(f"tokenizer: {declared!r} is not a path (a directory holding "
+                         "tokenizer.json)")
+    return os.fspath(declared)
+
+
+def arrival_times(engine: object) -> ArrivalTimes | None:
+    """The engine's `arrival_times()` (a streaming engine: for the latest step's outputs, per
+    request id, one time.perf_counter() instant per token), or None where it has none."""
+    declared = _declared(engine, "arrival_times")
+    return declared if callable(declared) else None
+
+
+def step_by(engine: object) -> StepBy | None:
+    """The engine's `step_by(deadline)` (step(), waiting for a first token only until
+    `deadline` on time.perf_counter()), or None where it has none."""
+    declared = _declared(engine, "step_by")
+    return declared if callable(declared) else None
+
+
+def check_declarations(engine: object) -> None:
+    """Read every declaration the engine makes: a ValueError names the first bad one."""
+    supported_sampling(engine)
+    expected_failed_checks(engine)
+    logprobs_of(engine)
+    max_concurrency(engine)
+    position_thresholds(engine)
+    kv_extra_blocks(engine)
+    load_settle_s(engine)
+    tokenizer_of(engine)

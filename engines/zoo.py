@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engines.models import ZOO, preset_thresholds
+from engines.protocol import position_thresholds
 
 __all__ = ["ENGINES", "factory", "zoo_specs"]
 
@@ -47,7 +48,7 @@ def factory(engine: str, preset: str) -> Callable[[], Any]:
 
     def make() -> Any:
         engine = getattr(importlib.import_module(module), attr)(preset)
-        if not getattr(engine, "position_thresholds", None):
+        if not position_thresholds(engine):
             # A third-party engine does not know our preset: declare its window and RoPE
             # threshold for it, so that the suite's workloads cross them there too.
             engine.position_thresholds = preset_thresholds(preset)

@@ -14,14 +14,18 @@ pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not in
 from engines.adapters.http import HTTPEngine  # noqa: E402
 from engines.adapters.http.dialects import vllm_counters, vllm_load  # noqa: E402
 from engines.protocol import Load, LoadIntrospection, Request, SamplingParams  # noqa: E402
-from engines.testing.checks import applicability  # noqa: E402
+from engines.testing.checks import applicability, check_named  # noqa: E402
 from engines.testing.limits import EngineLimits  # noqa: E402
-from engines.testing.properties import Violation, check_drain  # noqa: E402
+from engines.testing.properties import Violation  # noqa: E402
 from engines.testing.recorder import load_left, run_workload  # noqa: E402
 from engines.testing.workload import Abort, Workload  # noqa: E402
 from tests import fake_server  # noqa: E402
+from tests.helpers import JUDGE  # noqa: E402
 from tests.planted.harness import hunt, pinned  # noqa: E402
 from tests.planted.server_bugs import SERVER_CONTROL, SERVER_PLANTED, PlantedServer  # noqa: E402
+
+# The registry's check, called as the suite calls it: check(trace, judge).
+check_drain = check_named("drain")
 
 
 @pytest.fixture
@@ -54,12 +58,12 @@ def test_the_drain_check_reads_the_servers_count(leak: str, left: str | None) ->
         assert trace.load_before == Load(0, 0, 0.0, f"{eng.url}/metrics")
         assert trace.finish_reason("aborted") is not None
         if left is None:  # the correct server comes to rest: the check passes
-            check_drain(trace)
+            check_drain(trace, JUDGE)
             assert trace.load_after_drain is not None
             assert load_left(trace.load_before, trace.load_after_drain) is None
         else:  # the planted leak: the check fails, saying what the server still counts
             with pytest.raises(Violation, match="drain: .*" + re.escape(left)):
-                check_drain(trace)
+                check_drain(trace, JUDGE)
             assert trace.load_waited_s >= 0.5  # it waited the settle time first
     finally:
         eng.close()

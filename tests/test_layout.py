@@ -118,7 +118,7 @@ FLOW: dict[str, set[str]] = {
     "engines.sequential": _ENGINE_BASE,
     # Factories over the zoo presets: the engines and adapters are imported by name, when a
     # factory is called (engines.zoo.ENGINES), so importing it pulls in no library.
-    "engines.zoo": {"engines.models"},
+    "engines.zoo": {"engines.models", "engines.protocol"},
     # engines.models for the presets saved as checkpoints that converting adapters share.
     "engines.adapters.common": {"engines.core", "engines.protocol", "engines.models"},
     "engines.adapters.hf": _ADAPTER_BASE,
@@ -303,10 +303,10 @@ def test_an_old_public_path_gives_the_same_objects(old: str) -> None:
     assert all(getattr(old_module, n) is getattr(new_module, n) for n in names), names
 
 
-# Where a check's name may stand as a string: the registry, and the property files (each
-# Violation names its check). Elsewhere in the suite a name is read from the registry; these
-# strings only look like one.
-_NAME_HOMES = ("engines.testing.checks", "engines.testing.properties")
+# Where a check's name may stand as a string: its registry line, and nowhere else (a property
+# is handed its Check and raises check.fail(...); a tally is given the name). Elsewhere in
+# the suite a name is read from the registry; these strings only look like one.
+_NAME_HOME = "engines.testing.checks"
 _NOT_A_CHECK = {("engines.testing.options", "parity"): "the --parity option's ini key"}
 
 
@@ -322,12 +322,39 @@ def test_the_registry_is_the_only_list_of_check_names() -> None:
     names = set(CHECKS)
     # The scan sees a special case of the kind the registry replaced.
     assert _check_names_in('if check == "seeds":\n    pass\n', names) == [(1, "seeds")]
+    assert _check_names_in('raise fail("parity", "diverged")', names) == [(1, "parity")]
     found = [f"{name}:{line} {value!r}" for name, path in sorted(MODULES.items())
-             if name.startswith("engines.testing") and not name.startswith(_NAME_HOMES)
+             if name.startswith("engines.testing") and name != _NAME_HOME
              for line, value in _check_names_in(path.read_text(), names)
              if (name, value) not in _NOT_A_CHECK]
-    assert not found, ("check names outside the registry (engines/testing/checks.py): give "
-                       f"the Check a field instead: {found}")
+    assert not found, ("check names outside the registry (engines/testing/checks.py): hand "
+                       f"the property its Check, or give the Check a field instead: {found}")
+    registry = _check_names_in(MODULES[_NAME_HOME].read_text(), names)
+    assert sorted(value for _, value in registry) == sorted(names), registry  # once each
+
+
+def _declaration_reads(source: str, declared: set[str]) -> list[tuple[int, str]]:
+    """getattr / hasattr calls whose attribute name is one an engine may declare."""
+    return [(node.lineno, node.args[1].value) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant) and node.args[1].value in declared]
+
+
+def test_declarations_are_read_through_the_protocols_helpers() -> None:
+    import engines.protocol as protocol
+
+    declared = set(protocol.DECLARATIONS)
+    # Each declaration has its reader in the protocol, named after it.
+    readers = {name: "tokenizer_of" if name == "tokenizer" else name for name in declared}
+    assert all(callable(getattr(protocol, r)) for r in readers.values()), readers
+    assert _declaration_reads('getattr(e, "step_by", None)', declared) == [(1, "step_by")]
+    found = [f"{path.relative_to(ROOT)}:{line} {value!r}"
+             for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py")])
+             if path != PACKAGE / "protocol.py"
+             for line, value in _declaration_reads(path.read_text(), declared)]
+    assert not found, ("read an engine's declarations through engines.protocol's helpers "
+                       f"(supported_sampling(engine), ...), not getattr: {found}")
 
 
 def test_no_test_module_imports_another() -> None:

@@ -6,18 +6,19 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
-from engines.testing.properties import (
-    check_bad_input,
-    check_budget_finish,
-    check_compaction,
-    check_liveness,
-    check_parity,
-    check_slot_lengths,
-    check_work_conservation,
-    check_zero_waste,
-)
+from engines.testing.checks import check_named
 from engines.testing.workload import Abort, BadRequest
 from tests.helpers import GOOD, JUDGE, R0, R1, Steps, fails, judge, trace
+
+# The registry's checks, called as the suite calls them: check(trace, judge).
+check_bad_input = check_named("bad_input")
+check_budget_finish = check_named("budget_finish")
+check_compaction = check_named("compaction")
+check_liveness = check_named("liveness")
+check_parity = check_named("parity")
+check_slot_lengths = check_named("slot_lengths")
+check_work_conservation = check_named("work_conservation")
+check_zero_waste = check_named("zero_waste")
 
 L, S, A = FinishReason.LENGTH, FinishReason.STOP, FinishReason.ABORT
 

@@ -9,19 +9,20 @@ from collections.abc import Sequence
 import pytest
 
 from engines.protocol import FinishReason, Request, SamplingParams
+from engines.testing.checks import check_named
 from engines.testing.oracle import Alone
-from engines.testing.properties import (
-    Judge,
-    check_kv_accounting,
-    check_prefill_decode,
-    check_reference_parity,
-    check_seeds,
-    check_token_range,
-    check_variants,
-)
+from engines.testing.properties import Judge
 from engines.testing.recorder import KVSnapshot, Trace
 from engines.testing.workload import Workload
 from tests.helpers import GOOD, R0, R1, TABLE, Steps, Table, fails, judge, trace
+
+# The registry's checks, called as the suite calls them: check(trace, judge).
+check_kv_accounting = check_named("kv_accounting")
+check_prefill_decode = check_named("prefill_decode")
+check_reference_parity = check_named("reference_parity")
+check_seeds = check_named("seeds")
+check_token_range = check_named("token_range")
+check_variants = check_named("variants")
 
 
 def test_reference_parity() -> None:
@@ -114,7 +115,8 @@ def _kv_trace(*snapshots: KVSnapshot, after: KVSnapshot | None = None) -> Trace:
 
 def test_kv_accounting_accepts_a_sound_pool() -> None:
     check_kv_accounting(_kv_trace(_kv({"r0": (0,), "r1": (1,)}, {"r0": 2, "r1": 1}, 4),
-                                  _kv({"r0": (0, 2), "r1": (1,)}, {"r0": 3, "r1": 2}, 3)))
+                                  _kv({"r0": (0, 2), "r1": (1,)}, {"r0": 3, "r1": 2}, 3)),
+                        judge())
 
 
 @pytest.mark.parametrize(("snapshot", "after", "match"), [

@@ -14,15 +14,18 @@ from hypothesis import given, settings
 
 from engines.models import ZOO_ROPE_THRESHOLD, ZOO_WINDOW, preset_thresholds
 from engines.protocol import Request, SamplingParams, kv_extra_blocks, position_thresholds
+from engines.testing.checks import check_named
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
 from engines.testing.properties import Judge, Violation
-from engines.testing.properties.kv import check_kv_accounting
 from engines.testing.recorder import KVSnapshot, Trace
 from engines.testing.seed_workloads import _overflowing, seed_workloads
 from engines.testing.strategies import is_near_miss, request_mixes
 from engines.testing.workload import Workload
+from tests.helpers import JUDGE
 
+# The registry's check, called as the suite calls it: check(trace, judge).
+check_kv_accounting = check_named("kv_accounting")
 ZOO_LIMITS = EngineLimits(vocab_size=1024, max_model_len=512, block_size=16, kv_blocks=256,
                           kv=True, thresholds=(("RoPE scaling threshold", ZOO_ROPE_THRESHOLD),
                                                ("sliding window", ZOO_WINDOW)))
@@ -171,11 +174,11 @@ def test_the_upper_bound_allows_exactly_what_the_engine_declares() -> None:
     held = KVSnapshot(block_size=2, total=6, free=3, tables={"r0": (0, 1, 2)}, cached={"r0": 3})
     with pytest.raises(Violation, match=r"holds 3 block\(s\) of 2 for 3 cached token\(s\): at "
                                         r"most 2 .*declares no kv_extra_blocks"):
-        check_kv_accounting(_kv_trace(held), None)
-    check_kv_accounting(_kv_trace(dataclasses.replace(held, extra=1)), None)
+        check_kv_accounting(_kv_trace(held), JUDGE)
+    check_kv_accounting(_kv_trace(dataclasses.replace(held, extra=1)), JUDGE)
     two_over = dataclasses.replace(held, tables={"r0": (0, 1, 2, 3)}, free=2, extra=1)
     with pytest.raises(Violation, match="plus the 1 extra the engine declares"):
-        check_kv_accounting(_kv_trace(two_over), None)
+        check_kv_accounting(_kv_trace(two_over), JUDGE)
 
     class Declares:
         kv_extra_blocks = 1

@@ -7,18 +7,26 @@ would hold; the registry is extended the way one line in engines/testing/checks.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from engines.protocol import Request, SamplingParams, StepOutput
 from engines.testing import checks, stateful
-from engines.testing.checks import SLOTS, Check, applicability, catalogue, check_named
+from engines.testing.checks import (
+    SLOTS,
+    Check,
+    applicability,
+    catalogue,
+    check_named,
+    known_checks,
+    summary_notes,
+)
 from engines.testing.context import build_context
-from engines.testing.coverage import Coverage
+from engines.testing.coverage import Coverage, Tally
 from engines.testing.limits import EngineLimits
 from engines.testing.properties import Judge, Violation
-from engines.testing.properties.base import fail
 from engines.testing.recorder import Trace
 from engines.testing.search import search
 from engines.testing.stateful import engine_machine, run_engine_machine
@@ -31,25 +39,34 @@ SUITE = ("-p", "no:cacheprovider", "--hypothesis-profile=batching-dev", "--pyarg
          "engines.testing.conformance")
 
 
-def check_tokens_or_finish(trace: Trace, judge: Judge) -> int:
-    """Every output carries a token or finishes its request (what the new file would hold).
-    Returns how many outputs it judged, for its tally."""
+def check_tokens_or_finish(check: Check, trace: Trace, judge: Judge) -> int:
+    """Every output carries a token or finishes its request (what the new file would hold:
+    its name is nowhere in it). Returns how many outputs it judged, for its tally."""
     judged = 0
     for rid, outs in trace.outputs.items():
         for step, out in outs:
             judged += 1
             if not out.token_ids and not out.finished:
-                raise fail(NAME, f"step {step} returned an output for request {rid!r} with no "
+                raise check.fail(f"step {step} returned an output for request {rid!r} with no "
                                  "token that does not finish it. Expected a token or a finish.")
     return judged
 
 
-def _tally(coverage: Coverage, judged: int) -> None:
+def _add(coverage: Coverage, judged: int, check: str) -> None:
     coverage.counts["outputs judged"] += judged
+    if judged > 100:
+        coverage.most[f"{check}: many outputs"] = 1  # material for its note, not the line
 
 
+def _notes(data: Mapping[str, int], check: str) -> list[str]:
+    return [f"{check}: over 100 outputs in one workload"] if data.get(
+        f"max {check}: many outputs") else []
+
+
+# The file's Tally, and the registry's one line (the only place the name is written).
+TALLY = Tally(_add, _notes)
 NEW = Check(NAME, check_tokens_or_finish, needs=(SLOTS,), machine=frozenset({"step"}),
-            tally=_tally)
+            tally=TALLY)
 
 
 class EmptyEcho(ToyEngine):
@@ -87,6 +104,11 @@ def test_its_fate_comes_from_what_it_needs(registered: Check) -> None:
 def test_the_search_runs_it_and_tallies_its_counters(registered: Check) -> None:
     coverage = search(build_context(ToyEngine, name="ToyEngine"), NAME, settings=pinned(10))
     assert coverage.counts["outputs judged"] >= coverage.counts["requests"] > 0
+    assert "outputs judged" in Coverage.describe(coverage.as_dict())
+    many = Coverage()
+    TALLY.add(many, 101, NAME)
+    assert f"{NAME}: many" not in Coverage.describe(many.as_dict())  # a note's, not the line's
+    assert summary_notes(many.as_dict()) == [f"{NAME}: over 100 outputs in one workload"]
     with pytest.raises(Violation, match=f"^{NAME}: step .* with no token") as caught:
         search(build_context(EmptyEcho, name="EmptyEcho"), NAME, settings=pinned(10))
     assert caught.value.prop == NAME
@@ -118,3 +140,10 @@ def test_a_suite_run_has_its_test_id_and_fails_on_the_bug(registered: Check,
     ran = pytester.runpytest(*SUITE, "--engine", "tests.test_registry:EmptyEcho", "-k", NAME)
     ran.assert_outcomes(failed=1)
     ran.stdout.fnmatch_lines([f"*{NAME}: step * with no token*"])
+
+
+def test_a_declaration_naming_it_is_valid_and_a_misspelling_is_not(registered: Check) -> None:
+    known_checks({NAME: "sends empty echoes"})
+    with pytest.raises(ValueError, match=f"check 'tokens_or_finsh' does not exist \\(did you "
+                                         f"mean '{NAME}'\\?\\)"):
+        known_checks({"tokens_or_finsh": "sends empty echoes"})

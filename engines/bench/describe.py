@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from engines.bench import clocks
-from engines.protocol import Engine, SlotIntrospection
+from engines.protocol import Engine, SlotIntrospection, max_concurrency
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class EngineDescription:
 
 def describe(name: str, engine: Engine) -> EngineDescription:
     slots = getattr(engine, "max_batch_size", None)
-    declared = getattr(engine, "max_concurrency", None)
+    declared = max_concurrency(engine)
     if isinstance(engine, SlotIntrospection) and _count(slots):
         concurrency, source = int(slots), "max_batch_size, SlotIntrospection"
     elif _count(declared):

@@ -20,17 +20,15 @@ runs such engines alone, on the wall clock (paired.run_paired).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from engines.protocol import Engine, StepOutput
-
-ArrivalTimes = Callable[[], Mapping[Hashable, Sequence[float]]]
+from engines.protocol import ArrivalTimes, Engine, StepOutput, arrival_times, step_by
 
 
 def streams(engine: Engine) -> bool:
     """Whether the engine reports token arrival times (and so runs on the wall clock)."""
-    return callable(getattr(engine, "arrival_times", None))
+    return arrival_times(engine) is not None
 
 
 @dataclass(slots=True)
@@ -45,10 +43,9 @@ class TokenTimes:
     def step(self, due: float | None) -> list[StepOutput]:
         """One step; `due` (seconds after the origin) is when the next request must be sent:
         with step_by, the wait for tokens ends by then."""
-        step_by = getattr(self.engine, "step_by", None)
-        if due is not None and callable(step_by):
-            outputs: list[StepOutput] = step_by(self.origin + due)
-            return outputs
+        until = step_by(self.engine)
+        if due is not None and until is not None:
+            return until(self.origin + due)
         return self.engine.step()
 
     def record(self, outputs: Sequence[StepOutput], into: dict[str, list[float]]) -> None:
@@ -73,7 +70,7 @@ class TokenTimes:
 def token_times(engine: Engine, clock: object, origin: float) -> TokenTimes | None:
     """A TokenTimes when the engine streams and `clock` is the wall clock itself (its now()
     is time.perf_counter()); else None, and tokens are timed by their steps."""
-    times = getattr(engine, "arrival_times", None)
-    if not callable(times) or not getattr(clock, "is_perf_counter", False):
+    times = arrival_times(engine)
+    if times is None or not getattr(clock, "is_perf_counter", False):
         return None
     return TokenTimes(engine, origin, times)

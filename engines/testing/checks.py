@@ -8,61 +8,27 @@ declared it breaks it, in `expected_failed_checks`). Nothing else in the suite d
 Everything the suite does by check derives from REGISTRY: the catalogue's order and the test
 ids (`<engine>-<check>`), the skip and xfail decision, what each check draws, when the state
 machine judges it, and what it adds to the coverage summary. A new check is a property
-function in a file of its own under `properties/` and one `Check(...)` line below.
+function in a file of its own under `properties/` (taking its Check, raising `check.fail`,
+with its Tally beside it if it counts anything) and one `Check(...)` line below, its module
+in the import above it. Its name is written there and nowhere else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
 
+from engines.protocol import unknown_name
+from engines.testing.check import Check, Draws, Given, Moment, Need, Property
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
-from engines.testing.properties import (
-    Judge,
-    drain,
-    kv,
-    logprobs,
-    parity,
-    requests,
-    seeds,
-    slots,
-)
-from engines.testing.recorder import Trace
+from engines.testing.properties import drain, kv, logprobs, parity, requests, seeds, slots
 
 __all__ = ["CHECKS", "KV", "LOAD", "PROPERTIES", "REFERENCE", "REGISTRY", "SLOTS", "SLOT_CHECKS",
-           "VARIANTS", "Applicability", "Check", "Draws", "Given", "Need", "Property",
-           "applicability", "catalogue", "check_named", "draws_sampling"]
-
-# A property judges one Trace: it raises Violation, or returns what it judged (None, or what
-# the check's `tally` adds to the coverage summary).
-Property = Callable[[Trace, Judge], Any]
-# When the state machine judges a check besides at teardown (when it judges every check).
-Moment = Literal["step", "bad request", "has_work lied"]
-
-
-@dataclass(frozen=True, slots=True)
-class Given:
-    """What a run gives the checks: the engine's limits, a reference engine, config variants."""
-
-    limits: EngineLimits
-    reference: bool = False
-    variants: bool = False
-    kv_variants: bool = False  # some variant has KVIntrospection of its own
-
-
-@dataclass(frozen=True, slots=True)
-class Need:
-    """Something a check cannot run without, and the skip reason where a run lacks it."""
-
-    name: str  # what it is, for reading (a repr)
-    met: Callable[[Given], bool]
-    reason: str  # "{check}" stands for the check's name
-
-    def skip_reason(self, check: str) -> str:
-        return self.reason.format(check=check)
-
+           "VARIANTS", "Applicability", "Check", "Draws", "Given", "Moment", "Need", "Property",
+           "applicability", "catalogue", "check_named", "draws_sampling", "known_checks",
+           "summary_notes"]
 
 SLOTS = Need("slot introspection", lambda g: g.limits.max_batch_size is not None,
              "{check} needs engines.protocol.SlotIntrospection")
@@ -78,68 +44,36 @@ VARIANTS = Need("config variants", lambda g: g.variants,
                 "no config variant given (--engine-variant NAME=MODULE:CALLABLE)")
 
 
-@dataclass(frozen=True, slots=True)
-class Draws:
-    """How a check draws its workloads, where it differs from the others."""
-
-    bad: tuple[int, int] = (0, 1)  # bad requests per drawn workload, fewest and most
-    bad_seed_workloads: bool = False  # the hand-picked seed workloads are the bad-input ones
-    seed_groups: bool = False  # workloads carry one prompt under several distinct seeds
-    logprobs: int = 0  # top logprobs every drawn request asks for, at least
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One check: its name (in test ids, reports and `expected_failed_checks`), its property,
-    what it needs, how it draws, when the state machine judges it, what it tallies."""
-
-    name: str
-    prop: Property | None  # None: the check runs the state machine instead of workloads
-    needs: tuple[Need, ...] = ()  # the first one a run lacks is the skip reason
-    draws: Draws = field(default_factory=Draws)
-    # It judges seeded sampling: it draws seeded requests even where the engine declared it
-    # broken (a strict xfail must be able to fail), and then no other check draws any.
-    sampling: bool = False
-    machine: frozenset[Moment] = frozenset()  # when the machine judges it before teardown
-    # What a passing run's judgement (the property's return value) adds to the summary.
-    tally: Callable[[Coverage, Any], None] | None = None
-
-    @property
-    def runs(self) -> Literal["workloads", "machine"]:
-        return "machine" if self.prop is None else "workloads"
-
-    def skip_reason(self, given: Given) -> str | None:
-        for need in self.needs:
-            if not need.met(given):
-                return need.skip_reason(self.name)
-        return None
-
-
 # Top logprobs the logprobs check asks of every request: enough for a neighbour's to differ.
 LOGPROBS = 5
 # Cheap enough to judge the partial trace after every step.
 _EVERY_STEP: frozenset[Moment] = frozenset({"step"})
 
+# Checks another one's entry names (bad_input re-judges them): bound before the registry.
+PARITY = Check("parity", parity.check_parity)
+BUDGET_FINISH = Check("budget_finish", requests.check_budget_finish, machine=_EVERY_STEP)
+
 # In the order a report lists them; test ids read <engine>-<check>.
 REGISTRY: tuple[Check, ...] = (
-    Check("parity", parity.check_parity),
+    PARITY,
     Check("reference_parity", parity.check_reference_parity, needs=(REFERENCE,)),
     Check("prefill_decode", parity.check_prefill_decode),
     Check("variants", parity.check_variants, needs=(VARIANTS,)),
     Check("seeds", seeds.check_seeds, draws=Draws(seed_groups=True), sampling=True,
-          tally=Coverage.record_seed_groups),
+          tally=seeds.TALLY),
     Check("logprobs", logprobs.check_logprobs, draws=Draws(logprobs=LOGPROBS),
-          tally=logprobs.tally),
+          tally=logprobs.TALLY),
     Check("token_range", requests.check_token_range),
-    Check("budget_finish", requests.check_budget_finish, machine=_EVERY_STEP),
+    BUDGET_FINISH,
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),
     Check("bad_input", requests.check_bad_input, draws=Draws(bad=(1, 2), bad_seed_workloads=True),
-          machine=frozenset({"bad request"}), tally=Coverage.record_unrechecked),
+          machine=frozenset({"bad request"}), tally=requests.BAD_INPUT_TALLY,
+          rejudges=(PARITY, BUDGET_FINISH)),
     Check("compaction", slots.check_compaction, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("slot_lengths", slots.check_slot_lengths, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("zero_waste", slots.check_zero_waste, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("work_conservation", slots.check_work_conservation, needs=(SLOTS,)),
-    Check("kv_accounting", kv.check_kv_accounting, needs=(KV,), tally=kv.tally),
+    Check("kv_accounting", kv.check_kv_accounting, needs=(KV,), tally=kv.TALLY),
     Check("drain", drain.check_drain, needs=(LOAD,)),
     Check("stateful", None),
 )
@@ -156,6 +90,25 @@ def check_named(name: str) -> Check:
             return check
     raise KeyError(f"no check named {name!r}; the checks are "
                    f"{', '.join(c.name for c in catalogue())}")
+
+
+def known_checks(declared: Mapping[str, str], *, who: str = "expected_failed_checks") -> None:
+    """Every check an engine declares broken is one of the registry's: a ValueError names a
+    misspelt one (and the nearest real name), which would otherwise declare nothing."""
+    names = [c.name for c in catalogue()]
+    for name in declared:
+        if name not in names:
+            raise ValueError(unknown_name(f"{who}: check", name, names))
+
+
+def summary_notes(data: Mapping[str, int]) -> list[str]:
+    """The coverage summary's notes for one engine: what no workload could reach, then each
+    check's own sentences (its Tally's), in registry order."""
+    out = Coverage.notes(data)
+    for check in catalogue():
+        if check.tally is not None:
+            out += check.tally.notes(data, check.name)
+    return out
 
 
 def draws_sampling(declared: Mapping[str, str]) -> bool:

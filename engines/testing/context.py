@@ -17,10 +17,12 @@ from engines.protocol import (
     BASE_PARAMS,
     Engine,
     KVIntrospection,
+    check_declarations,
+    expected_failed_checks,
     position_thresholds,
     supported_sampling,
 )
-from engines.testing.checks import Applicability, applicability, draws_sampling
+from engines.testing.checks import Applicability, applicability, draws_sampling, known_checks
 from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
 from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
@@ -118,7 +120,6 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     limit_torch_threads(options.torch_threads)  # before any engine is built
     source = f"--engine {spec}" if spec else f"engine factory {name}"
     pool, engine = _probe(factory, source)
-    declared = dict(getattr(engine, "expected_failed_checks", {}) or {})
     others: dict[str, tuple[EnginePool, Engine]] = {}
     if options.reference is not None:
         others["reference"] = _probe(options.reference,
@@ -131,10 +132,12 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
                                   f"engine under test has {engine.vocab_size}: they cannot "
                                   "serve the same requests (not the same model?)")
     for label, e in [(source, engine), *((f"{n} engine", o) for n, (_, o) in others.items())]:
-        try:
-            position_thresholds(e)
-        except ValueError as exc:  # a declaration the suite cannot use: a usage error
+        try:  # a declaration the suite cannot use (a misspelt check or field): a usage error
+            check_declarations(e)
+            known_checks(expected_failed_checks(e))
+        except ValueError as exc:
             raise EngineSpecError(f"{label}: {exc}") from None
+    declared = expected_failed_checks(engine)
     limits = EngineLimits.of(
         engine,
         # Every engine compared must accept every request drawn.

@@ -11,6 +11,7 @@ from engines.protocol import (
     KVIntrospection,
     LoadIntrospection,
     SlotIntrospection,
+    max_concurrency,
     position_thresholds,
     supported_sampling,
 )
@@ -61,13 +62,12 @@ class EngineLimits:
     def of(cls, engine: Engine, **overrides: object) -> EngineLimits:
         slots = isinstance(engine, SlotIntrospection)
         kv = isinstance(engine, KVIntrospection)
-        declared = getattr(engine, "max_concurrency", None)
         fields: dict[str, object] = {
             "vocab_size": int(engine.vocab_size),
             "max_model_len": int(engine.max_model_len),
             "own_max_model_len": int(engine.max_model_len),
             "max_batch_size": int(engine.max_batch_size) if slots else None,  # type: ignore[attr-defined]
-            "concurrency": int(declared) if isinstance(declared, int) else None,
+            "concurrency": max_concurrency(engine),
             "block_size": int(engine.kv_block_size) if kv else None,  # type: ignore[attr-defined]
             "kv_blocks": int(engine.kv_total_blocks) if kv else None,  # type: ignore[attr-defined]
             "abortable": isinstance(engine, Abortable),

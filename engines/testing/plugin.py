@@ -141,6 +141,7 @@ def pytest_report_collectionfinish(config: pytest.Config,
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """What the conformance checks exercised, per engine, and why any did not run: a pass says
     how much it covered, and nothing is skipped silently. -v adds a line per check."""
+    from engines.testing.checks import summary_notes
     from engines.testing.coverage import Coverage
 
     engines: dict[str, tuple[Coverage, list[str], list[str]]] = {}
@@ -174,7 +175,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             data = total.as_dict()
             terminalreporter.write_line(f"{engine}: {len(passed)} check(s) passed over "
                                         f"{Coverage.describe(data)}")
-            for note in Coverage.notes(data):  # what was not judged, and what would change it
+            for note in summary_notes(data):  # what was not judged, and what would change it
                 terminalreporter.write_line(f"  {note}")
         for line in other:
             terminalreporter.write_line(line if passed else f"{engine}:{line}")

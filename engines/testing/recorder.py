@@ -25,6 +25,7 @@ from engines.protocol import (
     SlotIntrospection,
     StepOutput,
     kv_extra_blocks,
+    load_settle_s,
 )
 from engines.testing.crash import EngineCrashed, call_engine, step_deadline
 from engines.testing.workload import Abort, BadRequest, Workload
@@ -273,7 +274,7 @@ class Recorder:
         recorded; the drain check judges it."""
         eng: Any = self.engine
         before = self.trace.load_before
-        settle = float(eng.load_settle_s)
+        settle = load_settle_s(eng)
         start = time.monotonic()
         while True:
             now = self.call("load()", eng.load)

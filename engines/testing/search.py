@@ -93,9 +93,9 @@ def _replay_hint(ctx: SuiteContext, settings: Settings | None) -> str | None:
 def _tally(ctx: SuiteContext, check: str, outcome: Outcome, coverage: Coverage) -> None:
     if outcome.trace is not None:
         coverage.record(outcome.trace, ctx.limits)
-        tally = check_named(check).tally
-        if tally is not None and outcome.judged is not None:
-            tally(coverage, outcome.judged)
+        found = check_named(check)
+        if found.tally is not None and outcome.judged is not None:
+            found.tally.add(coverage, outcome.judged, found.name)
 
 
 def _seeds(ctx: SuiteContext, check: str, coverage: Coverage) -> None:

@@ -78,7 +78,7 @@ class EngineMachine(RuleBasedStateMachine):
         try:
             for check in self.judged:
                 if (moment is None or moment in check.machine) and check.prop is not None:
-                    check.prop(trace, self.ctx.judge)
+                    check(trace, self.ctx.judge)
         except AssertionError as exc:
             failure = explain(self.ctx, Failure(exc, len(trace.steps)), trace.workload)
         finally:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engines.protocol import Engine
-from engines.testing.checks import Property, check_named
+from engines.testing.checks import Check, check_named
 from engines.testing.context import SuiteContext
 from engines.testing.crash import EngineCrashed
 from engines.testing.recorder import Trace, run_workload
@@ -45,11 +45,11 @@ class Outcome:
         return self.failure is None and self.leak is None
 
 
-def _property(check: str) -> Property:
-    prop = check_named(check).prop
-    if prop is None:
+def _property(check: str) -> Check:
+    found = check_named(check)
+    if found.prop is None:
         raise ValueError(f"check {check!r} runs the state machine, not workloads")
-    return prop
+    return found
 
 
 def _run(ctx: SuiteContext, engine: Engine, w: Workload,

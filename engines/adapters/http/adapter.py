@@ -42,7 +42,14 @@ from engines.adapters.http.dialects import (
     vllm_load,
 )
 from engines.adapters.http.stream import Arrival, StreamClient
-from engines.protocol import FinishReason, InvalidRequest, Load, Request, StepOutput
+from engines.protocol import (
+    FinishReason,
+    InvalidRequest,
+    Load,
+    Request,
+    StepOutput,
+    logprobs_of,
+)
 
 __all__ = ["HTTPEngine", "RefusedInStream", "ServerError", "ServerStalled", "server_busy"]
 
@@ -113,7 +120,7 @@ class HTTPEngine:
         self.url = url.rstrip("/")
         self.dialect: Dialect = dialect_named(dialect)
         self.supported_sampling = self.dialect.supported_sampling
-        self.logprobs_of = getattr(self.dialect, "logprobs_of", "raw")
+        self.logprobs_of = logprobs_of(self.dialect)  # the dialect declares it as engines do
         self.stall_timeout = float(stall_timeout)
         self.log = log
         self.vocab_size = int(vocab_size)

@@ -11,22 +11,19 @@ from engines.testing.oracle import AloneOracle, ParityMode, TopAt, first_diverge
 from engines.testing.recorder import Trace
 from engines.testing.workload import Workload
 
-__all__ = ["Judge", "Violation", "describe", "fail", "step_of_token", "tops"]
+__all__ = ["Judge", "Violation", "describe", "step_of_token", "tops"]
 
 # Serves a workload on a config variant's engine and returns its trace.
 VariantRunner = Callable[[Workload], Trace]
 
 
 class Violation(AssertionError):
-    """A property failed; str() is the whole explanation, starting with the check's name."""
+    """A property failed; str() is the whole explanation, starting with the check's name
+    (`prop`). Properties raise them through their check: `check.fail(text)`."""
 
     def __init__(self, prop: str, message: str) -> None:
         super().__init__(message)
         self.prop = prop
-
-
-def fail(prop: str, text: str) -> Violation:
-    return Violation(prop, f"{prop}: {text}")
 
 
 @dataclass(frozen=True, slots=True)

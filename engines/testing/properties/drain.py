@@ -6,13 +6,14 @@ no token comparison sees."""
 
 from __future__ import annotations
 
-from engines.testing.properties.base import Judge, fail
+from engines.testing.check import Check
+from engines.testing.properties.base import Judge
 from engines.testing.recorder import Trace, load_left
 
 __all__ = ["check_drain"]
 
 
-def check_drain(trace: Trace, judge: Judge | None = None) -> None:
+def check_drain(check: Check, trace: Trace, judge: Judge) -> None:
     """After the drain (and the engine's load_settle_s), its own load report is at rest."""
     __tracebackhide__ = True
     before, after = trace.load_before, trace.load_after_drain
@@ -21,8 +22,8 @@ def check_drain(trace: Trace, judge: Judge | None = None) -> None:
     left = load_left(before, after)
     if left is not None:
         where = f" ({after.source})" if after.source else ""
-        raise fail("drain", f"every request finished and has_work() turned False, yet "
-                   f"{trace.load_waited_s:.1f} s later the engine's own load report{where} "
-                   f"still shows {left}. Expected nothing running or waiting and KV usage "
-                   f"back to its value before the workload: a request or its KV blocks "
-                   "leaked.")
+        raise check.fail(f"every request finished and has_work() turned False, yet "
+                         f"{trace.load_waited_s:.1f} s later the engine's own load report{where} "
+                         f"still shows {left}. Expected nothing running or waiting and KV usage "
+                         f"back to its value before the workload: a request or its KV blocks "
+                         "leaked.")

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
 
+from engines.testing.check import Check
+from engines.testing.coverage import Coverage, Tally
 from engines.testing.crash import EngineCrashed
-from engines.testing.properties.base import Judge, Violation, fail
+from engines.testing.properties.base import Judge, Violation
 from engines.testing.recorder import KVSnapshot, Trace
 
-if TYPE_CHECKING:  # coverage imports the properties
-    from engines.testing.coverage import Coverage
-
-__all__ = ["check_kv_accounting", "tally"]
+__all__ = ["TALLY", "check_kv_accounting"]
 
 
 def _streams(trace: Trace, upto: int) -> dict[Hashable, tuple[int, ...]]:
@@ -29,35 +27,35 @@ def _streams(trace: Trace, upto: int) -> dict[Hashable, tuple[int, ...]]:
     return out
 
 
-def _judge_snapshot(kv: KVSnapshot, streams: dict[Hashable, tuple[int, ...]],
+def _judge_snapshot(check: Check, kv: KVSnapshot, streams: dict[Hashable, tuple[int, ...]],
                     when: str) -> None:
     held = {b for table in kv.tables.values() for b in table}
     if len(held) + kv.free != kv.total:
-        raise fail("kv_accounting", f"{when}, {len(held)} block(s) are held and "
-                   f"{kv.free} free, but the pool has {kv.total}: blocks "
-                   + ("leaked." if len(held) + kv.free < kv.total else
-                      "counted free while still held."))
+        raise check.fail(f"{when}, {len(held)} block(s) are held and "
+                         f"{kv.free} free, but the pool has {kv.total}: blocks "
+                         + ("leaked." if len(held) + kv.free < kv.total else
+                         "counted free while still held."))
     owners: dict[int, list[tuple[Hashable, int]]] = defaultdict(list)
     bs = kv.block_size
     for rid, table in kv.tables.items():
         if len(set(table)) != len(table):
-            raise fail("kv_accounting", f"{when}, request {rid!r} holds a block twice: {table}.")
+            raise check.fail(f"{when}, request {rid!r} holds a block twice: {table}.")
         cached = kv.cached.get(rid, 0)
         need = -(-cached // bs)
         if len(table) < need:
-            raise fail("kv_accounting", f"{when}, request {rid!r} caches {cached} tokens in "
-                       f"{len(table)} block(s) of {bs}: it needs {need}.")
+            raise check.fail(f"{when}, request {rid!r} caches {cached} tokens in "
+                             f"{len(table)} block(s) of {bs}: it needs {need}.")
         if len(table) > need + kv.extra:
             allowed = (f" plus the {kv.extra} extra the engine declares (kv_extra_blocks)"
                        if kv.extra else " (the engine declares no kv_extra_blocks)")
-            raise fail("kv_accounting", f"{when}, request {rid!r} holds {len(table)} block(s) "
-                       f"of {bs} for {cached} cached token(s): at most {need} are "
-                       f"needed{allowed}. The others hold none of its tokens' KV: pool "
-                       "memory taken from other requests.")
+            raise check.fail(f"{when}, request {rid!r} holds {len(table)} block(s) "
+                             f"of {bs} for {cached} cached token(s): at most {need} are "
+                             f"needed{allowed}. The others hold none of its tokens' KV: pool "
+                             "memory taken from other requests.")
         stream = streams.get(rid)
         if stream is not None and cached > len(stream):
-            raise fail("kv_accounting", f"{when}, request {rid!r} caches {cached} tokens but "
-                       f"only {len(stream)} exist (prompt and generated).")
+            raise check.fail(f"{when}, request {rid!r} caches {cached} tokens but "
+                             f"only {len(stream)} exist (prompt and generated).")
         for j, block in enumerate(table):
             owners[block].append((rid, j))
     for block, users in owners.items():
@@ -70,32 +68,31 @@ def _judge_snapshot(kv: KVSnapshot, streams: dict[Hashable, tuple[int, ...]],
             same = ja == jb and len(sa) >= end and len(sb) >= end and sa[:end] == sb[:end]
             full = min(kv.cached.get(a, 0), kv.cached.get(b, 0)) >= end
             if not (same and full):
-                raise fail("kv_accounting", f"{when}, block {block} is held by {a!r} (as its "
-                           f"block {ja}) and by {b!r} (as its block {jb}), but it is not a full "
-                           f"block of a prefix both share: tokens up to {end} "
-                           f"{'agree' if same else 'differ'}, cached "
-                           f"{kv.cached.get(a, 0)} and {kv.cached.get(b, 0)}.")
+                raise check.fail(
+                    f"{when}, block {block} is held by {a!r} (as its "
+                    f"block {ja}) and by {b!r} (as its block {jb}), but it is not a full "
+                    f"block of a prefix both share: tokens up to {end} "
+                    f"{'agree' if same else 'differ'}, cached "
+                    f"{kv.cached.get(a, 0)} and {kv.cached.get(b, 0)}.")
 
 
-def check_kv_accounting(trace: Trace, judge: Judge | None = None) -> dict[str, int]:
+def check_kv_accounting(check: Check, trace: Trace, judge: Judge) -> dict[str, int]:
     """Held + free blocks add up to the pool after every step; each request holds the blocks
     its cached tokens need (ceil(cached / block size), plus at most the engine's declared
     kv_extra_blocks) and never a block twice; a block in two tables is a full shared
     prefix block at the same index over the same tokens; after the drain, nothing is held.
     The same for the workload's run on every config variant with a KV view of its own."""
     __tracebackhide__ = True
-    _judge_trace(trace, "")
+    _judge_trace(check, trace, "")
     judged: dict[str, int] = {}
-    if judge is None:
-        return judged
     for name, source in judge.kv_variants.items():
         try:
             other = judge.variants[name](trace.workload)
         except EngineCrashed as exc:
-            raise fail("kv_accounting", f"variant {name!r} crashed on this workload: "
-                       f"{exc}") from None
+            raise check.fail(f"variant {name!r} crashed on this workload: "
+                             f"{exc}") from None
         try:
-            _judge_trace(other, f"on variant {name!r}, ")
+            _judge_trace(check, other, f"on variant {name!r}, ")
         except Violation as bad:
             raise Violation(bad.prop, f"{bad}\n\nThe script below builds the engine under "
                             f"test; to see this, build variant {name!r} instead:\n\n"
@@ -104,24 +101,27 @@ def check_kv_accounting(trace: Trace, judge: Judge | None = None) -> dict[str, i
     return judged
 
 
-def tally(coverage: Coverage, preemptions: dict[str, int]) -> None:
+def _add(coverage: Coverage, preemptions: dict[str, int], check: str) -> None:
     """The preemptions each KV variant counted over the workloads judged on it (the engine's
     own are in its exercised() counters)."""
     for name, n in preemptions.items():
         coverage.counts[f"preemptions on variant {name}"] += n
 
 
-def _judge_trace(trace: Trace, where: str) -> None:
+TALLY = Tally(_add)
+
+
+def _judge_trace(check: Check, trace: Trace, where: str) -> None:
     __tracebackhide__ = True
     for rec in trace.steps:
         if rec.kv is not None:
-            _judge_snapshot(rec.kv, _streams(trace, rec.index),
+            _judge_snapshot(check, rec.kv, _streams(trace, rec.index),
                             f"{where}after step {rec.index}")
     last = trace.kv_after_drain
     if last is None or trace.stalled:
         return
     if last.tables or last.free != last.total:
-        raise fail("kv_accounting", f"{where}after every request finished and has_work() turned "
-                   f"False, {sorted(map(str, last.tables))} still hold blocks and "
-                   f"{last.free} of {last.total} are free. Expected every block free or "
-                   "evictable.")
+        raise check.fail(f"{where}after every request finished and has_work() turned "
+                         f"False, {sorted(map(str, last.tables))} still hold blocks and "
+                         f"{last.free} of {last.total} are free. Expected every block free or "
+                         "evictable.")

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 
 from engines.protocol import Request
-from engines.testing.coverage import Coverage
-from engines.testing.properties.base import Judge, describe, fail, step_of_token, tops
+from engines.testing.check import Check
+from engines.testing.coverage import Coverage, Tally
+from engines.testing.properties.base import Judge, describe, step_of_token, tops
 from engines.testing.recorder import Trace
 
 # Batched against alone on the same engine: fp32 engines agree to within rounding of
@@ -50,7 +51,7 @@ def _apart(got: Mapping[int, float], expected: Mapping[int, float], tol: float,
     return None
 
 
-def _compare(trace: Trace, r: Request, got: Sequence[Mapping[int, float]],
+def _compare(check: Check, trace: Trace, r: Request, got: Sequence[Mapping[int, float]],
              expected: Sequence[Mapping[int, float]], tokens: Sequence[int],
              same: Sequence[int], tol: float, what: str) -> None:
     __tracebackhide__ = True
@@ -60,12 +61,12 @@ def _compare(trace: Trace, r: Request, got: Sequence[Mapping[int, float]],
             return  # the tokens parted: parity's to judge, and nothing after compares
         where = _apart(got[i], expected[i], tol, n)
         if where is not None:
-            raise fail("logprobs", f"{describe(r, trace)} returned top logprobs for its token "
-                       f"{i} (step {step_of_token(trace, rid, i)}) that are not {what}'s: "
-                       f"{where} (tolerance {tol:g}).")
+            raise check.fail(f"{describe(r, trace)} returned top logprobs for its token "
+                             f"{i} (step {step_of_token(trace, rid, i)}) that are not {what}'s: "
+                             f"{where} (tolerance {tol:g}).")
 
 
-def tally(coverage: Coverage, judged: tuple[int, int, int]) -> None:
+def _add(coverage: Coverage, judged: tuple[int, int, int], check: str) -> None:
     """The check's line in the summary: requests whose values were judged, those judged for
     shape only (tie-aware parity), and those that asked for logprobs and got none (an engine
     may return none: then there was nothing to judge, and it says)."""
@@ -75,7 +76,10 @@ def tally(coverage: Coverage, judged: tuple[int, int, int]) -> None:
         coverage.counts[key] += n
 
 
-def check_logprobs(trace: Trace, judge: Judge) -> tuple[int, int, int]:
+TALLY = Tally(_add)
+
+
+def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, int]:
     """For every request that asks for logprobs and whose tokens are reproducible: one top-N
     mapping per token and the sampled token's logprob equal to its own entry there; under
     exact parity, the mappings equal to the request's served alone (within BATCH_TOL) and to
@@ -94,22 +98,22 @@ def check_logprobs(trace: Trace, judge: Judge) -> tuple[int, int, int]:
             continue
         judged, shape = (judged + 1, shape) if values else (judged, shape + 1)
         if len(got) != len(tokens):
-            raise fail("logprobs", f"{describe(r, trace)} asked for {p.logprobs} logprobs and "
-                       f"got {len(got)} top-logprob mappings for {len(tokens)} tokens.")
+            raise check.fail(f"{describe(r, trace)} asked for {p.logprobs} logprobs and "
+                             f"got {len(got)} top-logprob mappings for {len(tokens)} tokens.")
         sampled = _sampled(trace, rid)
         for i, (token, top) in enumerate(zip(tokens, got, strict=True)):
             if sampled is not None and token in top and abs(top[token] - sampled[i]) > 1e-6:
-                raise fail("logprobs", f"{describe(r, trace)} returned logprob {sampled[i]:.6g}"
-                           f" for its token {i} ({token}), whose own top-logprob entry is "
-                           f"{top[token]:.6g}. Expected the same value.")
+                raise check.fail(f"{describe(r, trace)} returned logprob {sampled[i]:.6g}"
+                                 f" for its token {i} ({token}), whose own top-logprob entry is "
+                                 f"{top[token]:.6g}. Expected the same value.")
         if not values:
             continue
         alone = judge.oracle(r.prompt_token_ids, p)
-        _compare(trace, r, got, alone.top_logprobs or (), tokens, alone.tokens, BATCH_TOL,
+        _compare(check, trace, r, got, alone.top_logprobs or (), tokens, alone.tokens, BATCH_TOL,
                  "the same request's served alone")
         if judge.reference is not None:
             ref = judge.reference(r.prompt_token_ids, p)
             if ref.top_logprobs:
-                _compare(trace, r, got, ref.top_logprobs, tokens, ref.tokens, REFERENCE_TOL,
+                _compare(check, trace, r, got, ref.top_logprobs, tokens, ref.tokens, REFERENCE_TOL,
                          "the reference engine's")
     return judged, shape, none

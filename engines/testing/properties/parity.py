@@ -5,13 +5,8 @@ workload on config variants."""
 from __future__ import annotations
 
 from engines.protocol import Request, SamplingParams
-from engines.testing.properties.base import (
-    Judge,
-    describe,
-    fail,
-    step_of_token,
-    tops,
-)
+from engines.testing.check import Check
+from engines.testing.properties.base import Judge, describe, step_of_token, tops
 from engines.testing.recorder import EngineCrashed, Trace
 
 __all__ = ["check_parity", "check_prefill_decode", "check_reference_parity", "check_variants"]
@@ -23,7 +18,7 @@ def _owes_prefix_only(trace: Trace, r: Request, observed_len: int, expected_len:
     return cut_short and observed_len < expected_len
 
 
-def check_parity(trace: Trace, judge: Judge) -> None:
+def check_parity(check: Check, trace: Trace, judge: Judge) -> None:
     """Every greedy or seeded request's tokens equal its tokens served alone on a fresh engine
     of the same factory (a prefix, if aborted or cut off)."""
     __tracebackhide__ = True
@@ -40,9 +35,9 @@ def check_parity(trace: Trace, judge: Judge) -> None:
                              observed_top=tops(trace, r.request_id),
                              expected_top=alone.top_logprobs)
         if how is not None:
-            raise fail("parity", f"{describe(r, trace)} diverged from its alone run "
-                       f"{_where(trace, r, got, alone_tokens)}, {how}. Alone it generated "
-                       f"{list(alone.tokens)}; in this workload {got}.")
+            raise check.fail(f"{describe(r, trace)} diverged from its alone run "
+                             f"{_where(trace, r, got, alone_tokens)}, {how}. Alone it generated "
+                             f"{list(alone.tokens)}; in this workload {got}.")
 
 
 def _where(trace: Trace, r: Request, got: list[int], expected: tuple[int, ...]) -> str:
@@ -52,13 +47,13 @@ def _where(trace: Trace, r: Request, got: list[int], expected: tuple[int, ...]) 
     return f"in step {step}" if step is not None else "by the time it finished"
 
 
-def check_reference_parity(trace: Trace, judge: Judge) -> None:
+def check_reference_parity(check: Check, trace: Trace, judge: Judge) -> None:
     """Every greedy request's tokens equal what the reference engine (--reference-engine)
     generates for it alone. Catches what self-parity cannot: bugs that make batched and alone
     runs wrong alike (a dropped bias, RoPE off by one everywhere)."""
     __tracebackhide__ = True
     reference = judge.reference
-    assert reference is not None, "reference_parity needs a reference engine"
+    assert reference is not None, f"{check.name} needs a reference engine"
     for r in trace.workload.requests:
         if r.params.temperature > 0:
             continue  # engines' samplers differ: only greedy tokens are comparable
@@ -70,12 +65,13 @@ def check_reference_parity(trace: Trace, judge: Judge) -> None:
         how = judge.diverges(r.prompt_token_ids, got, exp, observed_top=tops(trace, r.request_id),
                              expected_top=expected.top_logprobs)
         if how is not None:
-            raise fail("reference_parity", f"{describe(r, trace)} diverged from the reference "
-                       f"engine {_where(trace, r, got, exp)}, {how.replace('alone', 'reference')}"
-                       f". The reference generated {list(expected.tokens)}; this engine {got}.")
+            raise check.fail(
+                f"{describe(r, trace)} diverged from the reference "
+                f"engine {_where(trace, r, got, exp)}, {how.replace('alone', 'reference')}"
+                f". The reference generated {list(expected.tokens)}; this engine {got}.")
 
 
-def check_prefill_decode(trace: Trace, judge: Judge) -> None:
+def check_prefill_decode(check: Check, trace: Trace, judge: Judge) -> None:
     """For a greedy request that generated g0 g1 ... gn: serving prompt + g0..g(t-1) alone with
     max_tokens 1 yields g(t). The decode path must agree with the prefill path, which catches
     decode-only bugs that corrupt alone runs too (a position off by one in decode).
@@ -102,22 +98,23 @@ def check_prefill_decode(trace: Trace, judge: Judge) -> None:
                                  observed_top=own_tops[t:t + 1] if own_tops else None,
                                  expected_top=probe.top_logprobs)
             if how is not None:
-                raise fail("prefill_decode", f"{describe(r, trace)} decoded {got[t]} as its "
-                           f"token {t} (step {step_of_token(trace, r.request_id, t)}), but "
-                           f"prefilling its prompt and its first {t} token(s) {got[:t]} gives "
-                           f"{list(probe.tokens[:1])} ({how.replace('alone', 'prefill')}).")
+                raise check.fail(
+                    f"{describe(r, trace)} decoded {got[t]} as its "
+                    f"token {t} (step {step_of_token(trace, r.request_id, t)}), but "
+                    f"prefilling its prompt and its first {t} token(s) {got[:t]} gives "
+                    f"{list(probe.tokens[:1])} ({how.replace('alone', 'prefill')}).")
 
 
-def check_variants(trace: Trace, judge: Judge) -> None:
+def check_variants(check: Check, trace: Trace, judge: Judge) -> None:
     """The same workload on every config variant (--engine-variant) gives every greedy or
     seeded request the same tokens as the main engine (a prefix, for aborted requests)."""
     __tracebackhide__ = True
-    assert judge.variants, "variants needs at least one --engine-variant"
+    assert judge.variants, f"{check.name} needs at least one --engine-variant"
     for name, run in judge.variants.items():
         try:
             other = run(trace.workload)
         except EngineCrashed as exc:
-            raise fail("variants", f"variant {name!r} crashed on this workload: {exc}") from None
+            raise check.fail(f"variant {name!r} crashed on this workload: {exc}") from None
         for r in trace.workload.requests:
             if not judge.comparable(r.params):
                 continue
@@ -129,6 +126,6 @@ def check_variants(trace: Trace, judge: Judge) -> None:
                                  observed_top=tops(other, r.request_id),
                                  expected_top=tops(trace, r.request_id))
             if how is not None:
-                raise fail("variants", f"{describe(r, trace)} got {var} on variant {name!r} "
-                           f"but {main} on the main engine: "
-                           f"{how.replace('alone', 'main').replace('batched', name)}.")
+                raise check.fail(f"{describe(r, trace)} got {var} on variant {name!r} "
+                                 f"but {main} on the main engine: "
+                                 f"{how.replace('alone', 'main').replace('batched', name)}.")

@@ -13,22 +13,26 @@ reference engine where one is given, else from the engine's own logprobs. On the
 first-token probabilities are at most about 0.03, so 4 seeds suffice.
 
 The check returns each seed group's fate (judged, or why not, with the figures that would make
-it judgeable): the coverage summary reports those, rather than deciding them a second time.
+it judgeable): its tally (TALLY, below) reports those in the coverage summary, rather than
+deciding them a second time, with a sentence per reason saying what would change it.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from engines.protocol import Request
-from engines.testing.properties.base import Judge, describe, fail
+from engines.testing.check import Check
+from engines.testing.coverage import GREEDY_ONLY, Coverage, Tally
+from engines.testing.oracle import TOP_K
+from engines.testing.properties.base import Judge, describe
 from engines.testing.recorder import Trace
 
-__all__ = ["FALSE_ALARM", "MOST_SEEDS_ASKED", "SOURCES", "SeedGroup", "check_seeds",
+__all__ = ["FALSE_ALARM", "MOST_SEEDS_ASKED", "SOURCES", "TALLY", "SeedGroup", "check_seeds",
            "identical_bound", "seed_groups", "seeds_needed"]
 
 FALSE_ALARM = 1e-6
@@ -103,7 +107,7 @@ def _fate(group: list[Request], judge: Judge) -> SeedGroup:
                      math.ceil(100 * math.exp(max(top.values()))))
 
 
-def check_seeds(trace: Trace, judge: Judge) -> list[SeedGroup]:
+def check_seeds(check: Check, trace: Trace, judge: Judge) -> list[SeedGroup]:
     """A seeded request gives the same tokens served alone twice, and in this workload;
     requests of one prompt under distinct seeds are not all identical (judged where the
     chance that a correct engine makes them so is below FALSE_ALARM). Returns every seed
@@ -116,16 +120,16 @@ def check_seeds(trace: Trace, judge: Judge) -> list[SeedGroup]:
         first = judge.oracle(r.prompt_token_ids, p).tokens
         again = judge.oracle.serve(r.prompt_token_ids, p).tokens
         if again != first:
-            raise fail("seeds", f"{describe(r, trace)} served alone twice under seed {p.seed} "
-                       f"gave {list(first)}, then {list(again)}. Expected the same tokens.")
+            raise check.fail(f"{describe(r, trace)} served alone twice under seed {p.seed} "
+                             f"gave {list(first)}, then {list(again)}. Expected the same tokens.")
         if not judge.comparable(p):
             continue  # tie-aware: batched vs alone is not comparable for sampled tokens
         got = trace.tokens(r.request_id)
         if r.request_id in trace.aborted_at or r.request_id not in trace.finished_at:
             first = first[: len(got)]
         if tuple(got) != tuple(first):
-            raise fail("seeds", f"{describe(r, trace)} gave {got} in this workload but "
-                       f"{list(first)} alone under the same seed. Expected the same tokens.")
+            raise check.fail(f"{describe(r, trace)} gave {got} in this workload but "
+                             f"{list(first)} alone under the same seed. Expected the same tokens.")
     groups = seed_groups(trace)
     fates: dict[int, SeedGroup] = {}
     for i, group in enumerate(groups):  # the all-identical groups first: they can fail
@@ -135,8 +139,94 @@ def check_seeds(trace: Trace, judge: Judge) -> list[SeedGroup]:
         fates[i] = fate = _fate(group, judge)
         if fate.fate == "judged":
             seeds = [r.params.seed for r in group]
-            raise fail("seeds", f"{len(group)} requests of one prompt {group[0].prompt_token_ids}"
-                       f" at temperature 1 under seeds {seeds} all generated "
-                       f"{list(outputs.pop())}. A correct engine does that with probability "
-                       f"below {fate.bound:.2g}: the seed does not reach the sampler.")
+            raise check.fail(f"{len(group)} requests of one prompt {group[0].prompt_token_ids}"
+                             f" at temperature 1 under seeds {seeds} all generated "
+                             f"{list(outputs.pop())}. A correct engine does that with probability "
+                             f"below {fate.bound:.2g}: the seed does not reach the sampler.")
     return [fates[i] if i in fates else _fate(g, judge) for i, g in enumerate(groups)]
+
+
+# The summary's keys (`topic: detail`, the topic being the check's name): groups not judged
+# by reason and whose logprobs it was about, and maxima of the figures that would change it.
+_JUDGED = "seed groups judged"
+_UNJUDGED = "seed groups not judged (why: below)"
+_REASONS = {"no logprobs": "no top_logprobs from the %s",
+            "too few seeds": "too few seeds for the %s's first-token distribution",
+            "certain": "a first token all but certain under the %s"}
+_MOST_SEEDS = "distinct seeds in a group not judged"
+_NEEDED = "distinct seeds a group needs"
+_TOP_PERCENT = "top first-token candidate, percent"
+_BOUND = f"{FALSE_ALARM:g}".replace("e-0", "e-")  # as the docstring above writes it: 1e-6
+
+
+def _add(coverage: Coverage, groups: list[SeedGroup], name: str) -> None:
+    """The fates `check_seeds` gave its seed groups: judged, or why not (the figures that
+    would change it kept as maxima)."""
+    for group in groups:
+        if group.fate == "judged":
+            coverage.counts[_JUDGED] += 1
+            continue
+        coverage.counts[_UNJUDGED] += 1
+        coverage.counts[f"{name}: {_REASONS[group.fate] % group.source}"] += 1
+        if group.fate == "too few seeds":
+            for key, value in ((_MOST_SEEDS, group.size), (_NEEDED, group.needed),
+                               (_TOP_PERCENT, group.top_percent)):
+                coverage.most[f"{name}: {key}"] = max(coverage.most[f"{name}: {key}"],
+                                                      value or 0)
+
+
+Why = Callable[[Mapping[str, int], str, str], str]
+
+
+def _notes(data: Mapping[str, int], name: str) -> list[str]:
+    """Per reason seed groups went unjudged: what it was, and what would change it; and that
+    no other check drew a sampled request where the engine declares this one broken."""
+    out = []
+    if data.get(f"max {GREEDY_ONLY}"):
+        out.append(f"sampling: no check but `{name}` drew a sampled request (temperature > 0): "
+                   f"the engine declares `{name}` broken (expected_failed_checks), so every "
+                   "other check judged greedy requests only")
+    whys: dict[str, Why] = {"no logprobs": _no_logprobs, "too few seeds": _too_few,
+                            "certain": _certain}
+    for fate, template in _REASONS.items():
+        for source in SOURCES:
+            n = data.get(f"{name}: {template % source}", 0)
+            if n:
+                out.append(f"{name}: {n} seed group{'s' * (n != 1)} not judged: "
+                           + whys[fate](data, source, name))
+    return out
+
+
+def _no_logprobs(data: Mapping[str, int], source: str, name: str) -> str:
+    fix = ("return top_logprobs (one {token id: logprob} mapping per generated token, its "
+           "top params.logprobs candidates) when params.logprobs > 0"
+           + (", or pass --reference-engine with an engine that does" if source == "engine"
+              else ""))
+    return (f"the {source} returned no top_logprobs for the group's prompt served alone "
+            f"(greedy, max_tokens=1, logprobs={TOP_K}), so the chance that a correct engine "
+            f"samples all-identical outputs could not be bounded (the check judges a group "
+            f"only below {_BOUND}). To have such groups judged, {fix}.")
+
+
+def _too_few(data: Mapping[str, int], source: str, name: str) -> str:
+    def most(key: str) -> int:
+        return data.get(f"max {name}: {key}", 0)
+
+    return (f"too few seeds for the {source}'s first-token distribution: its top_logprobs "
+            f"put up to {most(_TOP_PERCENT)}% on one candidate, so with the "
+            f"{most(_MOST_SEEDS)} or fewer distinct seeds these groups had at "
+            f"temperature 1 a correct engine samples all-identical outputs with a chance of "
+            f"{_BOUND} or more. Groups of {most(_NEEDED)} or more "
+            f"distinct seeds of one of these prompts would be judged; if the top_logprobs are "
+            f"not the distribution the {source} samples from at temperature 1, they should be.")
+
+
+def _certain(data: Mapping[str, int], source: str, name: str) -> str:
+    return (f"the {source}'s top_logprobs make one first token all but certain, so not even "
+            f"{MOST_SEEDS_ASKED:,} distinct seeds would bring the chance of all-identical "
+            f"samples below {_BOUND}. A prompt whose first token is less certain would "
+            f"be judged; if the top_logprobs are not the distribution the {source} samples "
+            f"from at temperature 1, they should be.")
+
+
+TALLY = Tally(_add, _notes)
