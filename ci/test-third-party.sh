@@ -38,13 +38,13 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 ALL=${ALL_VARIANTS:-${ONLY:+1}}
 
-HF_FACTORIES=(engines.adapters.hf_continuous:make_engine engines.adapters.hf_variants:hf_stress)
-VLLM_FACTORIES=(engines.adapters.vllm:make_engine engines.adapters.vllm_variants:vllm_stress)
+HF_FACTORIES=(engines.adapters.hf:make_engine engines.adapters.hf.variants:hf_stress)
+VLLM_FACTORIES=(engines.adapters.vllm:make_engine engines.adapters.vllm.variants:vllm_stress)
 HTTP_FACTORIES=(engines.adapters.http:vllm_server)
 OPENVINO_FACTORIES=(engines.adapters.openvino:make_engine
-                    engines.adapters.openvino_variants:openvino_split_fuse)
+                    engines.adapters.openvino.variants:openvino_split_fuse)
 ORTGENAI_FACTORIES=(engines.adapters.ortgenai:make_engine)
-CT2_FACTORIES=(engines.adapters.ct2:make_engine engines.adapters.ct2_variants:ct2_max)
+CT2_FACTORIES=(engines.adapters.ct2:make_engine engines.adapters.ct2.variants:ct2_max)
 # The zoo slice: every engine's default factory on one zoo preset it serves (engines.zoo),
 # each in its library's venv, under NARROW_ARGS. In the main venv: our paged engine where it
 # serves a zoo preset, and transformers' continuous batching on the all-sliding-window one;
@@ -62,27 +62,27 @@ if [[ -n $ALL ]]; then
                      engines.adapters.http:llama_server_cache_prompt)
 fi
 if [[ -n $ALL ]]; then
-    HF_FACTORIES+=(engines.adapters.hf_variants:hf_block_sharing
-                   engines.adapters.hf_variants:hf_small_budget
-                   engines.adapters.hf_variants:hf_small_cache)
-    VLLM_FACTORIES+=(engines.adapters.vllm_variants:vllm_prefix_caching
-                     engines.adapters.vllm_variants:vllm_chunked_prefill
-                     engines.adapters.vllm_variants:vllm_preemption
-                     engines.adapters.vllm_variants:vllm_one_seq)
+    HF_FACTORIES+=(engines.adapters.hf.variants:hf_block_sharing
+                   engines.adapters.hf.variants:hf_small_budget
+                   engines.adapters.hf.variants:hf_small_cache)
+    VLLM_FACTORIES+=(engines.adapters.vllm.variants:vllm_prefix_caching
+                     engines.adapters.vllm.variants:vllm_chunked_prefill
+                     engines.adapters.vllm.variants:vllm_preemption
+                     engines.adapters.vllm.variants:vllm_one_seq)
     # The pool-pressure variants last: openvino-genai 2026.4.1 fails them under batching-ci.
-    OPENVINO_FACTORIES+=(engines.adapters.openvino_variants:openvino_prefix_caching
-                         engines.adapters.openvino_variants:openvino_no_split_fuse
-                         engines.adapters.openvino_variants:openvino_one_seq
-                         engines.adapters.openvino_variants:openvino_preemption
-                         engines.adapters.openvino_variants:openvino_pressure
-                         engines.adapters.openvino_variants:openvino_stress)
-    ORTGENAI_FACTORIES+=(engines.adapters.ortgenai_variants:ortgenai_batch1
-                         engines.adapters.ortgenai_variants:ortgenai_max)
-    CT2_FACTORIES+=(engines.adapters.ct2_variants:ct2_batch1)
+    OPENVINO_FACTORIES+=(engines.adapters.openvino.variants:openvino_prefix_caching
+                         engines.adapters.openvino.variants:openvino_no_split_fuse
+                         engines.adapters.openvino.variants:openvino_one_seq
+                         engines.adapters.openvino.variants:openvino_preemption
+                         engines.adapters.openvino.variants:openvino_pressure
+                         engines.adapters.openvino.variants:openvino_stress)
+    ORTGENAI_FACTORIES+=(engines.adapters.ortgenai.variants:ortgenai_batch1
+                         engines.adapters.ortgenai.variants:ortgenai_max)
+    CT2_FACTORIES+=(engines.adapters.ct2.variants:ct2_batch1)
     # Each launches a vLLM server of its own (1.5 to 2.5 min of start-up on 2 busy cores).
-    HTTP_FACTORIES+=(engines.adapters.http_variants:vllm_server_prefix_caching
-                     engines.adapters.http_variants:vllm_server_chunked_prefill
-                     engines.adapters.http_variants:vllm_server_preemption)
+    HTTP_FACTORIES+=(engines.adapters.http.variants:vllm_server_prefix_caching
+                     engines.adapters.http.variants:vllm_server_chunked_prefill
+                     engines.adapters.http.variants:vllm_server_preemption)
 fi
 if [[ -n ${ONLY:-} ]]; then
     pick() { printf '%s\n' "$@" | grep -E "$ONLY" || true; }
@@ -165,7 +165,7 @@ if [[ -z ${ONLY:-} ]]; then
     # Not hf_stress or hf_small_cache: their pools hold exactly the context, and 5.16-5.17
     # cannot serve a prompt one token short of it (a finding, pinned in
     # tests/test_adapters_kv.py). A compatibility run: under NARROW_ARGS.
-    suite "$PY" engines.adapters.hf_continuous:make_engine "$@" "${NARROW[@]+"${NARROW[@]}"}"
+    suite "$PY" engines.adapters.hf:make_engine "$@" "${NARROW[@]+"${NARROW[@]}"}"
     unset PYTHONPATH
 fi
 

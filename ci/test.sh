@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 echo "== the conformance suite on our continuous engine, against the sequential reference"
 python -m pytest --pyargs engines.testing.conformance -p no:cacheprovider -q \
-    --engine engines.continuous:ContinuousBatchEngine \
+    --engine engines.slot.continuous:ContinuousBatchEngine \
     --reference-engine engines.sequential:SequentialEngine \
     --engine-variant one_slot=tests.helpers:one_slot_continuous \
     --hypothesis-profile=batching-ci

@@ -30,7 +30,7 @@ if [[ ! -f $STAMP ]]; then
     pip_quiet uninstall -y torchvision torchaudio torchcodec
     # Our dependencies are compatible with vLLM's pins, so pip only adds what is missing.
     pip_quiet install -e .
-    "$VENV/bin/python" -c "import vllm, transformers, engines.adapters.hf_continuous" >&2
+    "$VENV/bin/python" -c "import vllm, transformers, engines.adapters.hf" >&2
     touch "$STAMP"
 fi
 echo "$VENV/bin/python"

@@ -47,7 +47,7 @@ def load_factory(spec: str, *, option: str = "--engine") -> Callable[[], Engine]
     if not sep or not module_name or not attr:
         raise EngineSpecError(
             f"{option} {spec!r}: expected 'module:callable', e.g. "
-            "'engines.continuous:ContinuousBatchEngine' or 'mypkg.engines:make_engine'"
+            "'engines.slot.continuous:ContinuousBatchEngine' or 'mypkg.engines:make_engine'"
         )
     # Like `uvicorn app:app`: a module next to where pytest runs is importable without
     # installing it first.

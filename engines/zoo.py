@@ -26,10 +26,10 @@ __all__ = ["ENGINES", "factory", "zoo_specs"]
 # engine name -> "module:callable" taking the preset as its first argument.
 ENGINES: dict[str, str] = {
     "sequential": "engines.sequential:SequentialEngine",
-    "static": "engines.static:StaticBatchEngine",
-    "continuous": "engines.continuous:ContinuousBatchEngine",
+    "static": "engines.slot.static:StaticBatchEngine",
+    "continuous": "engines.slot.continuous:ContinuousBatchEngine",
     "paged": "engines.paged:PagedEngine",
-    "hf_continuous": "engines.adapters.hf.continuous:hf_continuous",
+    "hf_continuous": "engines.adapters.hf.adapter:hf_continuous",
     "vllm": "engines.adapters.vllm.adapter:vllm_cpu",
     "openvino": "engines.adapters.openvino.adapter:openvino_genai_engine",
     "ortgenai": "engines.adapters.ortgenai.adapter:ortgenai_engine",

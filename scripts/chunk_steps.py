@@ -28,7 +28,8 @@ from engines.paged.engine import PagedEngine
 from engines.paged.state import PagedRequest
 from engines.protocol import Engine
 
-DEFAULT = ["continuous=engines.continuous:ContinuousBatchEngine", "paged=engines.paged:PagedEngine"]
+DEFAULT = ["continuous=engines.slot.continuous:ContinuousBatchEngine",
+           "paged=engines.paged:PagedEngine"]
 
 
 def _log_chunks(engine: PagedEngine) -> list[list[int]]:

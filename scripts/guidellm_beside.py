@@ -103,7 +103,7 @@ def guidellm_exe() -> str:
 def server(args: argparse.Namespace) -> tuple[str, Path, HTTPEngine, int | None]:
     """The server's URL, the tokenizer directory it was given, our adapter over it, and its
     pid (for its CPU use; None where --url is given without --server-pid)."""
-    from engines.adapters.http.checkpoint import server_checkpoint, write_tokenizer
+    from engines.adapters.http.convert import server_checkpoint, write_tokenizer
     from engines.adapters.http.servers import vllm_server_process
 
     ckpt = server_checkpoint()

@@ -8,8 +8,8 @@ spike against the steps a prompt's chunks take (each holding a seat that does no
 The default rotation, one budget per run:
 
     python -m engines.bench --quick \\
-        --engine static=engines.static:StaticBatchEngine \\
-        --engine continuous=engines.continuous:ContinuousBatchEngine \\
+        --engine static=engines.slot.static:StaticBatchEngine \\
+        --engine continuous=engines.slot.continuous:ContinuousBatchEngine \\
         --engine paged=scripts.paged_budgets:budget_112
 
 Put several paged engines in one run only knowing that an engine stepped right after one

@@ -25,7 +25,7 @@ import torch
 
 from engines.bench.priority import stepping_priority
 from engines.protocol import Request, SamplingParams
-from engines.static import StaticBatchEngine
+from engines.slot.static import StaticBatchEngine
 
 
 def _switches() -> int:

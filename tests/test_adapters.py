@@ -25,7 +25,7 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 def _hf() -> Engine:
-    from engines.adapters.hf.continuous import make_engine
+    from engines.adapters.hf.adapter import make_engine
 
     return make_engine()
 

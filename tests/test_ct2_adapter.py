@@ -49,7 +49,7 @@ def engine() -> Iterator[Engine]:
 
 
 def test_factory_declares_what_the_library_has(engine: Engine) -> None:
-    from engines.adapters.ct2_variants import ct2_batch1, ct2_max
+    from engines.adapters.ct2.variants import ct2_batch1, ct2_max
     from engines.protocol import KVIntrospection, SlotIntrospection
 
     assert isinstance(engine, Engine) and isinstance(engine, Abortable)
@@ -86,7 +86,7 @@ def test_tokens_match_generate_with_mid_run_arrivals(engine: Engine) -> None:
 @pytest.mark.parametrize("factory", ["make_engine", "ct2_batch1", "ct2_max"])
 def test_one_token_prompts_beside_longer_ones(factory: str) -> None:
     import engines.adapters.ct2 as ct2
-    import engines.adapters.ct2_variants as variants
+    import engines.adapters.ct2.variants as variants
 
     eng = getattr(variants, factory, None) or getattr(ct2, factory)
     prompts = make_prompts([1, 8, 1, 30, 5], seed=3)

@@ -475,7 +475,7 @@ def test_the_server_tokenizer_has_no_token_past_the_vocabulary(tmp_path: Path) -
     # (docs/findings.md, report 13).
     from transformers import AutoTokenizer, Qwen2Config
 
-    from engines.adapters.http.checkpoint import write_tokenizer
+    from engines.adapters.http.convert import write_tokenizer
 
     Qwen2Config(vocab_size=64).save_pretrained(tmp_path)
     write_tokenizer(tmp_path, 64)

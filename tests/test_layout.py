@@ -10,6 +10,7 @@ import ast
 import importlib
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,7 @@ FLOW: dict[str, set[str]] = {
     "engines.protocol": set(),  # the contract
     "engines.models": set(),  # presets, shared by engines, bench and the repo's tests
     "engines.factories": {"engines.protocol"},  # MODULE:CALLABLE specs, for testing and bench
+    "engines.deprecated": set(),  # the warning the old spec paths give
     "engines.core": {"engines.protocol", "engines.models"},
     "engines.slot": _ENGINE_BASE,
     "engines.paged": _ENGINE_BASE,
@@ -132,12 +134,13 @@ FLOW: dict[str, set[str]] = {
 }
 # Imports past FLOW, each with the reason it is allowed.
 EXCEPTIONS: dict[tuple[str, str], str] = {}
-# The old public spec paths (README, docs, ci): thin re-exports of where the code now is.
+# The old public spec paths, deprecated aliases for one release: thin re-exports of where the
+# code now is that warn, naming it.
 SHIMS = {
     "engines.continuous": "engines.slot.continuous",
     "engines.static": "engines.slot.static",
     "engines.paged_variants": "engines.paged.variants",
-    "engines.adapters.hf_continuous": "engines.adapters.hf.continuous",
+    "engines.adapters.hf_continuous": "engines.adapters.hf.adapter",
     "engines.adapters.hf_variants": "engines.adapters.hf.variants",
     "engines.adapters.vllm_variants": "engines.adapters.vllm.variants",
     "engines.adapters.http_variants": "engines.adapters.http.variants",
@@ -191,11 +194,16 @@ def _body(name: str) -> list[ast.stmt]:
 
 
 @pytest.mark.parametrize("shim", sorted(SHIMS))
-def test_an_old_public_path_is_one_reexport(shim: str) -> None:
-    assert shim in MODULES, f"{shim} is a public spec path: keep it as a re-export"
+def test_an_old_public_path_is_one_reexport_that_warns(shim: str) -> None:
+    assert shim in MODULES, f"{shim} is a public spec path until the next release"
     body = _body(shim)
-    assert len(body) == 1 and isinstance(body[0], ast.ImportFrom), ast.dump(body[0])
-    assert body[0].module == SHIMS[shim]
+    imports = [n for n in body if isinstance(n, ast.ImportFrom)]
+    calls = [n for n in body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+    assert len(body) == 3 and len(imports) == 2 and len(calls) == 1, ast.dump(body[0])
+    assert {n.module for n in imports} == {SHIMS[shim], "engines.deprecated"}
+    call = calls[0].value
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+    assert call.func.id == "moved"
     # Everything in engines/ imports the new paths; the old ones are for users.
     users = [n for n, deps in GRAPH.items() if shim in deps and n not in SHIMS]
     assert not users, users
@@ -239,6 +247,7 @@ _NAMED_IN = ["README.md", "pyproject.toml", "docs/*.md", "ci/*", "scripts/*.py",
 _SPEC = re.compile(r"(?<![\w.])(engines(?:\.\w+)+):([A-Za-z_]\w*)")
 _FILE = re.compile(r"(?<![\w./])engines/[\w/]*\w(?:\.py)?")
 _PLACEHOLDERS = {"FACTORY"}
+_LIB = "LIB"  # stands for any adapter folder's name (engines.adapters.LIB:make_engine)
 
 
 def _named() -> list[tuple[str, str]]:
@@ -249,7 +258,8 @@ def _named() -> list[tuple[str, str]]:
 
 def test_every_spec_path_the_repo_names_resolves() -> None:
     specs = {(m.group(1), m.group(2), where) for where, text in _named()
-             for m in _SPEC.finditer(text) if m.group(2) not in _PLACEHOLDERS}
+             for m in _SPEC.finditer(text) if m.group(2) not in _PLACEHOLDERS
+             and _LIB not in m.group(1).split(".")}
     assert ("engines.paged", "PagedEngine", "README.md") in specs  # the scan finds them
     broken = [f"{where}: {module}:{attr}" for module, attr, where in sorted(specs)
               if module not in MODULES or attr not in _defined(module) | _zoo(module, attr)]
@@ -269,7 +279,8 @@ def _zoo(module: str, attr: str) -> set[str]:
 
 
 def test_every_engines_file_the_repo_names_exists() -> None:
-    named = {(m.group(0), where) for where, text in _named() for m in _FILE.finditer(text)}
+    named = {(m.group(0), where) for where, text in _named() for m in _FILE.finditer(text)
+             if _LIB not in m.group(0).split("/")}
     assert ("engines/protocol.py", "README.md") in named
     missing = [f"{where}: {path}" for path, where in sorted(named) if not (ROOT / path).exists()]
     assert not missing, missing
@@ -277,6 +288,7 @@ def test_every_engines_file_the_repo_names_exists() -> None:
 
 # Packages that replaced a flat module, re-exporting the engine the public spec path names.
 REEXPORTING_PACKAGES = {"engines.paged": "engines.paged.engine",
+                        "engines.adapters.hf": "engines.adapters.hf.adapter",
                         "engines.adapters.vllm": "engines.adapters.vllm.adapter",
                         "engines.adapters.openvino": "engines.adapters.openvino.adapter",
                         "engines.adapters.ortgenai": "engines.adapters.ortgenai.adapter",
@@ -285,7 +297,9 @@ _HAS_VLLM = importlib.util.find_spec("vllm") is not None
 _HAS_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
 _HAS_ORTGENAI = importlib.util.find_spec("onnxruntime_genai") is not None
 _HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
-_NEEDS = {"vllm": (_HAS_VLLM, "vllm not installed"),
+_HAS_HTTPX = importlib.util.find_spec("httpx") is not None  # the optional extra `http`
+_NEEDS = {"http": (_HAS_HTTPX, "httpx not installed"),
+          "vllm": (_HAS_VLLM, "vllm not installed"),
           "openvino": (_HAS_OPENVINO, "openvino_genai not installed"),
           "ortgenai": (_HAS_ORTGENAI, "onnxruntime_genai not installed"),
           "ct2": (_HAS_CT2, "ctranslate2 not installed")}
@@ -297,10 +311,42 @@ _NEEDS = {"vllm": (_HAS_VLLM, "vllm not installed"),
     for old in sorted({**SHIMS, **REEXPORTING_PACKAGES})])
 def test_an_old_public_path_gives_the_same_objects(old: str) -> None:
     new = {**SHIMS, **REEXPORTING_PACKAGES}[old]
-    names = {n for n in _defined(old) if not n.startswith("__")}
+    names = {n for n in _defined(old) if not n.startswith("__") and n != "moved"}
     assert names, old
-    old_module, new_module = importlib.import_module(old), importlib.import_module(new)
+    new_module = importlib.import_module(new)
+    if old in SHIMS:  # imported afresh: its warning comes at import, once
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=rf"^{re.escape(old)} is deprecated and "
+                                                    rf"goes in the next release: import "):
+            old_module = importlib.import_module(old)
+    else:
+        old_module = importlib.import_module(old)
     assert all(getattr(old_module, n) is getattr(new_module, n) for n in names), names
+
+
+# One shape per adapter folder (docs/architecture.md): what each must have, and the folders
+# whose library cannot load a preset's checkpoint directory, which convert it.
+ADAPTER_FILES = ("__init__.py", "adapter.py", "variants.py")
+CONVERTING = {"ct2", "openvino", "ortgenai", "http"}
+
+
+def test_every_adapter_folder_has_one_shape() -> None:
+    folders = sorted(p for p in (PACKAGE / "adapters").iterdir()
+                     if p.is_dir() and p.name not in ("common", "__pycache__"))
+    assert {p.name for p in folders} >= {"hf", "vllm", "openvino", "ortgenai", "ct2", "http"}
+    for folder in folders:
+        have = {p.name for p in folder.glob("*.py")}
+        missing = [f for f in ADAPTER_FILES if f not in have]
+        assert not missing, f"{folder.name}: add {missing} (docs/architecture.md)"
+        assert ("convert.py" in have) == (folder.name in CONVERTING), folder.name
+        # The package names the public specs: make_engine (http: its server factories).
+        init = _defined(f"engines.adapters.{folder.name}")
+        assert {"make_engine"} <= init or {"from_env", "vllm_server"} <= init, folder.name
+
+
+def test_the_flat_adapter_modules_are_only_the_deprecated_aliases() -> None:
+    flat = {_module(p) for p in (PACKAGE / "adapters").glob("*.py")} - {"engines.adapters"}
+    assert flat == {m for m in SHIMS if m.startswith("engines.adapters.")}, flat
 
 
 # Where a check's name may stand as a string: its registry line, and nowhere else (a property

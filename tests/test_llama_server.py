@@ -16,7 +16,7 @@ import pytest
 httpx = pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not installed")
 
 from engines.adapters.http.launch import running  # noqa: E402
-from engines.adapters.http.llama import LLAMA_SERVER  # noqa: E402
+from engines.adapters.http.servers import LLAMA_SERVER  # noqa: E402
 from engines.protocol import (  # noqa: E402
     FinishReason,
     InvalidRequest,
@@ -65,14 +65,16 @@ def mid_run_arrivals_get_generate_tokens(eng: object) -> None:
 
 def test_on_llama_server(launched: None) -> None:
     from engines.adapters.http import llama_server
-    from engines.adapters.http.llama import gguf_model
+    from engines.adapters.http.convert import gguf_model
+    from engines.adapters.http.servers import llama_server_binary
     from tests.helpers import assert_top_logprobs_match_the_reference, hf_generate, make_prompts
 
     eng = llama_server()
     # Limits from /props: 4 slots of the preset's 512 tokens.
     assert (eng.vocab_size, eng.max_model_len, eng.max_concurrency) == (1024, 512, 4)
     start = time.monotonic()
-    assert gguf_model().is_file() and time.monotonic() - start < 5  # converted once, cached
+    assert gguf_model(binary=llama_server_binary()).is_file()
+    assert time.monotonic() - start < 5  # converted once, cached
     mid_run_arrivals_get_generate_tokens(eng)
     again = llama_server()
     assert again.url == eng.url and len(running()) == 1  # one server per process

@@ -59,7 +59,7 @@ def engine() -> Iterator[Engine]:
 
 
 def test_factory_declares_what_the_library_has(engine: Engine) -> None:
-    from engines.adapters.openvino_variants import openvino_one_seq, openvino_stress
+    from engines.adapters.openvino.variants import openvino_one_seq, openvino_stress
 
     assert isinstance(engine, Engine) and isinstance(engine, Abortable)
     assert (engine.vocab_size, engine.max_model_len) == (1024, 512)
@@ -95,7 +95,7 @@ def test_tokens_match_generate_with_mid_run_arrivals(engine: Engine) -> None:
 
 @pytest.mark.parametrize("factory", ["openvino_stress", "openvino_split_fuse"])
 def test_variants_match_generate_under_pressure(factory: str) -> None:
-    import engines.adapters.openvino_variants as variants
+    import engines.adapters.openvino.variants as variants
 
     eng = getattr(variants, factory)()
     prompts = make_prompts([20, 25, 1, 40], seed=8)
@@ -107,7 +107,7 @@ def test_variants_match_generate_under_pressure(factory: str) -> None:
 
 def test_the_token_budget_reaches_the_scheduler() -> None:
     from engines.adapters.openvino import make_engine
-    from engines.adapters.openvino_variants import openvino_split_fuse
+    from engines.adapters.openvino.variants import openvino_split_fuse
 
     (prompt,) = make_prompts([100], seed=9)
     first_token_at = []
@@ -323,7 +323,7 @@ def test_prefix_caching_under_a_split_fuse_budget() -> None:
                    reason="openvino-genai 2026.4.1: after a cancel in a full pool the next "
                    "request is dropped unserved (docs/findings.md, report 8)")
 def test_a_request_after_a_cancel_in_a_full_pool_is_served() -> None:
-    from engines.adapters.openvino_variants import openvino_pressure
+    from engines.adapters.openvino.variants import openvino_pressure
 
     eng = openvino_pressure()  # 2 blocks of 32 tokens, 16 tokens a step
     eng.add_request(Request(tuple(range(1, 34)), SamplingParams(max_tokens=2), request_id="long"))

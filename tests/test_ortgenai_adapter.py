@@ -56,7 +56,7 @@ def engine() -> Iterator[Engine]:
 
 def test_factory_declares_what_the_library_has(engine: Engine) -> None:
     from engines.adapters.ortgenai import SUPPORTED_SAMPLING
-    from engines.adapters.ortgenai_variants import ortgenai_batch1, ortgenai_max
+    from engines.adapters.ortgenai.variants import ortgenai_batch1, ortgenai_max
     from engines.protocol import supported_sampling
 
     assert isinstance(engine, Engine) and isinstance(engine, Abortable)
@@ -223,7 +223,7 @@ def test_the_library_applies_top_p_with_top_k_off() -> None:
                    "4 requests whatever engine.static_batching.max_batch_size says "
                    "(docs/findings.md, report 10)")
 def test_batch1_runs_one_request_at_a_time() -> None:
-    from engines.adapters.ortgenai_variants import ortgenai_batch1
+    from engines.adapters.ortgenai.variants import ortgenai_batch1
 
     eng = ortgenai_batch1()
     requests = greedy(make_prompts([3, 4], seed=11), [3, 3])

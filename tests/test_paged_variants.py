@@ -1,4 +1,4 @@
-"""The paged engine's config variants (engines.paged_variants): each gives every request the
+"""The paged engine's config variants (engines.paged.variants): each gives every request the
 same tokens as the default engine, and each really exercises what it is for."""
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 import torch
 
-from engines.continuous import ContinuousBatchEngine
 from engines.models import (
     PRESETS,
     ZOO,
@@ -21,7 +20,8 @@ from engines.models import (
 from engines.paged import PagedEngine
 from engines.protocol import Request, SamplingParams
 from engines.sequential import SequentialEngine
-from engines.static import StaticBatchEngine
+from engines.slot.continuous import ContinuousBatchEngine
+from engines.slot.static import StaticBatchEngine
 from tests.helpers import drain, make_prompts
 
 # Past every window and threshold: 40 prompt tokens + 30 generated cross 16 and 64.
@@ -128,7 +128,7 @@ def test_refusal_names_the_feature() -> None:
 ])
 def test_the_transformers_kv_view_reads_each_cache_allocator(preset: str, blocks: int,
                                                              cached: int) -> None:
-    from engines.adapters.hf.continuous import hf_continuous
+    from engines.adapters.hf.adapter import hf_continuous
 
     engine = hf_continuous(preset)
     (prompt,) = make_prompts([PROMPT_LEN], seed=8)
@@ -157,7 +157,7 @@ def test_the_transformers_adapter_declares_its_libraries_bugs(preset: str, decla
                                                               report: str) -> None:
     # The checks the zoo matrix saw fail on transformers' continuous batching, and only those
     # (a declared check that passes is a strict XPASS: the suite fails it).
-    from engines.adapters.hf.continuous import hf_continuous
+    from engines.adapters.hf.adapter import hf_continuous
 
     known = hf_continuous(preset).expected_failed_checks
     assert set(known) == declared

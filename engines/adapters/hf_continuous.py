@@ -1,4 +1,7 @@
-"""Public spec path `engines.adapters.hf_continuous:make_engine`: the adapter is
-engines.adapters.hf.continuous (this re-exports its `__all__`)."""
+"""Deprecated alias of engines.adapters.hf, kept for one release (it goes in the next): the spec
+`engines.adapters.hf_continuous:FACTORY` is `engines.adapters.hf:FACTORY` now."""
 
-from engines.adapters.hf.continuous import *  # noqa: F403
+from engines.adapters.hf.adapter import *  # noqa: F403
+from engines.deprecated import moved
+
+moved(__name__, "engines.adapters.hf")

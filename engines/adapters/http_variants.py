@@ -1,4 +1,8 @@
-"""Public spec paths `engines.adapters.http_variants:FACTORY`: the vLLM server variants are
-engines.adapters.http.variants (this re-exports its `__all__`)."""
+"""Deprecated alias of engines.adapters.http.variants, kept for one release (it goes in the
+next): the spec `engines.adapters.http_variants:FACTORY` is
+`engines.adapters.http.variants:FACTORY` now."""
 
 from engines.adapters.http.variants import *  # noqa: F403
+from engines.deprecated import moved
+
+moved(__name__, "engines.adapters.http.variants")

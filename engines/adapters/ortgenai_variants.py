@@ -1,4 +1,8 @@
-"""Public spec paths `engines.adapters.ortgenai_variants:FACTORY`: the variants are
-engines.adapters.ortgenai.variants (this re-exports its `__all__`)."""
+"""Deprecated alias of engines.adapters.ortgenai.variants, kept for one release (it goes in the
+next): the spec `engines.adapters.ortgenai_variants:FACTORY` is
+`engines.adapters.ortgenai.variants:FACTORY` now."""
 
 from engines.adapters.ortgenai.variants import *  # noqa: F403
+from engines.deprecated import moved
+
+moved(__name__, "engines.adapters.ortgenai.variants")

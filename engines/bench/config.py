@@ -22,10 +22,10 @@ QUICK_SEARCH_TIE = 1.3
 # The default comparison: row name -> engine class, built on the preset's model with the
 # config's device, dtype and slots. One line adds an engine to every default run (CLI and asv).
 DEFAULT_ENGINES: dict[str, str] = {
-    "static": "engines.static:StaticBatchEngine",
-    "continuous": "engines.continuous:ContinuousBatchEngine",
+    "static": "engines.slot.static:StaticBatchEngine",
+    "continuous": "engines.slot.continuous:ContinuousBatchEngine",
     # The same KV memory as the slot engines, shared by twice the seats (the point of paging).
-    "paged": "engines.paged_variants:equal_memory",
+    "paged": "engines.paged.variants:equal_memory",
 }
 
 

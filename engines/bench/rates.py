@@ -101,7 +101,7 @@ def replay(engines: dict[str, Engine], items: Sequence[draws.WorkItem], rates: S
 
 def export_guidellm(items: Sequence[draws.WorkItem], path: Path) -> Path:
     """The workload as GuideLLM's JSON-lines data: each prompt as the words `t<id>` that the
-    server checkpoints' WordLevel tokenizer (engines.adapters.http.checkpoint) maps back to
+    server checkpoints' WordLevel tokenizer (engines.adapters.http.convert) maps back to
     exactly these ids, with its token counts."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:

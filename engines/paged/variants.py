@@ -3,10 +3,10 @@ engine schedules, never what it computes, so every request must get the same tok
 the default engine.
 
     pytest --pyargs engines.testing.conformance --engine engines.paged:PagedEngine \\
-        --engine-variant no_prefix_caching=engines.paged_variants:no_prefix_caching \\
-        --engine-variant budget_8=engines.paged_variants:budget_8 \\
-        --engine-variant small_pool=engines.paged_variants:small_pool \\
-        --engine-variant one_at_a_time=engines.paged_variants:one_at_a_time
+        --engine-variant no_prefix_caching=engines.paged.variants:no_prefix_caching \\
+        --engine-variant budget_8=engines.paged.variants:budget_8 \\
+        --engine-variant small_pool=engines.paged.variants:small_pool \\
+        --engine-variant one_at_a_time=engines.paged.variants:one_at_a_time
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ class PreemptedTableLingers(PagedEngine):
 
 
 def _small_pool_lingering() -> PreemptedTableLingers:
-    # engines.paged_variants.small_pool's configuration: one whole context for 16 seats.
+    # engines.paged.variants.small_pool's configuration: one whole context for 16 seats.
     return PreemptedTableLingers(max_batch_size=16, num_blocks=512 // 16)
 
 

@@ -1,2 +1,3 @@
-"""What every adapter shares: the request book (validation, finish reasons) and the tally of
-what an engine exercised. Imports no third-party engine library."""
+"""What every adapter shares: the request book (validation, finish reasons), the tally of
+what an engine exercised, the presets written as checkpoint directories (cached by their
+weights' digest) and the 1:1 tokenizer those carry. Imports no third-party engine library."""

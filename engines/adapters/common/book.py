@@ -1,4 +1,4 @@
-"""Request bookkeeping both adapters share: the library's own request ids, cumulative token
+"""Request bookkeeping every adapter shares: the library's own request ids, cumulative token
 lists turned into per-step deltas, and the ABORT outputs neither library emits itself."""
 
 from __future__ import annotations

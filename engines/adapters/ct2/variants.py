@@ -1,5 +1,5 @@
 """CTranslate2 configurations, each a zero-argument factory for `--engine` or
-`--engine-variant NAME=engines.adapters.ct2_variants:FACTORY`.
+`--engine-variant NAME=engines.adapters.ct2.variants:FACTORY`.
 
 The library's one scheduling knob is the batch size: `ct2_batch1` runs requests strictly one
 at a time (the rest wait), `ct2_max` batches up to 16.

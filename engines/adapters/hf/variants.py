@@ -1,5 +1,5 @@
 """transformers continuous-batching configurations, each a zero-argument factory for
-`--engine` or `--engine-variant NAME=engines.adapters.hf_variants:FACTORY`.
+`--engine` or `--engine-variant NAME=engines.adapters.hf.variants:FACTORY`.
 
 All run the "tiny" preset. The library chunks a prompt by its per-batch token budget
 (`max_batch_tokens`); under cache pressure it evicts running requests and prefills them again
@@ -15,7 +15,7 @@ engines.adapters.common.exercised).
 
 from __future__ import annotations
 
-from engines.adapters.hf.continuous import HFContinuousEngine, hf_continuous
+from engines.adapters.hf.adapter import HFContinuousEngine, hf_continuous
 
 __all__ = ["hf_block_sharing", "hf_small_budget", "hf_small_cache", "hf_stress"]
 

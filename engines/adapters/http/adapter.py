@@ -24,6 +24,7 @@ request before its first token. Those checks skip, and say so.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import time
@@ -51,7 +52,8 @@ from engines.protocol import (
     logprobs_of,
 )
 
-__all__ = ["HTTPEngine", "RefusedInStream", "ServerError", "ServerStalled", "server_busy"]
+__all__ = ["HTTPEngine", "RefusedInStream", "ServerError", "ServerStalled", "from_env",
+           "server_busy"]
 
 
 class ServerError(RuntimeError):
@@ -398,3 +400,44 @@ def server_busy(url: str, timeout: float = 5.0) -> int | None:
         return None
     load = vllm_load(response.text, url)
     return None if load is None else load.running + load.waiting
+
+
+# The environment form: BATCHING_ENGINE_URL and what the server cannot say about itself.
+URL = "BATCHING_ENGINE_URL"
+_SETTINGS = {
+    "BATCHING_ENGINE_VOCAB_SIZE": "vocab_size",
+    "BATCHING_ENGINE_DIALECT": "dialect",
+    "BATCHING_ENGINE_MODEL": "model",
+    "BATCHING_ENGINE_MAX_MODEL_LEN": "max_model_len",
+    "BATCHING_ENGINE_MAX_CONCURRENCY": "max_concurrency",
+    "BATCHING_ENGINE_MAX_LOGPROBS": "max_logprobs",
+    "BATCHING_ENGINE_STALL_TIMEOUT": "stall_timeout",
+}
+_NUMBERS = {"vocab_size": int, "max_model_len": int, "max_concurrency": int, "max_logprobs": int,
+            "stall_timeout": float}
+
+
+def from_env() -> HTTPEngine:
+    """An adapter over the server at $BATCHING_ENGINE_URL (`--engine
+    engines.adapters.http:from_env`): the user's own server. $BATCHING_ENGINE_VOCAB_SIZE is
+    required (no server endpoint gives it); optional: _DIALECT (openai | llama), _MODEL,
+    _MAX_MODEL_LEN (where the server does not say it), _MAX_CONCURRENCY, _MAX_LOGPROBS (vLLM:
+    --max-logprobs, default 20), _STALL_TIMEOUT (seconds). The servers the tests launch are
+    engines.adapters.http.variants."""
+    url = os.environ.get(URL)
+    if not url:
+        raise ValueError(f"{URL} is not set: set it to the server's base URL, e.g. "
+                         "http://127.0.0.1:8000")
+    kw: dict[str, object] = {}
+    for var, name in _SETTINGS.items():
+        value = os.environ.get(var)
+        if not value:
+            continue
+        try:
+            kw[name] = _NUMBERS[name](value) if name in _NUMBERS else value
+        except ValueError:
+            raise ValueError(f"{var}: {value!r} is not a number") from None
+    if "vocab_size" not in kw:
+        raise ValueError("BATCHING_ENGINE_VOCAB_SIZE is not set: the model's vocabulary size "
+                         "(config.json's vocab_size); no server endpoint says it")
+    return HTTPEngine(url, **kw)  # type: ignore[arg-type]

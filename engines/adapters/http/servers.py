@@ -1,27 +1,28 @@
-"""Zero-argument factories over servers: one the tests launch (vLLM's OpenAI server on a
-preset checkpoint) and one the user points at (a URL in the environment).
+"""The servers the tests launch: vLLM's OpenAI server (from the vLLM venv) and llama.cpp's
+llama-server (the binary $BATCHING_LLAMA_SERVER names), each on a preset converted by
+engines.adapters.http.convert. The factories over them are engines.adapters.http.variants.
 
 The suite builds engines many times; a server takes minutes to start. So a launched server is
-started once per process, at the first factory call, and every later call returns a new
-adapter over the same server (each new adapter first waits for the server to be drained of
-requests other adapters left behind).
+started once per process and configuration, at the first call, and every later call returns
+the same one (each new adapter over it first waits for the server to be drained of requests
+other adapters left behind).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from engines.adapters.http.adapter import HTTPEngine
+from engines.adapters.http.convert import gguf_model, server_checkpoint
 from engines.adapters.http.launch import PORT, Server, launch
 
-__all__ = ["VLLM_PYTHON", "from_env", "vllm_adapter", "vllm_python", "vllm_server",
-           "vllm_server_process"]
+__all__ = ["LLAMA_SERVER", "VLLM_PYTHON", "llama_server_binary", "llama_server_process",
+           "vllm_python", "vllm_server_process"]
 
 # The vLLM venv's python: ci/vllm-env.sh builds .venv-vllm (relative paths: to the cwd).
 VLLM_PYTHON = "BATCHING_VLLM_PYTHON"
 _DEFAULT_PYTHON = ".venv-vllm/bin/python"
+LLAMA_SERVER = "BATCHING_LLAMA_SERVER"  # the llama-server binary
 # vLLM's CPU server start-up took up to 5 min on a busy 2-core machine.
 START_TIMEOUT = "BATCHING_SERVER_START_TIMEOUT"
 
@@ -48,7 +49,6 @@ def vllm_server_process(preset: str = "tiny", *, seed: int = 0,
     first call). num_blocks: usable KV blocks (vLLM adds its null block); set, it replaces
     the pool VLLM_CPU_KVCACHE_SPACE would give. max_num_batched_tokens: chunked prefill under
     that per-step token budget."""
-    from engines.adapters.http.checkpoint import server_checkpoint
     from engines.models import preset_max_model_len
 
     max_model_len = max_model_len or preset_max_model_len(preset) or 512
@@ -84,59 +84,47 @@ def vllm_server_process(preset: str = "tiny", *, seed: int = 0,
     return server
 
 
-def vllm_adapter(server: Server, *, preset: str = "tiny", seed: int = 0,
-                 max_concurrency: int = 8, refuse_seeded: str | None = None) -> HTTPEngine:
-    """A new adapter over a launched vLLM server on the preset."""
-    from engines.adapters.http.checkpoint import server_checkpoint
-
-    ckpt = server_checkpoint(preset, seed=seed)
-    vocab = int(json.loads((ckpt / "config.json").read_text())["vocab_size"])
-    # vLLM's --max-logprobs default: it refuses more only inside the stream.
-    return HTTPEngine(server.url, vocab_size=vocab, max_concurrency=max_concurrency,
-                      max_logprobs=20, refuse_seeded=refuse_seeded, log=str(server.log))
-
-
-def vllm_server() -> HTTPEngine:
-    """An adapter over this process's vLLM OpenAI server on the tiny preset (8 sequences, a
-    512-token context, prefix caching off), launched at the first call."""
-    return vllm_adapter(vllm_server_process())
+def llama_server_binary() -> Path:
+    """The llama-server binary, or a clear error saying how to get one."""
+    value = os.environ.get(LLAMA_SERVER)
+    if not value:
+        raise FileNotFoundError(
+            f"{LLAMA_SERVER} is not set: build llama-server with `bash ci/llama-server-env.sh` "
+            f"(its last line is the binary) and set {LLAMA_SERVER} to it")
+    path = Path(value)
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise FileNotFoundError(f"{LLAMA_SERVER}: {value!r} is not an executable file")
+    return path
 
 
-# The URL form: BATCHING_ENGINE_URL and what the server cannot say about itself.
-URL = "BATCHING_ENGINE_URL"
-_SETTINGS = {
-    "BATCHING_ENGINE_VOCAB_SIZE": "vocab_size",
-    "BATCHING_ENGINE_DIALECT": "dialect",
-    "BATCHING_ENGINE_MODEL": "model",
-    "BATCHING_ENGINE_MAX_MODEL_LEN": "max_model_len",
-    "BATCHING_ENGINE_MAX_CONCURRENCY": "max_concurrency",
-    "BATCHING_ENGINE_MAX_LOGPROBS": "max_logprobs",
-    "BATCHING_ENGINE_STALL_TIMEOUT": "stall_timeout",
-}
-_NUMBERS = {"vocab_size": int, "max_model_len": int, "max_concurrency": int, "max_logprobs": int,
-            "stall_timeout": float}
+def llama_server_process(preset: str = "tiny", *, seed: int = 0, slots: int = 4,
+                         extra: tuple[str, ...] = ()) -> Server:
+    """This process's llama-server over the preset with `slots` parallel slots, each with the
+    preset's context (launched at the first call)."""
+    from engines.models import preset_max_model_len
 
-
-def from_env() -> HTTPEngine:
-    """An adapter over the server at $BATCHING_ENGINE_URL (`--engine
-    engines.adapters.http:from_env`). $BATCHING_ENGINE_VOCAB_SIZE is required (no server
-    endpoint gives it); optional: _DIALECT (openai | llama), _MODEL, _MAX_MODEL_LEN (where the
-    server does not say it), _MAX_CONCURRENCY, _MAX_LOGPROBS (vLLM: --max-logprobs, default 20),
-    _STALL_TIMEOUT (seconds)."""
-    url = os.environ.get(URL)
-    if not url:
-        raise ValueError(f"{URL} is not set: set it to the server's base URL, e.g. "
-                         "http://127.0.0.1:8000")
-    kw: dict[str, object] = {}
-    for var, name in _SETTINGS.items():
-        value = os.environ.get(var)
-        if not value:
-            continue
-        try:
-            kw[name] = _NUMBERS[name](value) if name in _NUMBERS else value
-        except ValueError:
-            raise ValueError(f"{var}: {value!r} is not a number") from None
-    if "vocab_size" not in kw:
-        raise ValueError("BATCHING_ENGINE_VOCAB_SIZE is not set: the model's vocabulary size "
-                         "(config.json's vocab_size); no server endpoint says it")
-    return HTTPEngine(url, **kw)  # type: ignore[arg-type]
+    ctx = preset_max_model_len(preset) or 512
+    key = (preset, seed, slots, extra)
+    server = _servers.get(key)
+    if server is not None and server.alive:
+        return server
+    binary = llama_server_binary()
+    model = gguf_model(preset, seed=seed, binary=binary)
+    argv = [
+        str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", PORT,
+        # -c is the whole KV cache; each slot gets ctx tokens of it.
+        "-c", str(ctx * slots), "--parallel", str(slots), "--no-kv-unified",
+        # Attention in F32, as the weights: an F32 KV cache (the default is F16) and no flash
+        # attention, which casts K and V to F16 even from an F32 cache (llama-graph.cpp;
+        # upstream's choice, llama.cpp PR 12825). Either alone put logprobs 4e-3 to 2e-2 off
+        # the F32 reference and flipped greedy near-ties; without both, within 1e-5.
+        "--cache-type-k", "f32", "--cache-type-v", "f32", "--flash-attn", "off",
+        # One thread: the machine's other core belongs to the benchmarks (and the reference).
+        "-t", "1", "-tb", "1", "--seed", str(seed), "--no-webui",
+        # /metrics and /slots: what the server says it runs (the drain check reads them).
+        "--metrics", "--slots", *extra,
+    ]
+    timeout = float(os.environ.get(START_TIMEOUT) or 300)
+    server = launch(argv, timeout=timeout, name=f"llama-server-{preset}")
+    _servers[key] = server
+    return server

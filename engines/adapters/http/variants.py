@@ -1,24 +1,54 @@
-"""vLLM OpenAI-server configurations users turn on, each a zero-argument factory for
-`--engine engines.adapters.http_variants:FACTORY` (or `--engine-variant NAME=...`), compared
-with the sequential reference as the default `engines.adapters.http:vllm_server` is.
+"""The servers the tests launch, each configuration a zero-argument factory for `--engine
+engines.adapters.http.variants:FACTORY` (or `--engine-variant NAME=...`), compared with the
+sequential reference on the same weights. The defaults, `vllm_server` and `llama_server`, are
+public as `engines.adapters.http:vllm_server` and `engines.adapters.http:llama_server` too.
 
-The same configurations as the in-process ones (engines.adapters.vllm.variants), on the
-server: the "tiny" preset, 32-token KV blocks (the smallest vLLM's CPU attention accepts).
-Each launches its own server once per process (start-up takes minutes on a busy CPU).
+vLLM's OpenAI server: the same configurations as the in-process ones
+(engines.adapters.vllm.variants), on the "tiny" preset, 32-token KV blocks (the smallest
+vLLM's CPU attention accepts) where a variant sets them. llama.cpp's llama-server: the tiny
+preset as GGUF F32, 4 slots of 512 tokens. Each configuration launches its own server once
+per process (engines.adapters.http.servers; start-up takes minutes on a busy CPU), and every
+call returns a new adapter over it.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import httpx
 
 from engines.adapters.http.adapter import HTTPEngine
-from engines.adapters.http.servers import vllm_adapter, vllm_server_process
+from engines.adapters.http.convert import server_checkpoint
+from engines.adapters.http.launch import Server
+from engines.adapters.http.servers import llama_server_process, vllm_server_process
 
-__all__ = ["vllm_server_chunked_prefill", "vllm_server_preemption",
+__all__ = ["llama_adapter", "llama_server", "llama_server_cache_prompt",
+           "llama_server_one_slot", "vllm_adapter", "vllm_server",
+           "vllm_server_chunked_prefill", "vllm_server_preemption",
            "vllm_server_prefix_caching"]
 
 _BLOCK = 32
 _SMALL_CONTEXT = 64  # tokens: 2 blocks, one request at full length
+
+
+def _vocab(checkpoint: Path) -> int:
+    return int(json.loads((checkpoint / "config.json").read_text())["vocab_size"])
+
+
+def vllm_adapter(server: Server, *, preset: str = "tiny", seed: int = 0,
+                 max_concurrency: int = 8, refuse_seeded: str | None = None) -> HTTPEngine:
+    """A new adapter over a launched vLLM server on the preset."""
+    # vLLM's --max-logprobs default: it refuses more only inside the stream.
+    return HTTPEngine(server.url, vocab_size=_vocab(server_checkpoint(preset, seed=seed)),
+                      max_concurrency=max_concurrency, max_logprobs=20,
+                      refuse_seeded=refuse_seeded, log=str(server.log))
+
+
+def vllm_server() -> HTTPEngine:
+    """An adapter over this process's vLLM OpenAI server on the tiny preset (8 sequences, a
+    512-token context, prefix caching off), launched at the first call."""
+    return vllm_adapter(vllm_server_process())
 
 
 def vllm_server_prefix_caching() -> HTTPEngine:
@@ -58,3 +88,29 @@ def vllm_server_preemption() -> HTTPEngine:
     and recomputes it later."""
     return vllm_adapter(vllm_server_process(max_model_len=_SMALL_CONTEXT, block_size=_BLOCK,
                                             num_blocks=_SMALL_CONTEXT // _BLOCK))
+
+
+def llama_adapter(server: Server, *, dialect: str = "llama") -> HTTPEngine:
+    """A new adapter over a launched llama-server on the tiny preset; max_model_len and
+    max_concurrency come from the server's /props."""
+    from engines.adapters.common.checkpoints import checkpoint_dir
+
+    return HTTPEngine(server.url, vocab_size=_vocab(checkpoint_dir("tiny", seed=0)),
+                      dialect=dialect, log=str(server.log))
+
+
+def llama_server() -> HTTPEngine:
+    """llama-server on the tiny preset: 4 slots of 512 tokens, cache_prompt off (nothing
+    carries over between requests), launched at the first call."""
+    return llama_adapter(llama_server_process())
+
+
+def llama_server_one_slot() -> HTTPEngine:
+    """As llama_server with one slot (--parallel 1): requests queue and run one at a time."""
+    return llama_adapter(llama_server_process(slots=1))
+
+
+def llama_server_cache_prompt() -> HTTPEngine:
+    """As llama_server with cache_prompt on: a slot reuses the KV of the longest common
+    prefix of its last request's prompt."""
+    return llama_adapter(llama_server_process(), dialect="llama-cache-prompt")

@@ -1,5 +1,5 @@
 """OpenVINO GenAI configurations users turn on, each a zero-argument factory for `--engine` or
-`--engine-variant NAME=engines.adapters.openvino_variants:FACTORY`.
+`--engine-variant NAME=engines.adapters.openvino.variants:FACTORY`.
 
 All run the "tiny" preset in 32-token KV blocks (the CPU plugin's). They are sized for the
 conformance suite's workloads (a few short prompts and at most one long one, small budgets),

@@ -1,5 +1,5 @@
 """onnxruntime-genai configurations, each a zero-argument factory for `--engine` or
-`--engine-variant NAME=engines.adapters.ortgenai_variants:FACTORY`.
+`--engine-variant NAME=engines.adapters.ortgenai.variants:FACTORY`.
 
 On the CPU the library runs its static-batch scheduler (engines.adapters.ortgenai.adapter), and
 the one scheduler setting it exposes there is `engine.static_batching.max_batch_size`. Paged

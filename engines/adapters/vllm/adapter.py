@@ -4,7 +4,7 @@ The preset is written out once as a safetensors checkpoint directory and served 
 in-process `LLMEngine`: no tokenizer, fp32, eager. `LLMEngine.step()` is one scheduler
 iteration, as ours is. `make_engine` runs vLLM with prefix caching off and a KV pool that holds
 a full batch at full length (nothing carries between requests, nothing is preempted); the
-variant factories in engines.adapters.vllm_variants turn on what users turn on.
+variant factories in engines.adapters.vllm.variants turn on what users turn on.
 
 Translations (where vLLM's semantics differ from the protocol):
 - outputs: vLLM returns each request's tokens and logprobs so far; the adapter returns the

@@ -1,5 +1,5 @@
 """vLLM CPU configurations users turn on, each a zero-argument factory for `--engine` or
-`--engine-variant NAME=engines.adapters.vllm_variants:FACTORY`.
+`--engine-variant NAME=engines.adapters.vllm.variants:FACTORY`.
 
 All run the "tiny" preset with 32-token KV blocks, the smallest the CPU attention backend
 accepts. They are sized for the conformance suite's workloads (a few short prompts and at
