@@ -122,6 +122,15 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         self.chunked_prompts = 0  # requests whose prefill took more than one step, ever
 
     @property
+    def execution(self) -> str:
+        mode = self.runner.compiled.mode
+        if mode == "off":
+            return super().execution
+        return (f"torch {torch.__version__.split('+')[0]} on {self.device.type}, "
+                f"compiled={mode!r} (engines.paged.compiled; {self.runner.graph_steps} "
+                "steps compiled so far, the others eager)")
+
+    @property
     def prefix_cache_hits(self) -> int:
         """Blocks taken from the prefix cache instead of being computed, ever."""
         return self.pool.hits
