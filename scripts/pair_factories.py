@@ -78,3 +78,20 @@ def openvino_tiny_pc() -> Any:
 
 def openvino_small_pc() -> Any:
     return _openvino("small", True)
+
+
+# Ours with the compiled step (engines.paged.compiled): compiles in the bench's warm-up runs.
+def paged_tiny_compiled() -> Any:
+    return _paged("tiny", True, compiled="step")
+
+
+def paged_small_compiled() -> Any:
+    return _paged("small", True, compiled="step")
+
+
+def paged_tiny_nopc_compiled() -> Any:
+    return _paged("tiny", False, compiled="step")
+
+
+def paged_small_nopc_compiled() -> Any:
+    return _paged("small", False, compiled="step")

@@ -44,8 +44,11 @@ PARTS: tuple[tuple[str, str, str], ...] = (
     ("attention", "runner", "_attend"),
     ("o-proj + MLP", "runner", "_finish"),
     ("head (norm + lm_head)", "runner", "_logits"),
+    ("block tables", "runner", "_table_rows"),
+    ("compiled graph (packing + the graph)", "runner", "_graph_step"),
+    ("compiled graph (packing + the graph)", "runner", "_decode_bucket"),
+    ("forward, the rest (packing, pool writes)", "runner", "_eager"),
     ("forward, the rest (packing, pool writes)", "runner", "forward"),
-    ("compiled decode", "runner", "_compiled_decode"),
     ("sampling", "engine_module", "sample"),
 )
 
@@ -95,9 +98,9 @@ def _instrument(engine: Any, timer: Timer) -> None:
             setattr(target, attr, timer.wrap(label, fn))
 
 
-def _run(preset: str, timer: Timer | None) -> tuple[dict[str, list[float]], int]:
+def _run(preset: str, timer: Timer | None, **options: Any) -> tuple[dict[str, list[float]], int]:
     """One closed mix; per-step wall times by kind (decode, mixed); output tokens."""
-    engine = equal_memory(max_batch_size=8, model=preset)
+    engine = equal_memory(max_batch_size=8, model=preset, **options)
     saved = (paged_forward.plan_attention, paged_forward.attend, paged_engine.sample)
     if timer is not None:
         _instrument(engine, timer)
@@ -132,7 +135,11 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--compiled", default="off", help="PagedEngine(compiled=...)")
+    parser.add_argument("--no-prefix-caching", action="store_true")
     args = parser.parse_args()
+    options = {"compiled": args.compiled,
+               "enable_prefix_caching": not args.no_prefix_caching}
     torch.set_num_threads(args.threads)
     gc.disable()
     timer = Timer()
@@ -142,8 +149,8 @@ def main() -> None:
     rates = []
     for run in range(args.runs + 1):  # the first: a warm-up, not recorded
         timer.recording = run > 0
-        plain, tokens = _run(args.preset, None)
-        timed, _ = _run(args.preset, timer)
+        plain, tokens = _run(args.preset, None, **options)
+        timed, _ = _run(args.preset, timer, **options)
         if run == 0:
             continue
         for kind in bare:
@@ -152,8 +159,9 @@ def main() -> None:
             counts[kind] += len(timed[kind])
         rates.append(tokens / sum(sum(v) for v in plain.values()))
     print(f"{args.preset}, {args.threads} thread(s), the closed mix (32 requests) on "
-          f"equal_memory, {args.runs} runs: {sorted(rates)[len(rates) // 2]:.0f} output tok/s "
-          "(unwrapped, engine.step() time only)")
+          f"equal_memory({options}), a fresh engine a run, {args.runs} runs: "
+          f"{sorted(rates)[len(rates) // 2]:.0f} output tok/s (unwrapped, engine.step() time "
+          "only)")
     for kind in ("decode", "mixed"):
         n = counts[kind]
         if not n:

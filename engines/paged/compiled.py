@@ -130,6 +130,18 @@ class CompiledSteps:
 _CACHE: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
 
 
+def static_inputs(args: Sequence[Any]) -> None:
+    """Mark the weights and KV pools among a graph's arguments as static addresses for CUDA
+    graphs: a captured graph replays on the tensors it was captured with, so without the mark
+    torch.compile copies every weight into a placeholder before each replay, and declines to
+    capture a graph that writes a non-static input (the pools)."""
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            torch._dynamo.mark_static_address(arg)
+        elif isinstance(arg, (tuple, list)):
+            static_inputs(arg)
+
+
 _LATER_LAYER = re.compile(r"\b(layers|kv)\[[1-9]")
 
 

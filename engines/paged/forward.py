@@ -146,6 +146,8 @@ class PagedForward(DecoderParts):
         self.graph_steps = 0  # steps the compiled graph ran (the others ran eagerly)
         if compiled != "off":
             self._graph_args = self._compilable(config)
+            if device.type == "cuda" and compiled == "graphs":
+                compiled_steps.static_inputs(self._graph_args)
             # A bucket's padded rows: a table row of scratch blocks; every row's logits.
             self._scratch_table = torch.full((1, self.max_blocks), num_blocks,
                                              dtype=torch.long, device=device)
