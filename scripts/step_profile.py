@@ -32,23 +32,25 @@ from engines.paged.variants import equal_memory
 PARTS: tuple[tuple[str, str, str], ...] = (
     ("schedule", "engine", "_schedule"),
     ("rows", "engine", "_row"),
-    ("rows", "engine", "_rows"),
+    ("block tables", "runner", "_table_rows"),
     ("plan (tables, masks)", "forward", "plan_attention"),
-    ("plan (tables, masks)", "runner", "_prepare"),
-    ("embed + rotary", "runner", "_embed"),
     ("embed + rotary", "runner.embed", "forward"),
     ("embed + rotary", "runner.rotary", "forward"),
+    # Before the own forward (652f95e): transformers' norm modules and our fused pieces.
     ("norms", "layers", "ln1"),
+    ("norms", "layers", "ln2"),
     ("q/k/v + rope", "runner", "_packed_qkv"),
-    ("attention", "forward", "attend"),
-    ("attention", "runner", "_attend"),
     ("o-proj + MLP", "runner", "_finish"),
     ("head (norm + lm_head)", "runner", "_logits"),
-    ("block tables", "runner", "_table_rows"),
+    # After: engines.core.ops' pieces.
+    ("norms", "forward", "rms_norm"),
+    ("rope", "forward", "rope"),
+    ("matmuls (q/k/v, o, MLP, head)", "Linear", "__call__"),
+    ("attention", "forward", "attend"),
     ("compiled graph (packing + the graph)", "runner", "_graph_step"),
     ("compiled graph (packing + the graph)", "runner", "_decode_bucket"),
-    ("forward, the rest (packing, pool writes)", "runner", "_eager"),
-    ("forward, the rest (packing, pool writes)", "runner", "forward"),
+    ("forward, the rest (packing, pool writes, residuals)", "runner", "_eager"),
+    ("forward, the rest (packing, pool writes, residuals)", "runner", "forward"),
     ("sampling", "engine_module", "sample"),
 )
 
@@ -83,13 +85,14 @@ def _instrument(engine: Any, timer: Timer) -> None:
     runner = engine.runner
     places: dict[str, Any] = {"engine": engine, "runner": runner, "forward": paged_forward,
                               "engine_module": paged_engine,
+                              "Linear": getattr(paged_forward, "Linear", None),
                               "runner.embed": getattr(runner, "embed", None),
                               "runner.rotary": getattr(runner, "rotary", None)}
     for label, where, attr in PARTS:
         if where == "layers":
             for layer in getattr(runner, "layers", []):
                 module = getattr(layer, attr, None)
-                if isinstance(module, torch.nn.Module):
+                if isinstance(module, torch.nn.Module) and not hasattr(runner, "packed_layers"):
                     module.forward = timer.wrap(label, module.forward)  # type: ignore[method-assign]
             continue
         target = places[where]
@@ -101,7 +104,11 @@ def _instrument(engine: Any, timer: Timer) -> None:
 def _run(preset: str, timer: Timer | None, **options: Any) -> tuple[dict[str, list[float]], int]:
     """One closed mix; per-step wall times by kind (decode, mixed); output tokens."""
     engine = equal_memory(max_batch_size=8, model=preset, **options)
-    saved = (paged_forward.plan_attention, paged_forward.attend, paged_engine.sample)
+    names = ("plan_attention", "attend", "rms_norm", "rope")
+    saved = {name: getattr(paged_forward, name) for name in names if hasattr(paged_forward, name)}
+    linear = getattr(paged_forward, "Linear", None)
+    saved_call = linear.__dict__["__call__"] if linear is not None else None
+    saved_sample = paged_engine.sample
     if timer is not None:
         _instrument(engine, timer)
     try:
@@ -127,7 +134,11 @@ def _run(preset: str, timer: Timer | None, **options: Any) -> tuple[dict[str, li
                     into[k] += v
         return steps, tokens
     finally:
-        paged_forward.plan_attention, paged_forward.attend, paged_engine.sample = saved
+        for name, fn in saved.items():
+            setattr(paged_forward, name, fn)
+        if linear is not None:
+            linear.__call__ = saved_call  # type: ignore[method-assign]
+        paged_engine.sample = saved_sample
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ would pay it for nothing.
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -108,23 +109,31 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
 
 
 class CompiledSteps:
-    """The compiled callable for a mode (shared by every engine in the process:
+    """The compiled callables for a mode (shared by every engine in the process:
     torch.compile caches per function, guarded on shapes, not on which engine's tensors come
-    in)."""
+    in): `graph` for "step", `bucket_graph(size)` for "graphs"."""
 
     def __init__(self, mode: str, device: torch.device) -> None:
         if mode not in COMPILE_MODES:
             raise ValueError(f"compiled: {mode!r} is not one of {', '.join(COMPILE_MODES)}")
         self.mode = mode
+        self.cuda = device.type == "cuda"
         self.graph: Callable[..., torch.Tensor] | None = None
         if mode == "step":
             # Automatic dynamic shapes: the second shape makes the dims that changed (tokens,
             # table width) dynamic and keeps the model's static (a fully dynamic graph
             # treats head_dim as unknown too, and vectorizes its loops badly).
-            self.graph = _compiled(dynamic=None, mode=None)
-        elif mode == "graphs":
-            self.graph = _compiled(dynamic=False,
-                                   mode="reduce-overhead" if device.type == "cuda" else None)
+            self.graph = _compiled("step", dynamic=None, mode=None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    def bucket_graph(self, size: int) -> Callable[..., torch.Tensor]:
+        """The static graph of one decode bucket (a function of its own per bucket:
+        torch.compile keeps at most 8 graphs per function, then runs it uncompiled)."""
+        return _compiled(f"bucket{size}", dynamic=False,
+                         mode="reduce-overhead" if self.cuda else None)
 
 
 _CACHE: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
@@ -153,10 +162,14 @@ def _guard_filter(entries: Sequence[Any]) -> list[bool]:
     return [not _LATER_LAYER.search(entry.name) for entry in entries]
 
 
-def _compiled(*, dynamic: bool | None, mode: str | None) -> Callable[..., torch.Tensor]:
-    key = (dynamic, mode)
+def _compiled(name: str, *, dynamic: bool | None, mode: str | None
+              ) -> Callable[..., torch.Tensor]:
+    key = (name, dynamic, mode)
     if key not in _CACHE:
+        # A code object of its own: torch.compile's cache of graphs is per code object.
+        fn = types.FunctionType(step_graph.__code__.replace(co_name=f"step_graph_{name}"),
+                                step_graph.__globals__, closure=step_graph.__closure__)
         options: dict[str, Any] = {"guard_filter_fn": _guard_filter}
-        _CACHE[key] = torch.compile(step_graph, dynamic=dynamic, mode=mode, fullgraph=True,
+        _CACHE[key] = torch.compile(fn, dynamic=dynamic, mode=mode, fullgraph=True,
                                     options=options if mode is None else None)
     return _CACHE[key]

@@ -139,8 +139,9 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         """engines.protocol.Exercised: what the features did, for the suite's summary."""
         counts = {"preemptions": self.preemptions, "chunked_prompts": self.chunked_prompts,
                   "prefix_cache_hit_tokens": self.prefix_cache_hits * self.kv_block_size}
-        if self.runner.compiled.graph is not None:  # which steps the compiled graph ran
+        if self.runner.compiled.enabled:  # which steps the compiled graph ran
             counts["compiled_steps"] = self.runner.graph_steps
+            counts["compiled_fallback_steps"] = self.runner.graph_fallbacks
         return counts
 
     # --- KVIntrospection ----------------------------------------------------------------------

@@ -144,6 +144,7 @@ class PagedForward(DecoderParts):
         self._mirror: list[list[int]] = [[] for _ in range(2 * seats)]
         self.compiled = compiled_steps.CompiledSteps(compiled, device)
         self.graph_steps = 0  # steps the compiled graph ran (the others ran eagerly)
+        self.graph_fallbacks = 0  # steps eager because torch.compile's graph cache was full
         if compiled != "off":
             self._graph_args = self._compilable(config)
             if device.type == "cuda" and compiled == "graphs":
@@ -216,15 +217,19 @@ class PagedForward(DecoderParts):
         """Compute every row's span; return logits [positions asked for, vocab]: each row's
         Row.logit_offsets(), rows in order."""
         table_rows = self._table_rows(rows)
-        graph = self.compiled.graph
-        if graph is not None:
-            if self.compiled.mode == "graphs":
-                if self._decodes_only(rows):
-                    self.graph_steps += 1
-                    return self._decode_bucket(graph, rows, table_rows)
-            elif self._fits(rows):
+        try:
+            if self.compiled.mode == "graphs" and self._decodes_only(rows):
+                logits = self._decode_bucket(rows, table_rows)
                 self.graph_steps += 1
-                return self._graph_step(graph, rows, table_rows)
+                return logits
+            if self.compiled.graph is not None and self._fits(rows):
+                logits = self._graph_step(self.compiled.graph, rows, table_rows)
+                self.graph_steps += 1
+                return logits
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            # A shape that would be one graph too many (raised before the graph runs, so
+            # nothing was written): this step runs eagerly, and exercised() counts it.
+            self.graph_fallbacks += 1
         return self._eager(rows, table_rows)
 
     def _eager(self, rows: Sequence[Row], table_rows: Sequence[int]) -> torch.Tensor:
@@ -300,19 +305,31 @@ class PagedForward(DecoderParts):
                          else (row.blocks[start // bs] * bs + start % bs,))
             owner.extend([t] * (end - start))
             width = max(width, end)
+        asked = len(wanted)
+        # No size below 2 reaches the graph: torch.compile specializes sizes 0 and 1, and
+        # each would be a graph of its own (a compile, and one more of its 8 cached entries).
+        # A padding token writes the scratch block and reads table row 0 at position 0; padded
+        # logits are dropped.
+        if len(tokens) < 2:
+            tokens.append(0)
+            positions.append(0)
+            slots.append(self.scratch_block * bs)
+            owner.append(0)
+        wanted.extend([0] * (2 - asked))
         n = len(tokens)
         packed = long_tensor(tokens + positions + slots + owner + wanted, device)
         write = packed[2 * n : 3 * n]
-        tables = self.tables[:, : -(-width // bs)].index_select(0, packed[3 * n : 4 * n])
-        return graph(packed[:n], packed[n : 2 * n], write // bs, write % bs, tables,
-                     packed[4 * n :], *self._graph_args)
+        blocks = min(max(2, -(-width // bs)), self.max_blocks)
+        tables = self.tables[:, :blocks].index_select(0, packed[3 * n : 4 * n])
+        logits = graph(packed[:n], packed[n : 2 * n], write // bs, write % bs, tables,
+                       packed[4 * n :], *self._graph_args)
+        return logits[:asked]
 
     def _decodes_only(self, rows: Sequence[Row]) -> bool:
         return bool(rows) and len(rows) <= self.seats and all(
             len(row.tokens) == 1 and tuple(row.logit_offsets()) == (0,) for row in rows)
 
-    def _decode_bucket(self, graph: Any, rows: Sequence[Row], table_rows: list[int]
-                       ) -> torch.Tensor:
+    def _decode_bucket(self, rows: Sequence[Row], table_rows: list[int]) -> torch.Tensor:
         """A decode-only step as its batch bucket's static graph; padded rows are dropped."""
         device, bs = self.tables.device, self.block_size
         size = compiled_steps.bucket(len(rows), self.seats)
@@ -326,6 +343,7 @@ class PagedForward(DecoderParts):
         tables = self.tables.index_select(0, long_tensor(table_rows, device))
         if pad:
             tables = torch.cat((tables, self._scratch_table.expand(pad, -1)))
+        graph = self.compiled.bucket_graph(size)
         logits = graph(packed[:size], packed[size : 2 * size], packed[2 * size : 3 * size],
                        packed[3 * size :], tables, self._all_rows[:size], *self._graph_args)
         return logits[: len(rows)]
