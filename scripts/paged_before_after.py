@@ -62,6 +62,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--after", action="append", default=[], metavar="KEY=VALUE",
                         help="an equal_memory option of the current engine (compiled=step)")
+    parser.add_argument("--before", action="append", default=[], metavar="KEY=VALUE",
+                        help="an equal_memory option of the base engine")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     base_variants = _import_base(args.base)
@@ -70,7 +72,8 @@ def main() -> None:
 
     base_protocol = sys.modules["engines_base.protocol"]
     options = dict(kv.split("=", 1) for kv in args.after)
-    make = {"before": lambda: base_variants.equal_memory(model=args.preset),
+    before = dict(kv.split("=", 1) for kv in args.before)
+    make = {"before": lambda: base_variants.equal_memory(model=args.preset, **before),
             "after": lambda: after_variants.equal_memory(model=args.preset, **options)}
     protocols = {"before": base_protocol, "after": after_protocol}
     vocab = {"tiny": 1024, "small": 8192}.get(args.preset, 1024)
@@ -83,7 +86,8 @@ def main() -> None:
                 rates[name].append(rate)
     ratios = [a / b for a, b in zip(rates["after"], rates["before"], strict=True)]
     print(f"{args.preset}, {args.threads} thread(s), fresh engines, {args.runs} paired runs: "
-          f"before {statistics.median(rates['before']):.0f} tok/s, after "
+          f"before {statistics.median(rates['before']):.0f} tok/s ({before or 'defaults'}), "
+          f"after "
           f"{statistics.median(rates['after']):.0f} tok/s ({options or 'defaults'}); after / "
           f"before median {statistics.median(ratios):.2f}, per run "
           f"{', '.join(f'{r:.2f}' for r in ratios)}")

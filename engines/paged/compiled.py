@@ -57,23 +57,42 @@ def bucket(rows: int, limit: int) -> int:
     return limit
 
 
-def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torch.Tensor,
-               write_offsets: torch.Tensor, tables: torch.Tensor, wanted: torch.Tensor,
-               embed: torch.Tensor, rope: torch.Tensor, final: torch.Tensor,
-               head_w: torch.Tensor, head_b: torch.Tensor | None, layers: Sequence[Weights],
-               kv: Sequence[tuple[torch.Tensor, torch.Tensor]], dims: tuple[int, int, int],
-               eps: float, scale: float) -> torch.Tensor:
-    """Packed tokens [T] at `positions`, each written to (write_blocks, write_offsets) and
-    attending to its table row `tables` [T, blocks] up to its position; logits of the packed
-    indices `wanted`. kv: each layer's (keys [blocks, kv_heads, D, block_size], values
-    [blocks, block_size, kv_heads, D])."""
-    h, hkv, d = dims
-    n, nb = tables.shape
-    bs = kv[0][1].shape[1]
+def _attention(q: torch.Tensor, positions: torch.Tensor, tables: torch.Tensor,
+               keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [T, heads, D], each token over its table row [T, blocks] up to its position."""
+    n, h, d = q.shape
+    nb = tables.shape[1]
+    hkv, bs = keys.shape[1], keys.shape[3]
     width = nb * bs
+    hidden = torch.arange(width, device=q.device)[None] > positions[:, None]  # [T, W]
+    # scores [T, blocks, kv_heads, group, block_size]: q.k over head_dim per block.
+    scores = (q.view(n, 1, hkv, h // hkv, d, 1) * keys[tables][:, :, :, None]).sum(-2)
+    scores = scores.permute(0, 2, 3, 1, 4).reshape(n, hkv, h // hkv, width) * scale
+    probs = torch.softmax(scores.masked_fill(hidden[:, None, None], float("-inf")), -1)
+    # p.v summed within each block first, then over blocks: the inner loop then runs over a
+    # block's tokens with the block's id looked up once (one reduction over the whole width
+    # recomputes a block id and offset per token: 2x slower).
+    per_block = (probs.view(n, hkv, h // hkv, nb, bs).permute(0, 3, 4, 1, 2)[..., None]
+                 * values[tables][:, :, :, :, None]).sum(2)  # [T, blocks, kvh, group, D]
+    return per_block.sum(1).reshape(n, h, d)
+
+
+def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torch.Tensor,
+               write_offsets: torch.Tensor, tables: torch.Tensor, tables_b: torch.Tensor,
+               wanted: torch.Tensor, embed: torch.Tensor, rope: torch.Tensor,
+               final: torch.Tensor, head_w: torch.Tensor, head_b: torch.Tensor | None,
+               layers: Sequence[Weights], kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
+               dims: tuple[int, int, int], eps: float, scale: float) -> torch.Tensor:
+    """Packed tokens [T] at `positions`, each written to (write_blocks, write_offsets) and
+    attending to its table row up to its position: the first rows of `tables` [T_a, blocks_a]
+    for the first T_a tokens, `tables_b` [T - T_a, blocks_b] for the others (two widths: a
+    token reads its group's whole width, so short rows apart from long ones read less);
+    logits of the packed indices `wanted`. kv: each layer's (keys [blocks, kv_heads, D,
+    block_size], values [blocks, block_size, kv_heads, D])."""
+    h, hkv, d = dims
+    n, split = tokens.shape[0], tables.shape[0]
     x = embed.index_select(0, tokens)
     cos, sin = rope.index_select(0, positions).unsqueeze(2).unbind(1)
-    hidden = torch.arange(width, device=tokens.device)[None] > positions[:, None]  # [T, W]
     for i, (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gate_up_w, down_w, qn, kn) in enumerate(layers):
         assert ln1 is not None and qkv_w is not None and o_w is not None
         assert ln2 is not None and gate_up_w is not None and down_w is not None
@@ -89,19 +108,14 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
             k = k * cos + k.roll(d // 2, -1) * sin
         v = qkv[:, (h + hkv) * d :].view(n, hkv, d)
         keys, values = kv[i]
-        # In place on the graph's inputs (inductor writes them where they are).
+        # In place on the graph's inputs (inductor writes them where they are), every token's
+        # before any attends: a chunk's tokens read each other's.
         torch.ops.aten.index_put_(keys, [write_blocks, None, None, write_offsets], k)
         torch.ops.aten.index_put_(values, [write_blocks, write_offsets], v)
-        # scores [T, blocks, kv_heads, group, block_size]: q.k over head_dim per block.
-        scores = (q.view(n, 1, hkv, h // hkv, d, 1) * keys[tables][:, :, :, None]).sum(-2)
-        scores = scores.permute(0, 2, 3, 1, 4).reshape(n, hkv, h // hkv, width) * scale
-        probs = torch.softmax(scores.masked_fill(hidden[:, None, None], float("-inf")), -1)
-        # p.v summed within each block first, then over blocks: the inner loop then runs over
-        # a block's tokens with the block's id looked up once (one reduction over the whole
-        # width recomputes a block id and offset per token: 2x slower).
-        per_block = (probs.view(n, hkv, h // hkv, nb, bs).permute(0, 3, 4, 1, 2)[..., None]
-                     * values[tables][:, :, :, :, None]).sum(2)  # [T, blocks, kvh, group, D]
-        attn = per_block.sum(1)
+        attn = _attention(q[:split], positions[:split], tables, keys, values, scale)
+        if tables_b.shape[0]:
+            attn = torch.cat((attn, _attention(q[split:], positions[split:], tables_b, keys,
+                                               values, scale)))
         x = x + F.linear(attn.reshape(n, h * d), o_w, o_b)
         gate, up = F.linear(rms_norm(x, ln2, eps), gate_up_w).chunk(2, dim=-1)
         x = x + F.linear(F.silu(gate) * up, down_w)
@@ -162,14 +176,17 @@ def _guard_filter(entries: Sequence[Any]) -> list[bool]:
     return [not _LATER_LAYER.search(entry.name) for entry in entries]
 
 
-def _compiled(name: str, *, dynamic: bool | None, mode: str | None
+def _compiled(name: str, *, dynamic: bool | None, mode: str | None,
+              fn: Callable[..., torch.Tensor] | None = None, **config: Any
               ) -> Callable[..., torch.Tensor]:
-    key = (name, dynamic, mode)
+    """step_graph (or `fn`), compiled; `config`: inductor settings (experiments)."""
+    key = (name, dynamic, mode, fn, tuple(sorted(config.items())))
     if key not in _CACHE:
         # A code object of its own: torch.compile's cache of graphs is per code object.
-        fn = types.FunctionType(step_graph.__code__.replace(co_name=f"step_graph_{name}"),
-                                step_graph.__globals__, closure=step_graph.__closure__)
-        options: dict[str, Any] = {"guard_filter_fn": _guard_filter}
-        _CACHE[key] = torch.compile(fn, dynamic=dynamic, mode=mode, fullgraph=True,
+        base = fn or step_graph
+        copy = types.FunctionType(base.__code__.replace(co_name=f"step_graph_{name}"),
+                                  base.__globals__, closure=base.__closure__)
+        options: dict[str, Any] = {"guard_filter_fn": _guard_filter, **config}
+        _CACHE[key] = torch.compile(copy, dynamic=dynamic, mode=mode, fullgraph=True,
                                     options=options if mode is None else None)
     return _CACHE[key]

@@ -153,6 +153,7 @@ class PagedForward(DecoderParts):
             self._scratch_table = torch.full((1, self.max_blocks), num_blocks,
                                              dtype=torch.long, device=device)
             self._all_rows = torch.arange(seats, device=device)
+            self._no_rows = torch.zeros((0, self.max_blocks), dtype=torch.long, device=device)
 
     def _compilable(self, config: Any) -> tuple[Any, ...]:
         """The compiled graphs' weight arguments; refuses what they do not compute."""
@@ -291,38 +292,48 @@ class PagedForward(DecoderParts):
 
     def _graph_step(self, graph: Any, rows: Sequence[Row], table_rows: Sequence[int]
                     ) -> torch.Tensor:
-        """Any step as the dynamic graph: tokens in row order, each with its row's table."""
+        """Any step as the dynamic graph: the rows in two groups by length (engines.paged
+        .compiled.step_graph), each token with its row's table."""
         device, bs = self.tables.device, self.block_size
+        groups = _two_widths(rows, bs)
         tokens, positions, slots, owner = array("q"), array("q"), array("q"), array("q")
-        wanted = array("q")
-        width = 0
-        for row, t in zip(rows, table_rows, strict=True):
-            start, end = row.start, row.start + len(row.tokens)
-            wanted.extend(len(tokens) + o for o in row.logit_offsets())
-            tokens.extend(row.tokens)
-            positions.extend(range(start, end))
-            slots.extend(self.slots(row.blocks, start, end) if end - start > 1
-                         else (row.blocks[start // bs] * bs + start % bs,))
-            owner.extend([t] * (end - start))
-            width = max(width, end)
+        first = [0] * len(rows)  # row -> packed index of its first token
+        widths, sizes = [], []
+        for group in groups:
+            at = len(tokens)
+            width = 0
+            for i in group:
+                row = rows[i]
+                start, end = row.start, row.start + len(row.tokens)
+                first[i] = len(tokens)
+                tokens.extend(row.tokens)
+                positions.extend(range(start, end))
+                slots.extend(self.slots(row.blocks, start, end) if end - start > 1
+                             else (row.blocks[start // bs] * bs + start % bs,))
+                owner.extend([table_rows[i]] * (end - start))
+                width = max(width, end)
+            # No size below 2 reaches the graph: torch.compile specializes sizes 0 and 1,
+            # each a graph of its own (a compile, and one of its 8 cached entries). A padding
+            # token writes the scratch block and reads table row 0 at position 0.
+            for _ in range(2 - (len(tokens) - at)):
+                tokens.append(0)
+                positions.append(0)
+                slots.append(self.scratch_block * bs)
+                owner.append(0)
+            sizes.append(len(tokens) - at)
+            widths.append(min(max(2, -(-width // bs)), self.max_blocks))
+        wanted = array("q", [first[i] + o for i, row in enumerate(rows)
+                             for o in row.logit_offsets()])
         asked = len(wanted)
-        # No size below 2 reaches the graph: torch.compile specializes sizes 0 and 1, and
-        # each would be a graph of its own (a compile, and one more of its 8 cached entries).
-        # A padding token writes the scratch block and reads table row 0 at position 0; padded
-        # logits are dropped.
-        if len(tokens) < 2:
-            tokens.append(0)
-            positions.append(0)
-            slots.append(self.scratch_block * bs)
-            owner.append(0)
-        wanted.extend([0] * (2 - asked))
+        wanted.extend([0] * (2 - asked))  # padded logits are dropped
         n = len(tokens)
         packed = long_tensor(tokens + positions + slots + owner + wanted, device)
         write = packed[2 * n : 3 * n]
-        blocks = min(max(2, -(-width // bs)), self.max_blocks)
-        tables = self.tables[:, :blocks].index_select(0, packed[3 * n : 4 * n])
-        logits = graph(packed[:n], packed[n : 2 * n], write // bs, write % bs, tables,
-                       packed[4 * n :], *self._graph_args)
+        owners = packed[3 * n : 4 * n]
+        tables_a = self.tables[:, : widths[0]].index_select(0, owners[: sizes[0]])
+        tables_b = self.tables[:, : widths[1]].index_select(0, owners[sizes[0] :])
+        logits = graph(packed[:n], packed[n : 2 * n], write // bs, write % bs, tables_a,
+                       tables_b, packed[4 * n :], *self._graph_args)
         return logits[:asked]
 
     def _decodes_only(self, rows: Sequence[Row]) -> bool:
@@ -345,5 +356,22 @@ class PagedForward(DecoderParts):
             tables = torch.cat((tables, self._scratch_table.expand(pad, -1)))
         graph = self.compiled.bucket_graph(size)
         logits = graph(packed[:size], packed[size : 2 * size], packed[2 * size : 3 * size],
-                       packed[3 * size :], tables, self._all_rows[:size], *self._graph_args)
+                       packed[3 * size :], tables, self._no_rows, self._all_rows[:size],
+                       *self._graph_args)
         return logits[: len(rows)]
+
+
+def _two_widths(rows: Sequence[Row], block_size: int) -> tuple[list[int], list[int]]:
+    """Row indices in two groups, shorter rows first, split where tokens x width (in blocks)
+    summed over both groups is least: a token attends over its group's whole width."""
+    order = sorted(range(len(rows)), key=lambda i: rows[i].start + len(rows[i].tokens))
+    ends = [-(-(rows[i].start + len(rows[i].tokens)) // block_size) for i in order]
+    counts = [len(rows[i].tokens) for i in order]
+    total = sum(counts)
+    best, split, before = total * ends[-1], len(order), 0
+    for k in range(1, len(order)):
+        before += counts[k - 1]
+        cost = before * ends[k - 1] + (total - before) * ends[-1]
+        if cost < best:
+            best, split = cost, k
+    return order[:split], order[split:]
