@@ -95,3 +95,13 @@ def paged_tiny_nopc_compiled() -> Any:
 
 def paged_small_nopc_compiled() -> Any:
     return _paged("small", False, compiled="step")
+
+
+# Ours compiled at OpenVINO GenAI's token budget (its adapter's max_num_batched_tokens, 256):
+# the same per-step budget as well as the same seats, KV and cores.
+def paged_tiny_compiled_b256() -> Any:
+    return _paged("tiny", True, compiled="step", max_num_batched_tokens=256)
+
+
+def paged_small_b256() -> Any:
+    return _paged("small", True, max_num_batched_tokens=256)
