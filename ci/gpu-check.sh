@@ -5,7 +5,9 @@
 #      math fallback it replaces (ci/gpu_attention_check.py)
 #   2. the conformance suite, tie-aware (tolerance 0.125: two bf16 ulps at the logits' scale),
 #      in bf16, on the continuous engine against the sequential reference engine; then on the
-#      paged engine, where engines.paged exists
+#      paged engine, where engines.paged exists; then the paged engine's decode steps as CUDA
+#      graphs (PagedEngine(compiled="graphs")): the same tokens as its eager forward in fp32
+#      and the decode step timed at each batch bucket (ci/gpu_paged_graphs.py)
 #   3. the bench's quick comparison on qwen2.5-1.5b in bf16 (python -m engines.bench --quick)
 #   4. asv's quick run of HEAD in a per-commit environment with PyPI's CUDA build of torch
 #      (asv.conf.json, ci/asv_install.py); where that cannot be built (no network), the same
@@ -85,9 +87,10 @@ part suite-continuous 90 "$PY" -m pytest --pyargs engines.testing.conformance \
     --engine ci.gpu_engines:continuous "${suite_args[@]}" --junitxml="$OUT/suite-continuous.xml"
 part suite-paged 60 "$PY" -m pytest --pyargs engines.testing.conformance \
     --engine ci.gpu_engines:paged "${suite_args[@]}" --junitxml="$OUT/suite-paged.xml"
+part paged-graphs 40 "$PY" ci/gpu_paged_graphs.py
 
 # 3. the bench's quick comparison
-part bench 140 "$PY" -m engines.bench --quick --device "$DEVICE" --preset "$BENCH_PRESET" \
+part bench 100 "$PY" -m engines.bench --quick --device "$DEVICE" --preset "$BENCH_PRESET" \
     --dtype "$BENCH_DTYPE" "${BENCH_FLAGS[@]}" --no-progress --out "$OUT/bench"
 
 # 4. asv's quick run of HEAD: small probes and one replica, to fit the cap

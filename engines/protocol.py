@@ -44,6 +44,8 @@ __all__ = [
     "StepOutput",
     "arrival_times",
     "check_declarations",
+    "compute_threads",
+    "execution",
     "expected_failed_checks",
     "kv_extra_blocks",
     "load_settle_s",
@@ -366,6 +368,8 @@ DECLARATIONS: Mapping[str, str] = {
     "tokenizer": "a directory holding the tokenizer.json of its vocabulary (text, stop strings)",
     "arrival_times": "a callable: when each of the latest step's tokens arrived (streaming)",
     "step_by": "a callable: step(), waiting for a first token only until a deadline",
+    "compute_threads": "the CPU threads it computes with (the bench states it per engine)",
+    "execution": "how it computes, in words: eager, compiled, a library and its version",
 }
 # The names `supported_sampling` may hold: every SamplingParams field, and REQUEST_FIELDS.
 DECLARABLE_FIELDS = frozenset(SamplingParams.__dataclass_fields__) | REQUEST_FIELDS
@@ -449,6 +453,22 @@ def max_concurrency(engine: object) -> int | None:
     it does not say. A SlotIntrospection engine's max_batch_size says it already."""
     declared = _declared(engine, "max_concurrency")
     return None if declared is None else _count("max_concurrency", declared, least=1)
+
+
+def compute_threads(engine: object) -> int | None:
+    """The CPU threads the engine says it computes with (`compute_threads`), or None."""
+    declared = _declared(engine, "compute_threads")
+    return None if declared is None else _count("compute_threads", declared, least=1)
+
+
+def execution(engine: object) -> str:
+    """How the engine says it computes (`execution`, a short text; "" where it does not)."""
+    declared = _declared(engine, "execution")
+    if declared is None:
+        return ""
+    if not isinstance(declared, str):
+        raise ValueError(f"execution: {declared!r} is not a string")
+    return declared
 
 
 def position_thresholds(engine: object) -> dict[str, int]:

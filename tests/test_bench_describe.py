@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from engines.bench import cli
 from engines.bench.config import DEFAULT_ENGINES
@@ -35,6 +36,8 @@ class _Wrapped:
 
 class _Declared(_Wrapped):
     max_concurrency = 3
+    compute_threads = 2
+    execution = "a library on CPU"
 
 
 def declared() -> _Declared:
@@ -54,12 +57,31 @@ def slotted() -> FakeEngine:
 
 def test_an_engine_is_described_from_what_it_reports() -> None:
     assert describe("s", slotted()).line() == (
-        "s: vocab 900, context 320, 4 requests at once (max_batch_size, SlotIntrospection)")
+        "s: vocab 900, context 320, 4 requests at once (max_batch_size, SlotIntrospection), "
+        "compute threads unknown (no compute_threads)")
     assert describe("d", declared()).line() == (
-        "d: vocab 700, context 300, 3 requests at once (max_concurrency)")
+        "d: vocab 700, context 300, 3 requests at once (max_concurrency), 2 compute threads, "
+        "a library on CPU")
     assert describe("o", opaque()).line() == (
         "o: vocab 800, context 256, concurrency unknown (no SlotIntrospection, no "
-        "max_concurrency)")
+        "max_concurrency), compute threads unknown (no compute_threads)")
+
+
+def test_our_engines_state_their_threads_and_unequal_ones_are_said() -> None:
+    from engines.bench.describe import unequal_threads
+    from engines.paged.engine import PagedEngine
+
+    ours = describe("paged", PagedEngine())
+    assert ours.threads == torch.get_num_threads() and "eager on cpu" in ours.execution
+    assert f"{ours.threads} compute thread" in ours.line()
+    engines = {"paged": ours, "d": describe("d", declared())}
+    if ours.threads == 2:
+        assert unequal_threads(engines) == ""
+    else:
+        assert "compute threads differ or are unknown (paged" in unequal_threads(engines)
+    engines["o"] = describe("o", opaque())
+    assert "o unknown" in unequal_threads(engines) and "not at equal cores" in unequal_threads(
+        engines)
 
 
 def test_a_third_party_run_says_what_it_ran_and_where_the_slo_came_from(

@@ -54,10 +54,11 @@ def default_tokens() -> dict:
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_gives_the_default_engines_tokens(name: str, default_tokens: dict) -> None:
-    widest = [0]
+    widest, steps = [0], [0]
 
     def watch(engine: PagedEngine) -> None:
         widest[0] = max(widest[0], len(engine.kv_block_tables()))
+        steps[0] += 1
 
     engine, tokens = run(VARIANTS[name], watch)
     assert tokens == default_tokens
@@ -71,3 +72,7 @@ def test_variant_gives_the_default_engines_tokens(name: str, default_tokens: dic
         assert engine.max_num_batched_tokens == 8
     elif name == "one_at_a_time":
         assert widest[0] == 1
+    elif name.startswith("compiled_"):  # the graph ran, and not for every step
+        counts = engine.exercised()
+        assert 0 < counts["compiled_steps"] < steps[0]
+        assert counts["compiled_fallback_steps"] == 0  # no shape ran out of graphs

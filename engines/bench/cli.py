@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ import pandas as pd
 
 from engines.bench import clocks, comparison, draws, output, priority, rates, summary, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
-from engines.bench.describe import banner, describe
+from engines.bench.describe import banner, describe, unequal_threads
 from engines.bench.devices import default_device
 from engines.bench.metrics import write_csv
 from engines.bench.progress import progress
@@ -33,6 +34,7 @@ from engines.bench.table import fmt
 from engines.factories import EngineSpecError, load_factory, load_labeled
 from engines.models import PRESETS
 from engines.protocol import Engine
+from engines.threads import THREADS_ENV
 
 HF_GENERATE = "engines.adapters.hf.generate:HFGenerateEngine"  # `closed`'s baseline
 # Measured, not promised: the --quick run on the CPU preset, by scripts/bench_stability.sh.
@@ -203,6 +205,10 @@ def cmd_closed(args: argparse.Namespace) -> int:
         factories["hf-generate"] = functools.partial(
             generate, config.preset, device=config.device, dtype=config.dtype)
     engines = comparison.build(factories)
+    described = {name: describe(name, e) for name, e in engines.items()}
+    for line in [d.line() for d in described.values()] + [unequal_threads(described)]:
+        if line:
+            print(f"  {line.strip()}", file=sys.stderr)
     _, vocab_size = comparison.scale(engines)
     items = draws.closed_mix(vocab_size=vocab_size, seed=config.seed)
     trace = traces.closed(items, tag="cmp")
@@ -220,7 +226,10 @@ def cmd_closed(args: argparse.Namespace) -> int:
                      "min": min(rates), "max": max(rates),
                      "wall_s": float(np.median([r.wall_s for r in runs])),
                      "driver_overhead_pct": 100 * sum(r.driver_s for r in runs)
-                     / sum(r.step_s for r in runs)})
+                     / sum(r.step_s for r in runs),
+                     "compute_threads": described[name].threads,
+                     # After the runs: a compiled engine says how many steps ran compiled.
+                     "execution": describe(name, engines[name]).execution})
     table = pd.DataFrame(rows)
     if "hf-generate" in set(table["engine"]):
         base = table.set_index("engine").loc["hf-generate", "output_tokens_per_s"]
@@ -238,6 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+        # Library adapters built in this process take the same count (engines.threads), so
+        # that a comparison with them is at equal cores.
+        os.environ[THREADS_ENV] = str(args.threads)
     try:
         commands = {"closed": cmd_closed, "replay": cmd_replay, "compare": cmd_compare}
         return commands[args.command](args)

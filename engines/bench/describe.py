@@ -1,7 +1,9 @@
 """What the bench says about an engine: only what the engine itself reports through the
 protocol (vocab, context) and, where it offers them, how many requests it runs at once:
-`max_batch_size` under SlotIntrospection, else a declared `max_concurrency`, else unknown.
-Never the CLI's --preset or --max-batch-size, which configure the default engines only."""
+`max_batch_size` under SlotIntrospection, else a declared `max_concurrency`, else unknown;
+the CPU threads it computes with (a declared `compute_threads`, else unknown) and how it
+executes (a declared `execution`, e.g. eager or compiled). Never the CLI's --preset or
+--max-batch-size, which configure the default engines only."""
 
 from __future__ import annotations
 
@@ -9,7 +11,13 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from engines.bench import clocks
-from engines.protocol import Engine, SlotIntrospection, max_concurrency
+from engines.protocol import (
+    Engine,
+    SlotIntrospection,
+    compute_threads,
+    execution,
+    max_concurrency,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,13 +27,19 @@ class EngineDescription:
     max_model_len: int
     concurrency: int | None  # requests at once, as the engine declares it; None: not declared
     source: str  # where `concurrency` came from
+    threads: int | None = None  # CPU threads it computes with (compute_threads); None: unknown
+    execution: str = ""  # how it runs, as it declares it (execution); "": not declared
 
     def line(self) -> str:
         if self.concurrency is None:
             runs = f"concurrency unknown ({self.source})"
         else:
             runs = f"{self.concurrency} requests at once ({self.source})"
-        return f"{self.name}: vocab {self.vocab_size}, context {self.max_model_len}, {runs}"
+        threads = ("compute threads unknown (no compute_threads)" if self.threads is None
+                   else f"{self.threads} compute thread{'s' * (self.threads != 1)}")
+        how = f", {self.execution}" if self.execution else ""
+        return (f"{self.name}: vocab {self.vocab_size}, context {self.max_model_len}, {runs}, "
+                f"{threads}{how}")
 
 
 def describe(name: str, engine: Engine) -> EngineDescription:
@@ -38,7 +52,18 @@ def describe(name: str, engine: Engine) -> EngineDescription:
     else:
         concurrency, source = None, "no SlotIntrospection, no max_concurrency"
     return EngineDescription(name, int(engine.vocab_size), int(engine.max_model_len),
-                             concurrency, source)
+                             concurrency, source, compute_threads(engine), execution(engine))
+
+
+def unequal_threads(engines: dict[str, EngineDescription]) -> str:
+    """A line saying the engines compute on different (or unknown) thread counts, or ""."""
+    counts = {d.threads for d in engines.values()}
+    if len(engines) < 2 or len(counts) == 1 and None not in counts:
+        return ""
+    each = ", ".join(f"{name} {'unknown' if d.threads is None else d.threads}"
+                     for name, d in engines.items())
+    return (f"  compute threads differ or are unknown ({each}): the engines' ratios are not "
+            "at equal cores")
 
 
 def _count(value: object) -> TypeGuard[int]:
@@ -52,6 +77,8 @@ def banner(engines: dict[str, EngineDescription], *, preset: str, device: str, d
     lines = [f"batching-bench: {len(engines)} engines, seed {seed}, timed in "
              f"{clocks.describe(clock)} (--clock {clock})"]
     lines += [f"  {d.line()}" for d in engines.values()]
+    if unequal := unequal_threads(engines):
+        lines.append(unequal)
     model = f"preset {preset} ({dtype} on {device})"
     if default:
         lines.append(f"  the default engines (DEFAULT_ENGINES, engines/bench/config.py) on {model},"

@@ -35,6 +35,9 @@ SUMMARY_COLUMNS = [
     # the SLO yardstick's prefill over its decode step during the disturbance run: the host's
     # mix of the two speeds that itl_spike_ratio moves with; nan when the targets were given
     "spike_host_prefill_x",
+    # the CPU threads each engine computes with and how it executes, as it declares them
+    # (engines.bench.describe): a ratio between engines is at equal cores only if equal
+    "compute_threads", "execution",
 ]
 LATENCY_COLUMNS = ("ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s",
                    "queue_wait_mean_s", "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s")
@@ -50,6 +53,7 @@ def summary_row(result: EngineResult, comparison: Comparison) -> dict[str, Any]:
     ref = result.reference_summaries[0] if result.reference_summaries else {}
     spike = disturbance.headline(result.spikes)
     baseline = result.spikes["baseline_gap_s"].iloc[0] if len(result.spikes) else np.nan
+    described = comparison.engines.get(result.name)
     return {
         "engine": result.name,
         "capacity_rps": result.capacity.low,
@@ -81,6 +85,9 @@ def summary_row(result: EngineResult, comparison: Comparison) -> dict[str, Any]:
         "host_speed_max": comparison.host_speed[1] if comparison.host_speed else np.nan,
         "spike_host_prefill_x": (comparison.disturbance_times.prefill_over_decode()
                                  if comparison.disturbance_times is not None else np.nan),
+        "compute_threads": (described.threads if described and described.threads is not None
+                            else np.nan),
+        "execution": described.execution if described else "",
     }
 
 

@@ -27,6 +27,7 @@ from engines.models import (
     preset_thresholds,
 )
 from engines.protocol import ALL_PARAMS, Request, StepOutput
+from engines.threads import torch_threads
 
 ModelSpec = str | Path | nn.Module
 S = TypeVar("S", bound=RequestState)  # an engine's per-request state
@@ -101,6 +102,16 @@ class EngineCore(Generic[S]):
 
     def has_work(self) -> bool:
         return bool(self._live)
+
+    # --- declared (engines.bench.describe) ----------------------------------------------------
+
+    @property
+    def compute_threads(self) -> int | None:
+        return torch_threads(self.device)
+
+    @property
+    def execution(self) -> str:
+        return f"torch {torch.__version__.split('+')[0]} eager on {self.device.type}"
 
     def step(self) -> list[StepOutput]:
         raise NotImplementedError

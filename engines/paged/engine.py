@@ -86,6 +86,7 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         max_num_batched_tokens: int = DEFAULT_TOKEN_BUDGET,
         max_prefill_only_tokens: int | None = None,  # default: batch x context
         enable_prefix_caching: bool = True,
+        compiled: str = "off",  # engines.paged.compiled: "step" (CPU), "graphs" (CUDA)
     ) -> None:
         super().__init__(model, device=device, dtype=dtype, max_batch_size=max_batch_size,
                          max_model_len=max_model_len, seed=seed)
@@ -114,9 +115,20 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         self.max_concurrency = max_batch_size
         self.pool = BlockPool(num_blocks, enable_prefix_caching=enable_prefix_caching)
         self.runner = PagedForward(self.model, num_blocks=num_blocks, block_size=block_size,
-                                   max_model_len=self.max_model_len)
+                                   max_model_len=self.max_model_len, seats=max_batch_size,
+                                   compiled=compiled)
+        self.free_seats = list(range(max_batch_size))
         self.preemptions = 0  # requests sent back to the queue to free blocks, ever
         self.chunked_prompts = 0  # requests whose prefill took more than one step, ever
+
+    @property
+    def execution(self) -> str:
+        mode = self.runner.compiled.mode
+        if mode == "off":
+            return super().execution
+        return (f"torch {torch.__version__.split('+')[0]} on {self.device.type}, "
+                f"compiled={mode!r} (engines.paged.compiled; {self.runner.graph_steps} "
+                "steps compiled so far, the others eager)")
 
     @property
     def prefix_cache_hits(self) -> int:
@@ -125,8 +137,12 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
 
     def exercised(self) -> dict[str, int]:
         """engines.protocol.Exercised: what the features did, for the suite's summary."""
-        return {"preemptions": self.preemptions, "chunked_prompts": self.chunked_prompts,
-                "prefix_cache_hit_tokens": self.prefix_cache_hits * self.kv_block_size}
+        counts = {"preemptions": self.preemptions, "chunked_prompts": self.chunked_prompts,
+                  "prefix_cache_hit_tokens": self.prefix_cache_hits * self.kv_block_size}
+        if self.runner.compiled.enabled:  # which steps the compiled graph ran
+            counts["compiled_steps"] = self.runner.graph_steps
+            counts["compiled_fallback_steps"] = self.runner.graph_fallbacks
+        return counts
 
     # --- KVIntrospection ----------------------------------------------------------------------
 
@@ -185,8 +201,10 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
 
     def _row(self, seq: PagedRequest, n: int) -> Row:
         start = seq.num_computed
-        return Row(seq.tokens(start, start + n), start, seq.blocks, start + n == seq.num_tokens)
+        return Row(seq.tokens(start, start + n), start, seq.blocks, start + n == seq.num_tokens,
+                   seat=seq.seat)
 
     def _retire(self, seq: PagedRequest) -> None:
         self.running.remove(seq)
+        self._unseat(seq)
         self._release_blocks(seq)

@@ -1,17 +1,27 @@
 """One forward pass over a block KV pool: decode rows and prompt chunks packed together.
 
 Every row is a span of one request's tokens at positions start..start+n-1 with its block
-table. The projections and MLP run once over all tokens packed end to end (as SlotForward's
-mixed pass); each token's K and V are written to its block slot; attention reads each row's
-own blocks only (engines.paged.attention).
+table. The projections and MLP run once over all tokens packed end to end; each token's K and
+V are written to its block slot; attention reads each row's own blocks only
+(engines.paged.attention).
 
-Tokens stay packed as [T, hidden] and heads as [T, heads, D] from embedding to logits (no
-batch dimension, no transposes around attention), each layer's pool views are made once, and
-the attention plan is a handful of tensor ops a step. On the tiny CPU preset a step is mostly
-the fixed cost of dispatching small ops, so these set its price: timed step by step against
-the continuous engine's decode step (scripts/step_cost.py), a one-row step went from 1.08x to
-0.92x of it (482 to 411 us) and 8 rows at 100 tokens from 1.15x to 1.00x when they replaced
-per-layer pool indexing, per-token slot gathers and masks built every step.
+Our own forward over the preset architectures (Llama-family decoders), not transformers'
+modules: on the tiny CPU preset a step is the fixed cost of dispatching small ops, and the
+modules spend ~50 ops a layer where the arithmetic needs ~30. Tokens stay packed [T, hidden]
+and heads [T, heads, D] from embedding to logits (no batch dimension); RMSNorm is its own
+ops without a module call (engines.core.ops.rms_norm, the same bits); RoPE is 4 ops on q and
+k together from a table of the model's own cos/sin made at start-up; q/k/v and gate/up are
+one matmul each, and large weights go to oneDNN packed once (engines.core.ops.Linear). Each
+layer's pool views are made once.
+
+Persistent state, updated in place: the block tables ([seats + scratch, blocks] int64, one
+row per seat, rewritten only from the first entry that changed: a decode row's table changes
+once every block_size tokens), the RoPE table and the causal mask table every mask is a view
+or rows of. A step builds one small int64 tensor for tokens, positions and slots, and one for
+the attention plan.
+
+Logits: `Row.logits_at` names the span's positions whose logits come back (speculative
+verification wants several of one row); by default the last one, where `wants_logits`.
 """
 
 from __future__ import annotations
@@ -22,9 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from engines.core.decoder import DecoderParts, _Layer, _rotate_half
+import engines.paged.compiled as compiled_steps
+from engines.core.decoder import DecoderParts
+from engines.core.ops import Linear, activation, norm_parts, rms_norm, rope, rope_tables
 from engines.paged.attention import (
     PAD_ELEMENTS,
     attend,
@@ -40,24 +51,137 @@ class Row:
     start: int  # tokens before them already have KV in `blocks`
     blocks: Sequence[int]  # the request's block table, covering start + len(tokens) tokens
     wants_logits: bool  # sample after the last token (the span reaches the request's end)
+    # Offsets into `tokens` whose logits forward() returns, in this order; None: the last
+    # one where wants_logits, else none.
+    logits_at: Sequence[int] | None = None
+    seat: int = -1  # the request's seat (0..seats-1), whose table row persists; -1: none
+
+    def logit_offsets(self) -> Sequence[int]:
+        if self.logits_at is not None:
+            return self.logits_at
+        return (len(self.tokens) - 1,) if self.wants_logits else ()
+
+
+class _Norm:
+    """An RMSNorm as rms_norm where it computes the module exactly, else the module."""
+
+    __slots__ = ("eps", "module", "weight")
+
+    def __init__(self, module: Any) -> None:
+        parts = norm_parts(module)
+        self.module = None if parts else module
+        self.weight: torch.Tensor | None = parts[0] if parts else None
+        self.eps: float = parts[1] if parts else 0.0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.module is not None:
+            out: torch.Tensor = self.module(x)
+            return out
+        assert self.weight is not None
+        return rms_norm(x, self.weight, self.eps)
+
+
+@dataclass(slots=True)
+class _PackedLayer:
+    ln1: _Norm
+    ln2: _Norm
+    qkv: Linear
+    o: Linear
+    gate_up: Linear
+    down: Linear
+    act: Any
+    q_norm: _Norm | None
+    k_norm: _Norm | None
 
 
 class PagedForward(DecoderParts):
     def __init__(self, model: Any, *, num_blocks: int, block_size: int,
-                 max_model_len: int) -> None:
+                 max_model_len: int, seats: int = 1, compiled: str = "off") -> None:
         super().__init__(model)
         param = next(model.parameters())
+        device, dtype = param.device, param.dtype
+        config: Any = model.config
         self.block_size = block_size
         self.pad = PAD_ELEMENTS // (self.num_kv_heads * self.head_dim)
-        # [layers, K/V, slot, kv_heads, head_dim]; slot = block * block_size + offset.
-        shape = (self.num_layers, 2, num_blocks * block_size, self.num_kv_heads, self.head_dim)
-        self.kv = torch.zeros(shape, device=param.device, dtype=param.dtype)
-        self.causal = causal_table(max_model_len, param.device, param.dtype)
-        # Each layer's K and V as slots (for writes) and as blocks (for gathers): views made
-        # once, not indexed out of the pool in every layer of every step.
-        blocks = (num_blocks, block_size, self.num_kv_heads, self.head_dim)
-        self._slots = [(self.kv[i, 0], self.kv[i, 1]) for i in range(self.num_layers)]
-        self._blocks = [(k.view(blocks), v.view(blocks)) for k, v in self._slots]
+        # Each layer's keys and values: [blocks, block_size, kv_heads, head_dim], or for a
+        # compiled forward the keys transposed per block, [blocks, kv_heads, head_dim,
+        # block_size] (its attention reads them so, engines.paged.compiled; the eager
+        # attention pays one more copy for it). Separate tensors, so a compiled step can
+        # write them in place. One block more than the pool's: block `num_blocks`, where
+        # padded rows of a compiled decode bucket write (no request ever holds it).
+        self.scratch_block = num_blocks
+        self.transposed = compiled != "off"
+        kvh, d = self.num_kv_heads, self.head_dim
+        key_shape = (kvh, d, block_size) if self.transposed else (block_size, kvh, d)
+        self._kv = [(torch.zeros(num_blocks + 1, *key_shape, device=device, dtype=dtype),
+                     torch.zeros(num_blocks + 1, block_size, kvh, d, device=device, dtype=dtype))
+                    for _ in range(self.num_layers)]
+        # The keys as [blocks, block_size, kv_heads, head_dim] (views), for eager writes.
+        self._key_writes = [k.permute(0, 3, 1, 2) if self.transposed else k
+                            for k, _ in self._kv]
+        self.causal = causal_table(max_model_len, device, dtype)
+        self.rope = rope_tables(self.rotary, max_model_len, device, dtype)  # [len, 2, D]
+        act = activation(None, getattr(config, "hidden_act", None))
+        self.packed_layers = [
+            _PackedLayer(
+                ln1=_Norm(layer.ln1), ln2=_Norm(layer.ln2),
+                qkv=Linear(layer.qkv_w, layer.qkv_b), o=Linear(layer.o_w, layer.o_b),
+                gate_up=Linear(layer.gate_up_w, None), down=Linear(layer.down_w, None),
+                act=act or layer.act,
+                q_norm=_Norm(layer.q_norm) if layer.q_norm is not None else None,
+                k_norm=_Norm(layer.k_norm) if layer.k_norm is not None else None)
+            for layer in self.layers]
+        self.final_norm = _Norm(self.norm)
+        head: Any = self.lm_head
+        self.head = Linear(head.weight, head.bias)
+        self.embed_weight: torch.Tensor = self.embed.weight  # type: ignore[assignment]
+        # Block tables: a row per seat, then `seats` scratch rows for rows without one
+        # (rewritten every step). Entries past a request's blocks are stale or 0: valid ids,
+        # masked by attention.
+        self.seats = seats
+        self.max_blocks = -(-max_model_len // block_size)
+        self.tables = torch.zeros(2 * seats, self.max_blocks, dtype=torch.long, device=device)
+        self._mirror: list[list[int]] = [[] for _ in range(2 * seats)]
+        self.compiled = compiled_steps.CompiledSteps(compiled, device)
+        self.graph_steps = 0  # steps the compiled graph ran (the others ran eagerly)
+        self.graph_fallbacks = 0  # steps eager because torch.compile's graph cache was full
+        if compiled != "off":
+            self._graph_args = self._compilable(config)
+            if device.type == "cuda" and compiled == "graphs":
+                compiled_steps.static_inputs(self._graph_args)
+            # A bucket's padded rows: a table row of scratch blocks; every row's logits.
+            self._scratch_table = torch.full((1, self.max_blocks), num_blocks,
+                                             dtype=torch.long, device=device)
+            self._all_rows = torch.arange(seats, device=device)
+            self._no_rows = torch.zeros((0, self.max_blocks), dtype=torch.long, device=device)
+
+    def _compilable(self, config: Any) -> tuple[Any, ...]:
+        """The compiled graphs' weight arguments; refuses what they do not compute."""
+        eps = {n.eps for layer in self.packed_layers for n in (layer.ln1, layer.ln2,
+                                                             layer.q_norm, layer.k_norm)
+               if n is not None and n.module is None}
+        plain = all(n.module is None for layer in self.packed_layers
+                    for n in (layer.ln1, layer.ln2, layer.q_norm, layer.k_norm) if n is not None)
+        if not plain or len(eps) != 1 or self.final_norm.module is not None \
+                or getattr(config, "hidden_act", None) != "silu" or self.final_norm.eps not in eps:
+            raise ValueError("compile: the compiled forward computes Llama-family decoders "
+                             "with RMSNorm (one eps) and SiLU; this model is served eagerly "
+                             "only (compile='off')")
+        layers = tuple(
+            (layer.ln1.weight, layer.qkv.weight, layer.qkv.bias, layer.o.weight, layer.o.bias,
+             layer.ln2.weight, layer.gate_up.weight, layer.down.weight,
+             layer.q_norm.weight if layer.q_norm else None,
+             layer.k_norm.weight if layer.k_norm else None)
+            for layer in self.packed_layers)
+        return (self.embed_weight, self.rope, self.final_norm.weight, self.head.weight,
+                self.head.bias, layers, tuple(self._kv),
+                (self.num_heads, self.num_kv_heads, self.head_dim), eps.pop(), self.scale)
+
+    @property
+    def kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (keys, values) pool, [blocks, block_size, kv_heads, D] (keys
+        [blocks, kv_heads, D, block_size] where `transposed`)."""
+        return self._kv
 
     def slots(self, blocks: Sequence[int], start: int, end: int) -> list[int]:
         """Pool slots of positions start..end-1: a range per block, not a sum per token."""
@@ -68,17 +192,58 @@ class PagedForward(DecoderParts):
             out.extend(range(base + max(start, j * bs), base + min(end, (j + 1) * bs)))
         return out
 
+    def _table_rows(self, rows: Sequence[Row]) -> list[int]:
+        """Each row's table row, brought up to date in place from its first changed entry."""
+        out = []
+        scratch = self.seats
+        for row in rows:
+            if 0 <= row.seat < self.seats:
+                t = row.seat
+            else:
+                t, scratch = scratch, scratch + 1
+            blocks, mirror = row.blocks, self._mirror[t]
+            if mirror != blocks:
+                n = len(blocks)
+                first = next((j for j, (a, b) in enumerate(zip(mirror, blocks, strict=False))
+                              if a != b), min(len(mirror), n))
+                if first < n:
+                    self.tables[t, first:n] = long_tensor(list(blocks[first:n]),
+                                                          self.tables.device)
+                self._mirror[t] = list(blocks)
+            out.append(t)
+        return out
+
     @torch.inference_mode()
     def forward(self, rows: Sequence[Row]) -> torch.Tensor:
-        """Compute every row's span; return logits [rows wanting them, vocab], in row order."""
-        device = self.kv.device
-        plan = plan_attention(rows, self.block_size, self.pad, self.causal)
+        """Compute every row's span; return logits [positions asked for, vocab]: each row's
+        Row.logit_offsets(), rows in order."""
+        table_rows = self._table_rows(rows)
+        try:
+            if self.compiled.mode == "graphs" and self._decodes_only(rows):
+                logits = self._decode_bucket(rows, table_rows)
+                self.graph_steps += 1
+                return logits
+            if self.compiled.graph is not None and self._fits(rows):
+                logits = self._graph_step(self.compiled.graph, rows, table_rows)
+                self.graph_steps += 1
+                return logits
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            # A shape that would be one graph too many (raised before the graph runs, so
+            # nothing was written): this step runs eagerly, and exercised() counts it.
+            self.graph_fallbacks += 1
+        return self._eager(rows, table_rows)
+
+    def _eager(self, rows: Sequence[Row], table_rows: Sequence[int]) -> torch.Tensor:
+        device = self.tables.device
+        plan = plan_attention(rows, table_rows, self.tables, self.block_size, self.pad,
+                              self.causal)
         bs = self.block_size
         tokens, positions, slots = array("q"), array("q"), array("q")
-        last = [0] * len(rows)  # row -> packed index of its last token
+        first = [0] * len(rows)  # row -> packed index of its first token
         for i in plan.order:
             row = rows[i]
             start = row.start
+            first[i] = len(tokens)
             if len(row.tokens) == 1:  # most rows: one decode token
                 tokens.append(row.tokens[0])
                 positions.append(start)
@@ -88,33 +253,125 @@ class PagedForward(DecoderParts):
                 tokens.extend(row.tokens)
                 positions.extend(range(start, end))
                 slots.extend(self.slots(row.blocks, start, end))
-            last[i] = len(tokens) - 1
         n = len(tokens)
-        packed = long_tensor(tokens + positions + slots, device)  # one tensor, three views
-        write = packed[2 * n :]
-        x = self.embed(packed[:n])  # [T, hidden]
-        cos, sin = self.rotary(x[None], packed[None, n : 2 * n])
-        cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, D]: the same for every head
-        for layer, (keys, values), (key_blocks, value_blocks) in zip(
-                self.layers, self._slots, self._blocks, strict=True):
-            q, k, v = self._packed_qkv(layer, layer.ln1(x), cos, sin)
-            keys.index_copy_(0, write, k)
-            values.index_copy_(0, write, v)
-            attn = attend(plan, q, k, v, key_blocks, value_blocks, self.scale)
-            x = self._finish(layer, x, attn.reshape(n, -1))
-        wanted = [last[i] for i, row in enumerate(rows) if row.wants_logits]
-        return self._logits(x.index_select(0, long_tensor(wanted, device)))
+        wanted = array("q", [first[i] + o for i, row in enumerate(rows)
+                             for o in row.logit_offsets()])
+        packed = long_tensor(tokens + positions + slots + wanted, device)  # one tensor, 4 views
+        write = packed[2 * n : 3 * n]
+        write_blocks, write_offsets = write // bs, write % bs
+        x = self.embed_weight.index_select(0, packed[:n])  # [T, hidden]
+        cos, sin = self.rope.index_select(0, packed[n : 2 * n]).unsqueeze(2).unbind(1)
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        for layer, (keys, values), key_writes in zip(self.packed_layers, self._kv,
+                                                     self._key_writes, strict=True):
+            qkv = layer.qkv(layer.ln1(x))
+            if layer.q_norm is None:
+                qk = rope(qkv[:, : (h + hkv) * d].view(n, h + hkv, d), cos, sin)
+                q, k = qk[:, :h], qk[:, h:]
+            else:
+                assert layer.k_norm is not None
+                q = rope(layer.q_norm(qkv[:, : h * d].view(n, h, d)), cos, sin)
+                k = rope(layer.k_norm(qkv[:, h * d : (h + hkv) * d].view(n, hkv, d)), cos,
+                         sin)
+            v = qkv[:, (h + hkv) * d :].view(n, hkv, d)
+            key_writes[write_blocks, write_offsets] = k
+            values[write_blocks, write_offsets] = v
+            attn = attend(plan, q, k, v, keys, values, self.scale, transposed=self.transposed)
+            x = x + layer.o(attn.reshape(n, -1))
+            gate, up = layer.gate_up(layer.ln2(x)).chunk(2, dim=-1)
+            x = x + layer.down(layer.act(gate) * up)
+        out = x.index_select(0, packed[3 * n :])
+        return self.head(self.final_norm(out))
 
-    def _packed_qkv(self, layer: _Layer, h: torch.Tensor, cos: torch.Tensor,
-                    sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """[T, hidden] -> q [T, heads, D], k and v [T, kv_heads, D], rotated (the same
-        arithmetic as DecoderParts._attend_qkv, without its batch dimension)."""
-        n, d = h.shape[0], self.head_dim
-        nq, nkv = self.num_heads * d, self.num_kv_heads * d
-        qkv = F.linear(h, layer.qkv_w, layer.qkv_b)
-        q = qkv[:, :nq].view(n, self.num_heads, d)
-        k = qkv[:, nq : nq + nkv].view(n, self.num_kv_heads, d)
-        v = qkv[:, nq + nkv :].view(n, self.num_kv_heads, d)
-        if layer.q_norm is not None and layer.k_norm is not None:
-            q, k = layer.q_norm(q), layer.k_norm(k)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+    # --- compiled (engines.paged.compiled) --------------------------------------------------
+
+    def _fits(self, rows: Sequence[Row]) -> bool:
+        tokens = sum(len(row.tokens) for row in rows)
+        width = max(row.start + len(row.tokens) for row in rows)
+        return tokens * width <= compiled_steps.MAX_PAIRS
+
+    def _graph_step(self, graph: Any, rows: Sequence[Row], table_rows: Sequence[int]
+                    ) -> torch.Tensor:
+        """Any step as the dynamic graph: the rows in two groups by length (engines.paged
+        .compiled.step_graph), each token with its row's table."""
+        device, bs = self.tables.device, self.block_size
+        groups = _two_widths(rows, bs)
+        tokens, positions, slots, owner = array("q"), array("q"), array("q"), array("q")
+        first = [0] * len(rows)  # row -> packed index of its first token
+        widths, sizes = [], []
+        for group in groups:
+            at = len(tokens)
+            width = 0
+            for i in group:
+                row = rows[i]
+                start, end = row.start, row.start + len(row.tokens)
+                first[i] = len(tokens)
+                tokens.extend(row.tokens)
+                positions.extend(range(start, end))
+                slots.extend(self.slots(row.blocks, start, end) if end - start > 1
+                             else (row.blocks[start // bs] * bs + start % bs,))
+                owner.extend([table_rows[i]] * (end - start))
+                width = max(width, end)
+            # No size below 2 reaches the graph: torch.compile specializes sizes 0 and 1,
+            # each a graph of its own (a compile, and one of its 8 cached entries). A padding
+            # token writes the scratch block and reads table row 0 at position 0.
+            for _ in range(2 - (len(tokens) - at)):
+                tokens.append(0)
+                positions.append(0)
+                slots.append(self.scratch_block * bs)
+                owner.append(0)
+            sizes.append(len(tokens) - at)
+            widths.append(min(max(2, -(-width // bs)), self.max_blocks))
+        wanted = array("q", [first[i] + o for i, row in enumerate(rows)
+                             for o in row.logit_offsets()])
+        asked = len(wanted)
+        wanted.extend([0] * (2 - asked))  # padded logits are dropped
+        n = len(tokens)
+        packed = long_tensor(tokens + positions + slots + owner + wanted, device)
+        write = packed[2 * n : 3 * n]
+        owners = packed[3 * n : 4 * n]
+        tables_a = self.tables[:, : widths[0]].index_select(0, owners[: sizes[0]])
+        tables_b = self.tables[:, : widths[1]].index_select(0, owners[sizes[0] :])
+        logits = graph(packed[:n], packed[n : 2 * n], write // bs, write % bs, tables_a,
+                       tables_b, packed[4 * n :], *self._graph_args)
+        return logits[:asked]
+
+    def _decodes_only(self, rows: Sequence[Row]) -> bool:
+        return bool(rows) and len(rows) <= self.seats and all(
+            len(row.tokens) == 1 and tuple(row.logit_offsets()) == (0,) for row in rows)
+
+    def _decode_bucket(self, rows: Sequence[Row], table_rows: list[int]) -> torch.Tensor:
+        """A decode-only step as its batch bucket's static graph; padded rows are dropped."""
+        device, bs = self.tables.device, self.block_size
+        size = compiled_steps.bucket(len(rows), self.seats)
+        pad = size - len(rows)
+        tokens = array("q", [row.tokens[0] for row in rows] + [0] * pad)
+        positions = array("q", [row.start for row in rows] + [0] * pad)
+        blocks = array("q", [row.blocks[row.start // bs] for row in rows]
+                       + [self.scratch_block] * pad)
+        offsets = array("q", [row.start % bs for row in rows] + [0] * pad)
+        packed = long_tensor(tokens + positions + blocks + offsets, device)
+        tables = self.tables.index_select(0, long_tensor(table_rows, device))
+        if pad:
+            tables = torch.cat((tables, self._scratch_table.expand(pad, -1)))
+        graph = self.compiled.bucket_graph(size)
+        logits = graph(packed[:size], packed[size : 2 * size], packed[2 * size : 3 * size],
+                       packed[3 * size :], tables, self._no_rows, self._all_rows[:size],
+                       *self._graph_args)
+        return logits[: len(rows)]
+
+
+def _two_widths(rows: Sequence[Row], block_size: int) -> tuple[list[int], list[int]]:
+    """Row indices in two groups, shorter rows first, split where tokens x width (in blocks)
+    summed over both groups is least: a token attends over its group's whole width."""
+    order = sorted(range(len(rows)), key=lambda i: rows[i].start + len(rows[i].tokens))
+    ends = [-(-(rows[i].start + len(rows[i].tokens)) // block_size) for i in order]
+    counts = [len(rows[i].tokens) for i in order]
+    total = sum(counts)
+    best, split, before = total * ends[-1], len(order), 0
+    for k in range(1, len(order)):
+        before += counts[k - 1]
+        cost = before * ends[k - 1] + (total - before) * ends[-1]
+        if cost < best:
+            best, split = cost, k
+    return order[:split], order[split:]

@@ -15,6 +15,7 @@ tokens so far.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Sequence
 
@@ -31,6 +32,17 @@ class PagedSchedule:
     max_num_batched_tokens: int  # while any request decodes
     max_prefill_only_tokens: int  # while none does
     preemptions: int
+    free_seats: list[int]  # seats no running request holds, lowest first
+
+    def _seat(self, seq: PagedRequest) -> None:
+        """Give an admitted request the lowest free seat (none if a subclass leaked them:
+        the forward then gives it a scratch table row)."""
+        seq.seat = self.free_seats.pop(0) if self.free_seats else -1
+
+    def _unseat(self, seq: PagedRequest) -> None:
+        if seq.seat >= 0:
+            bisect.insort(self.free_seats, seq.seat)
+            seq.seat = -1
 
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.kv_block_size)
@@ -102,6 +114,7 @@ class PagedSchedule:
             seq.blocks = hits + self.pool.allocate(fresh)
             seq.num_computed, seq.num_registered = computed, len(hits)
             self.running.append(seq)
+            self._seat(seq)
             plan[seq] = n
 
     # --- prefix cache, preemption ---------------------------------------------------------------
@@ -128,6 +141,7 @@ class PagedSchedule:
 
     def _preempt(self, seq: PagedRequest) -> None:
         self.running.remove(seq)
+        self._unseat(seq)
         self._release_blocks(seq)
         seq.num_computed = seq.num_registered = 0
         self.waiting.appendleft(seq)

@@ -21,6 +21,7 @@ class PagedRequest(RequestState):
     num_registered: int = 0  # leading full blocks already offered to the prefix cache
     keys: list[BlockKey] = field(default_factory=list)  # prefix keys of leading full blocks
     chunked: bool = False  # its prefill has taken more than one step (counted once)
+    seat: int = -1  # while running: its row of the forward's persistent block tables
 
     @property
     def num_tokens(self) -> int:

@@ -16,8 +16,8 @@ from typing import Any
 from engines.models import DEFAULT_PRESET, preset_max_model_len
 from engines.paged.engine import DEFAULT_BLOCK_SIZE, PagedEngine
 
-__all__ = ["VARIANTS", "budget_8", "equal_memory", "no_prefix_caching", "one_at_a_time",
-           "small_pool"]
+__all__ = ["VARIANTS", "budget_8", "compiled_graphs", "compiled_step", "equal_memory",
+           "no_prefix_caching", "one_at_a_time", "small_pool"]
 
 
 def no_prefix_caching() -> PagedEngine:
@@ -58,10 +58,25 @@ def equal_memory(*, max_batch_size: int = 8, **kwargs: Any) -> PagedEngine:
     return PagedEngine(max_batch_size=2 * max_batch_size, kv_slots=max_batch_size, **kwargs)
 
 
+def compiled_step() -> PagedEngine:
+    """Every step under engines.paged.compiled.MAX_PAIRS as one compiled graph (the CPU's
+    compiled mode): another attention (one per token over its table, not buckets), the same
+    tokens."""
+    return PagedEngine(compiled="step")
+
+
+def compiled_graphs() -> PagedEngine:
+    """Decode-only steps as static graphs, one per batch bucket (the CUDA-graph mode, on
+    whatever device the engine is on); other steps eager."""
+    return PagedEngine(compiled="graphs")
+
+
 VARIANTS = {
     "no_prefix_caching": no_prefix_caching,
     "budget_8": budget_8,
     "small_pool": small_pool,
     "one_at_a_time": one_at_a_time,
     "equal_memory": equal_memory,
+    "compiled_step": compiled_step,
+    "compiled_graphs": compiled_graphs,
 }

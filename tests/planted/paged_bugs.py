@@ -9,6 +9,7 @@ symptom on a hand-made workload.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -78,7 +79,7 @@ class ChunkStartsOneEarly(PagedEngine):
     def _row(self, seq: PagedRequest, n: int) -> Row:
         row = super()._row(seq, n)
         if 0 < row.start < len(seq.request.prompt_token_ids):
-            return Row(row.tokens, row.start - 1, row.blocks, row.wants_logits)
+            return dataclasses.replace(row, start=row.start - 1)
         return row
 
 
@@ -175,7 +176,7 @@ class ResumeKeepsOldBlockIds(PagedEngine):
         row = super()._row(seq, n)
         kept = self._runner_tables.setdefault(seq, [])
         kept.extend(row.blocks[len(kept):])  # patched: only ids past the copy's end are new
-        return Row(row.tokens, row.start, list(kept), row.wants_logits)
+        return dataclasses.replace(row, blocks=list(kept))
 
 
 def resume_keeps_old_block_ids_eight_seats() -> ResumeKeepsOldBlockIds:

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import threading
 import weakref
 from collections import deque
@@ -65,6 +64,7 @@ from engines.adapters.common.book import Live, RequestBook
 from engines.adapters.ct2.convert import ct2_dir, vocabulary
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
 from engines.protocol import FinishReason, Request, StepOutput
+from engines.threads import engine_threads
 
 __all__ = ["CHUNKED_PREFILL_FAILS", "SEEDS_LIMIT", "SUPPORTED_SAMPLING", "CT2Engine",
            "chunked_prefill_fails", "converter_losses", "ctranslate2_engine", "make_engine"]
@@ -157,10 +157,12 @@ class CT2Engine:
         self.max_concurrency = max_batch_size  # requests one batch runs at once
         self.supported_sampling = SUPPORTED_SAMPLING
         self.expected_failed_checks: dict[str, str] = {"seeds": SEEDS_LIMIT}
-        # The threads this process may use (taskset), not the library's default of 4.
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+        # The threads this process may use (taskset) or the bench's --threads
+        # (engines.threads), not the library's default of 4.
+        self.compute_threads = engine_threads()
+        self.execution = f"ctranslate2 {ctranslate2.__version__} on CPU"
         self._gen = ctranslate2.Generator(str(model_dir), device="cpu", compute_type="float32",
-                                          inter_threads=1, intra_threads=threads)
+                                          inter_threads=1, intra_threads=self.compute_threads)
         self._book = RequestBook()
         self._waiting: deque[Live] = deque()
         self._batch: _Batch | None = None

@@ -15,6 +15,7 @@ import torch
 from engines.core.validation import check_request
 from engines.models import load_model, parse_dtype, preset_max_model_len
 from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput
+from engines.threads import torch_threads
 
 
 class HFGenerateEngine:
@@ -39,6 +40,10 @@ class HFGenerateEngine:
 
     def has_work(self) -> bool:
         return bool(self.waiting)
+
+    @property
+    def compute_threads(self) -> int | None:
+        return torch_threads(self.device)
 
     @torch.inference_mode()
     def step(self) -> list[StepOutput]:

@@ -75,6 +75,7 @@ from engines.models import (
     preset_max_model_len,
 )
 from engines.protocol import ALL_PARAMS, FinishReason, Request, SamplingParams, StepOutput
+from engines.threads import engine_threads
 
 __all__ = [
     "BLOCK_SIZE",
@@ -179,7 +180,8 @@ class OpenVINOEngine:
     logprobs_of = "raw"  # the library snapshots the logits before any processing
 
     def __init__(self, model_dir: str | Path, config: OpenVINOConfig, *, max_model_len: int,
-                 vocab_size: int, label: str = "openvino_genai") -> None:
+                 vocab_size: int, label: str = "openvino_genai",
+                 threads: int | None = None) -> None:
         self.config = config
         self.label = label
         self.vocab_size = vocab_size
@@ -188,8 +190,12 @@ class OpenVINOEngine:
         self.max_concurrency = config.max_num_seqs  # requests the scheduler runs at once
         self.expected_failed_checks: dict[str, str] = known_differences(
             Path(model_dir), max_model_len)
+        # Stated, not the plugin's default (every core the process sees): engines.threads.
+        self.compute_threads = threads or engine_threads()
+        self.execution = f"openvino-genai {openvino_genai.__version__.split('-')[0]} on CPU"
         self._pipe = openvino_genai.ContinuousBatchingPipeline(
-            str(model_dir), config.scheduler_config(), "CPU", PROPERTIES)
+            str(model_dir), config.scheduler_config(), "CPU",
+            {**PROPERTIES, "INFERENCE_NUM_THREADS": self.compute_threads})
         self._book = RequestBook()
         self._handles: dict[str, Any] = {}  # our key -> the library's handle
         self._tokens: dict[str, list[int]] = {}  # our key -> tokens generated so far

@@ -1,0 +1,96 @@
+"""A decoder layer's small pieces in as few tensor ops as their arithmetic allows, for forwards
+whose step is bounded by dispatching ops, not by computing them (the tiny preset's: a decode
+step's ~50 ops a layer cost ~8 us each and compute next to nothing).
+
+Each piece computes what the transformers module it replaces computes, op for op where the
+result must stay bit-identical (the RMSNorm and RoPE here are), so tokens stay those of the
+sequential reference, which runs transformers' own modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Weights at least this large (in elements) are multiplied by oneDNN with a pre-packed weight
+# on a CPU: `python scripts/linear_kernels.py` measured it 1.2-2.2x faster than F.linear's MKL
+# sgemm on the small preset's shapes (16-1829 rows x 512 x 768-8192, fp32, one thread; AMD
+# EPYC with AVX-512, where MKL's kernels are not its fastest), and 0.3-0.8x on the tiny
+# preset's (64 x 192-1024), whose calls are too small to pay the packed call's overhead.
+PACK_ELEMENTS = 1 << 17
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' Llama/Qwen RMSNorm, the same ops in the same order (so the same bits),
+    without a module call or the no-op dtype casts of an fp32 model."""
+    if x.dtype == torch.float32:
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+    h = x.float()
+    return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def norm_parts(module: nn.Module) -> tuple[torch.Tensor, float] | None:
+    """(weight, eps) of an RMSNorm module that rms_norm computes exactly, or None (then the
+    caller keeps calling the module)."""
+    weight, eps = getattr(module, "weight", None), getattr(module, "variance_epsilon", None)
+    name = type(module).__name__
+    if isinstance(weight, torch.Tensor) and isinstance(eps, float) and name.endswith("RMSNorm") \
+            and not name.startswith(("Gemma", "Olmo")):  # (1 + w) and other variants
+        return weight, eps
+    return None
+
+
+def activation(module: Any, hidden_act: str | None) -> Any:
+    """The MLP's activation as a plain function where it is SiLU (no module call)."""
+    return F.silu if hidden_act == "silu" else module
+
+
+class Linear:
+    """y = x @ w.T (+ b): F.linear, or oneDNN with the weight packed once on a CPU for weights
+    of PACK_ELEMENTS or more. The packed product sums in another order than MKL's, so it moves
+    logits by float rounding (~1e-6 relative), as any batch size does."""
+
+    __slots__ = ("bias", "packed", "weight")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *,
+                 pack: bool | None = None) -> None:
+        self.weight, self.bias = weight, bias
+        self.packed: torch.Tensor | None = None
+        if pack is None:
+            pack = (weight.device.type == "cpu" and weight.numel() >= PACK_ELEMENTS
+                    and weight.dtype in (torch.float32, torch.bfloat16)
+                    and torch.backends.mkldnn.is_available())
+        if pack:
+            with torch.no_grad():
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is None:
+            return F.linear(x, self.weight, self.bias)
+        out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias,
+                                                                "none", [], "")
+        return out
+
+
+def rope_tables(rotary: nn.Module, length: int, device: torch.device,
+                dtype: torch.dtype) -> torch.Tensor:
+    """[length, 2, head_dim]: the model's own cos and sin for positions 0..length-1 (its
+    rotary module's output, computed once; a position's values do not depend on the others),
+    sin with its first half negated, for `rope`."""
+    positions = torch.arange(length, device=device)[None]
+    probe = torch.empty(1, device=device, dtype=dtype)
+    with torch.no_grad():
+        cos, sin = rotary(probe, positions)
+    half = cos.shape[-1] // 2
+    signed = torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
+    return torch.stack((cos[0], signed), dim=1)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """transformers' x * cos + rotate_half(x) * sin in 4 ops: rotate_half(x) is
+    cat(-x2, x1); roll gives cat(x2, x1), and the negation moves to sin's first half (the same
+    products, bit for bit)."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin

@@ -1,0 +1,192 @@
+"""The paged forward as one compiled graph a step (`PagedEngine(compiled=...)`).
+
+The graph is the forward's own arithmetic (engines.paged.forward) with attention done
+differently: no plan of buckets and chunks, but every packed token a query of its own over its
+request's block table, up to its own position (a [tokens, blocks] table gathered once a step,
+masked per token). One attention for the whole ragged batch, which inductor fuses into loops
+that read the pool's blocks in place (no gathered copy): keys are stored transposed per block
+([blocks, kv_heads, head_dim, block_size]), so that q.k is a vertical reduction over head_dim
+with a block's 16 keys in one vector register. Every other small op (norms, RoPE, residuals,
+the MLP's activation) fuses into a few loops between the matmuls. A query reads the table's
+whole width (the step's longest row), so the graph runs only steps whose tokens x width stay
+under MAX_PAIRS; a large prefill runs the eager forward, whose causal chunks do less work.
+
+Two modes:
+- "step" (the CPU's): every step under MAX_PAIRS, decode or mixed, one graph dynamic in the
+  token count and the table width.
+- "graphs" (CUDA's, runnable on a CPU): decode-only steps padded to a bucket of batch sizes
+  (vLLM's capture sizes: 1, 2, 4, then multiples of 8) over the tables' full width, so that
+  every bucket has one static shape; on CUDA each is captured as a CUDA graph
+  (torch.compile's "reduce-overhead" mode) and replayed. Padded rows write their K/V to a
+  scratch block past the pool and their logits are dropped. Other steps run eagerly.
+
+Compilation costs tens of seconds on a CPU (per process, per shape kind; inductor caches on
+disk), so it is off by default: a short run or a test suite that builds hundreds of engines
+would pay it for nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from engines.core.ops import rms_norm
+
+COMPILE_MODES = ("off", "step", "graphs")
+# Decode batch buckets: vLLM's default CUDA-graph capture sizes (1, 2, 4, 8, 16, 24, ...).
+CAPTURE_SIZES = (1, 2, 4, *range(8, 513, 8))
+# Query-key pairs (tokens x table width) above which a step runs eagerly: a prefill of many
+# long prompts (the closed mix's first step: 1,829 tokens x 256) would compute every token
+# against the longest table.
+MAX_PAIRS = 1 << 16
+
+# Per layer: (ln1 w, qkv w, qkv b, o w, o b, ln2 w, gate_up w, down w, q_norm w, k_norm w).
+Weights = tuple[torch.Tensor | None, ...]
+
+
+def bucket(rows: int, limit: int) -> int:
+    """The smallest capture size holding `rows` (at most `limit`)."""
+    for size in CAPTURE_SIZES:
+        if size >= rows:
+            return min(size, limit)
+    return limit
+
+
+def _attention(q: torch.Tensor, positions: torch.Tensor, tables: torch.Tensor,
+               keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [T, heads, D], each token over its table row [T, blocks] up to its position."""
+    n, h, d = q.shape
+    nb = tables.shape[1]
+    hkv, bs = keys.shape[1], keys.shape[3]
+    width = nb * bs
+    hidden = torch.arange(width, device=q.device)[None] > positions[:, None]  # [T, W]
+    # scores [T, blocks, kv_heads, group, block_size]: q.k over head_dim per block.
+    scores = (q.view(n, 1, hkv, h // hkv, d, 1) * keys[tables][:, :, :, None]).sum(-2)
+    scores = scores.permute(0, 2, 3, 1, 4).reshape(n, hkv, h // hkv, width) * scale
+    probs = torch.softmax(scores.masked_fill(hidden[:, None, None], float("-inf")), -1)
+    # p.v summed within each block first, then over blocks: the inner loop then runs over a
+    # block's tokens with the block's id looked up once (one reduction over the whole width
+    # recomputes a block id and offset per token: 2x slower).
+    per_block = (probs.view(n, hkv, h // hkv, nb, bs).permute(0, 3, 4, 1, 2)[..., None]
+                 * values[tables][:, :, :, :, None]).sum(2)  # [T, blocks, kvh, group, D]
+    return per_block.sum(1).reshape(n, h, d)
+
+
+def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torch.Tensor,
+               write_offsets: torch.Tensor, tables: torch.Tensor, tables_b: torch.Tensor,
+               wanted: torch.Tensor, embed: torch.Tensor, rope: torch.Tensor,
+               final: torch.Tensor, head_w: torch.Tensor, head_b: torch.Tensor | None,
+               layers: Sequence[Weights], kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
+               dims: tuple[int, int, int], eps: float, scale: float) -> torch.Tensor:
+    """Packed tokens [T] at `positions`, each written to (write_blocks, write_offsets) and
+    attending to its table row up to its position: the first rows of `tables` [T_a, blocks_a]
+    for the first T_a tokens, `tables_b` [T - T_a, blocks_b] for the others (two widths: a
+    token reads its group's whole width, so short rows apart from long ones read less);
+    logits of the packed indices `wanted`. kv: each layer's (keys [blocks, kv_heads, D,
+    block_size], values [blocks, block_size, kv_heads, D])."""
+    h, hkv, d = dims
+    n, split = tokens.shape[0], tables.shape[0]
+    x = embed.index_select(0, tokens)
+    cos, sin = rope.index_select(0, positions).unsqueeze(2).unbind(1)
+    for i, (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gate_up_w, down_w, qn, kn) in enumerate(layers):
+        assert ln1 is not None and qkv_w is not None and o_w is not None
+        assert ln2 is not None and gate_up_w is not None and down_w is not None
+        qkv = F.linear(rms_norm(x, ln1, eps), qkv_w, qkv_b)
+        if qn is None or kn is None:
+            qk = qkv[:, : (h + hkv) * d].view(n, h + hkv, d)
+            qk = qk * cos + qk.roll(d // 2, -1) * sin
+            q, k = qk[:, :h], qk[:, h:]
+        else:
+            q = rms_norm(qkv[:, : h * d].view(n, h, d), qn, eps)
+            k = rms_norm(qkv[:, h * d : (h + hkv) * d].view(n, hkv, d), kn, eps)
+            q = q * cos + q.roll(d // 2, -1) * sin
+            k = k * cos + k.roll(d // 2, -1) * sin
+        v = qkv[:, (h + hkv) * d :].view(n, hkv, d)
+        keys, values = kv[i]
+        # In place on the graph's inputs (inductor writes them where they are), every token's
+        # before any attends: a chunk's tokens read each other's.
+        torch.ops.aten.index_put_(keys, [write_blocks, None, None, write_offsets], k)
+        torch.ops.aten.index_put_(values, [write_blocks, write_offsets], v)
+        attn = _attention(q[:split], positions[:split], tables, keys, values, scale)
+        if tables_b.shape[0]:
+            attn = torch.cat((attn, _attention(q[split:], positions[split:], tables_b, keys,
+                                               values, scale)))
+        x = x + F.linear(attn.reshape(n, h * d), o_w, o_b)
+        gate, up = F.linear(rms_norm(x, ln2, eps), gate_up_w).chunk(2, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, down_w)
+    return F.linear(rms_norm(x.index_select(0, wanted), final, eps), head_w, head_b)
+
+
+class CompiledSteps:
+    """The compiled callables for a mode (shared by every engine in the process:
+    torch.compile caches per function, guarded on shapes, not on which engine's tensors come
+    in): `graph` for "step", `bucket_graph(size)` for "graphs"."""
+
+    def __init__(self, mode: str, device: torch.device) -> None:
+        if mode not in COMPILE_MODES:
+            raise ValueError(f"compiled: {mode!r} is not one of {', '.join(COMPILE_MODES)}")
+        self.mode = mode
+        self.cuda = device.type == "cuda"
+        self.graph: Callable[..., torch.Tensor] | None = None
+        if mode == "step":
+            # Automatic dynamic shapes: the second shape makes the dims that changed (tokens,
+            # table width) dynamic and keeps the model's static (a fully dynamic graph
+            # treats head_dim as unknown too, and vectorizes its loops badly).
+            self.graph = _compiled("step", dynamic=None, mode=None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    def bucket_graph(self, size: int) -> Callable[..., torch.Tensor]:
+        """The static graph of one decode bucket (a function of its own per bucket:
+        torch.compile keeps at most 8 graphs per function, then runs it uncompiled)."""
+        return _compiled(f"bucket{size}", dynamic=False,
+                         mode="reduce-overhead" if self.cuda else None)
+
+
+_CACHE: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}
+
+
+def static_inputs(args: Sequence[Any]) -> None:
+    """Mark the weights and KV pools among a graph's arguments as static addresses for CUDA
+    graphs: a captured graph replays on the tensors it was captured with, so without the mark
+    torch.compile copies every weight into a placeholder before each replay, and declines to
+    capture a graph that writes a non-static input (the pools)."""
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            torch._dynamo.mark_static_address(arg)
+        elif isinstance(arg, (tuple, list)):
+            static_inputs(arg)
+
+
+_LATER_LAYER = re.compile(r"\b(layers|kv)\[[1-9]")
+
+
+def _guard_filter(entries: Sequence[Any]) -> list[bool]:
+    """Keep every guard but those on layers 1.. and their pools: a model's layers all have
+    layer 0's shapes, dtypes and layout (and its pools pool 0's), so their guards check
+    nothing layer 0's do not, and cost ~1 us a tensor at every step (~40 us of a tiny-preset
+    decode step's ~600)."""
+    return [not _LATER_LAYER.search(entry.name) for entry in entries]
+
+
+def _compiled(name: str, *, dynamic: bool | None, mode: str | None,
+              fn: Callable[..., torch.Tensor] | None = None, **config: Any
+              ) -> Callable[..., torch.Tensor]:
+    """step_graph (or `fn`), compiled; `config`: inductor settings (experiments)."""
+    key = (name, dynamic, mode, fn, tuple(sorted(config.items())))
+    if key not in _CACHE:
+        # A code object of its own: torch.compile's cache of graphs is per code object.
+        base = fn or step_graph
+        copy = types.FunctionType(base.__code__.replace(co_name=f"step_graph_{name}"),
+                                  base.__globals__, closure=base.__closure__)
+        options: dict[str, Any] = {"guard_filter_fn": _guard_filter, **config}
+        _CACHE[key] = torch.compile(copy, dynamic=dynamic, mode=mode, fullgraph=True,
+                                    options=options if mode is None else None)
+    return _CACHE[key]
