@@ -8,6 +8,7 @@ mixed, mixture-of-experts routing, RoPE scaling (docs/engines.md, "The model zoo
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -270,6 +271,12 @@ def save_checkpoint(model: PreTrainedModel, path: str | Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path, safe_serialization=True)
     return path
+
+
+def cache_root() -> Path:
+    """Where built artefacts are kept between runs (checkpoints, conversions, adapters)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "batching-engines"
 
 
 def preset_thresholds(spec: object) -> dict[str, int]:

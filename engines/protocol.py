@@ -50,6 +50,7 @@ __all__ = [
     "kv_extra_blocks",
     "load_settle_s",
     "logprobs_of",
+    "loras",
     "max_concurrency",
     "position_thresholds",
     "step_by",
@@ -370,6 +371,7 @@ DECLARATIONS: Mapping[str, str] = {
     "step_by": "a callable: step(), waiting for a first token only until a deadline",
     "compute_threads": "the CPU threads it computes with (the bench states it per engine)",
     "execution": "how it computes, in words: eager, compiled, a library and its version",
+    "loras": "the LoRA adapters it serves now, name -> PEFT directory (a Request.lora names one)",
 }
 # The names `supported_sampling` may hold: every SamplingParams field, and REQUEST_FIELDS.
 DECLARABLE_FIELDS = frozenset(SamplingParams.__dataclass_fields__) | REQUEST_FIELDS
@@ -539,6 +541,24 @@ def step_by(engine: object) -> StepBy | None:
     return declared if callable(declared) else None
 
 
+def loras(engine: object) -> dict[str, str]:
+    """The LoRA adapters the engine says it serves now (`loras`, adapter name -> its PEFT
+    directory, which a reference engine loads too), none where it says nothing. Read at each
+    call: an engine with LoRAManagement changes it."""
+    declared = _declared(engine, "loras")
+    if not declared:
+        return {}
+    if not isinstance(declared, Mapping):
+        raise ValueError(f"loras: {declared!r} is not a mapping of adapter names to paths")
+    out = {}
+    for name, path in declared.items():
+        if not isinstance(name, str) or not name or not isinstance(path, str | os.PathLike):
+            raise ValueError(f"loras: {name!r}: {path!r}; expected an adapter name and the "
+                             "path of its directory")
+        out[name] = os.fspath(path)
+    return out
+
+
 def check_declarations(engine: object) -> None:
     """Read every declaration the engine makes: a ValueError names the first bad one."""
     supported_sampling(engine)
@@ -549,3 +569,4 @@ def check_declarations(engine: object) -> None:
     kv_extra_blocks(engine)
     load_settle_s(engine)
     tokenizer_of(engine)
+    loras(engine)

@@ -8,29 +8,45 @@ Long-RoPE models (Phi-3) switch from short to long rotary factors once a sequenc
 `original_max_position_embeddings`; transformers' generate then recomputes the whole cache,
 so that no key keeps its short-factor rotation (Phi3ForCausalLM.prepare_inputs_for_generation).
 This engine does the same at the same token, so it stays generate's semantics.
+
+LoRA adapters (`loras`, name -> PEFT directory; `add_lora` / `remove_lora` at run time) are
+served by PEFT itself, over a copy of the model (PEFT wraps the modules it targets in place,
+and the model is shared by every engine built over the same preset): a request naming an
+adapter runs PeftModel with that adapter set, a base request the untouched model. Cache salts
+are honoured trivially: nothing cached outlives its request.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import DynamicCache
 
+from engines.core.lora import LoraNames
 from engines.core.request_state import RequestState
 from engines.core.sampling import sample
 from engines.core.slots import BaseEngine
 from engines.models import long_rope_threshold
-from engines.protocol import StepOutput
+from engines.protocol import ALL_PARAMS, Request, StepOutput
 
 
 class SequentialEngine(BaseEngine):
     name = "sequential"
+    supported_sampling = ALL_PARAMS | {"lora", "cache_salt"}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, loras: Mapping[str, str | Path] | None = None,
+                 **kwargs: Any) -> None:
         kwargs["max_batch_size"] = 1
         super().__init__(*args, **kwargs)
+        self._loras = LoraNames(loras)
+        self._peft: Any = None  # a PeftModel over a copy of self.model, once an adapter is
+        for name, path in self._loras.paths.items():
+            self._load_lora(name, path)
         self._kv: DynamicCache | None = None
         # transformers renamed past_key_values to cache (5.2x); accept both.
         params = inspect.signature(self.model.forward).parameters
@@ -41,11 +57,51 @@ class SequentialEngine(BaseEngine):
     def slot_lengths(self) -> list[int]:
         return [self._cached]
 
+    # --- LoRA (engines.protocol.LoRAManagement) ------------------------------------------------
+
+    @property
+    def loras(self) -> dict[str, str]:
+        """engines.protocol.loras: the adapters served now, name -> directory."""
+        return dict(self._loras.paths)
+
+    def _load_lora(self, name: str, path: str) -> None:
+        from peft import PeftModel
+
+        if self._peft is None:
+            self._peft = PeftModel.from_pretrained(copy.deepcopy(self.model), path,
+                                                   adapter_name=name)
+        else:
+            self._peft.load_adapter(path, adapter_name=name)
+        self._peft.eval()
+
+    def add_lora(self, name: str, path: str) -> None:
+        self._loras.check_new(name, path)
+        self._load_lora(name, str(path))
+        self._loras.paths[name] = str(path)
+
+    def remove_lora(self, name: str) -> None:
+        users = [s.request.request_id for s in self._live.values() if s.request.lora == name]
+        self._loras.check_removable(name, users)
+        del self._loras.paths[name]
+        if self._loras.paths:
+            self._peft.delete_adapter(name)
+        else:  # PEFT keeps at least one adapter: drop the wrapped copy
+            self._peft = None
+
+    def _check(self, request: Request) -> None:
+        super()._check(request)
+        self._loras.check_request(request)
+
     @torch.inference_mode()
     def _forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         assert self._kv is not None
         kwargs = {self._cache_arg: self._kv}
-        out = self.model(input_ids=input_ids[None], use_cache=True, logits_to_keep=1, **kwargs)
+        lora = self.running[0].request.lora
+        model = self.model
+        if lora is not None:
+            model = self._peft
+            model.set_adapter(lora)
+        out = model(input_ids=input_ids[None], use_cache=True, logits_to_keep=1, **kwargs)
         self._cached += input_ids.shape[0]
         return out.logits[:, -1]
 

@@ -124,6 +124,8 @@ FLOW: dict[str, set[str]] = {
     # Factories over the zoo presets: the engines and adapters are imported by name, when a
     # factory is called (engines.zoo.ENGINES), so importing it pulls in no library.
     "engines.zoo": {"engines.models", "engines.protocol"},
+    # Seeded LoRA adapters of the presets, built with PEFT (engines built with them by name).
+    "engines.loras": {"engines.models"},
     # engines.models for the presets saved as checkpoints that converting adapters share.
     "engines.adapters.common": {"engines.core", "engines.protocol", "engines.models"},
     "engines.adapters.hf": _ADAPTER_BASE,

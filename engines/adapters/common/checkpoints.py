@@ -9,14 +9,13 @@ Imports no third-party engine library: each adapter's convert module passes its 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from engines.adapters.common.tokenizer import TOKENIZER, write_tokenizer
-from engines.models import PRESETS, build_preset, save_checkpoint
+from engines.models import PRESETS, build_preset, cache_root, save_checkpoint
 
 __all__ = ["ConversionError", "UnsupportedArchitecture", "cache_root", "checkpoint_dir",
            "converted_dir", "preset_digest", "publish", "weights_digest"]
@@ -30,11 +29,6 @@ class UnsupportedArchitecture(ConversionError, ValueError):
     """The library's converter refuses this architecture outright: the engine's declared
     "unsupported" (a ValueError, as our engines' refusals are), not a conversion that went
     wrong."""
-
-
-def cache_root() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "batching-engines"
 
 
 def publish(build: Callable[[Path], object], path: Path) -> Path:
