@@ -107,17 +107,21 @@ def test_one_name_one_thing_across_testing_and_bench() -> None:
 
 
 # Each part of engines/ and the parts besides itself it may import: the one-way flow.
-_ENGINE_BASE = {"engines.core", "engines.protocol", "engines.models", "engines.threads"}
+_ENGINE_BASE = {"engines.core", "engines.protocol", "engines.models", "engines.threads",
+                "engines.tokenizer"}
 _ADAPTER_BASE = {"engines.adapters.common", "engines.core", "engines.protocol", "engines.models",
-                 "engines.threads"}
+                 "engines.threads", "engines.tokenizer"}
 FLOW: dict[str, set[str]] = {
     "engines.protocol": set(),  # the contract
     "engines.models": set(),  # presets, shared by engines, bench and the repo's tests
+    # The presets' byte-level BPE, trained and cached per vocabulary size.
+    "engines.tokenizer": {"engines.models"},
     "engines.factories": {"engines.protocol"},  # MODULE:CALLABLE specs, for testing and bench
     "engines.deprecated": set(),  # the warning the old spec paths give
     # The thread count the bench's --threads hands to engines built in its process.
     "engines.threads": set(),
-    "engines.core": {"engines.protocol", "engines.models", "engines.threads"},
+    "engines.core": {"engines.protocol", "engines.models", "engines.threads",
+                     "engines.tokenizer"},
     "engines.slot": _ENGINE_BASE,
     "engines.paged": _ENGINE_BASE,
     "engines.sequential": _ENGINE_BASE,
@@ -127,7 +131,8 @@ FLOW: dict[str, set[str]] = {
     # Seeded LoRA adapters of the presets, built with PEFT (engines built with them by name).
     "engines.loras": {"engines.models"},
     # engines.models for the presets saved as checkpoints that converting adapters share.
-    "engines.adapters.common": {"engines.core", "engines.protocol", "engines.models"},
+    "engines.adapters.common": {"engines.core", "engines.protocol", "engines.models",
+                                "engines.tokenizer"},
     "engines.adapters.hf": _ADAPTER_BASE,
     "engines.adapters.vllm": _ADAPTER_BASE,
     "engines.adapters.openvino": _ADAPTER_BASE,
@@ -136,7 +141,7 @@ FLOW: dict[str, set[str]] = {
     "engines.adapters.ct2": _ADAPTER_BASE,
     "engines.testing": {"engines.protocol", "engines.factories"},
     "engines.bench": {"engines.protocol", "engines.factories", "engines.models",
-                      "engines.threads"},
+                      "engines.threads", "engines.tokenizer"},
 }
 # Imports past FLOW, each with the reason it is allowed.
 EXCEPTIONS: dict[tuple[str, str], str] = {}

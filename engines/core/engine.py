@@ -28,6 +28,7 @@ from engines.models import (
 )
 from engines.protocol import ALL_PARAMS, Request, StepOutput
 from engines.threads import torch_threads
+from engines.tokenizer import tokenizer_for
 
 ModelSpec = str | Path | nn.Module
 S = TypeVar("S", bound=RequestState)  # an engine's per-request state
@@ -72,6 +73,11 @@ class EngineCore(Generic[S]):
         # engines.protocol.position_thresholds: the preset's window or RoPE threshold, which
         # the suite's workloads then cross.
         self.position_thresholds: dict[str, int] = preset_thresholds(model)
+        # A checkpoint directory's own tokenizer where it has one; else the presets' BPE of
+        # this vocabulary (engines.tokenizer), trained once when first read.
+        own = Path(model) if isinstance(model, str | Path) else None
+        self._tokenizer_dir = (str(own) if own is not None and (own / "tokenizer.json").is_file()
+                               else None)
         self.waiting: deque[S] = deque()
         self.running: list[S] = []  # admitted, in admission order (slot engines: index == slot)
         self._live: dict[Hashable, S] = {}  # every unfinished request
@@ -104,6 +110,13 @@ class EngineCore(Generic[S]):
         return bool(self._live)
 
     # --- declared (engines.bench.describe) ----------------------------------------------------
+
+    @property
+    def tokenizer(self) -> str:
+        """engines.protocol.tokenizer_of: the directory of this vocabulary's tokenizer.json."""
+        if self._tokenizer_dir is None:
+            self._tokenizer_dir = tokenizer_for(self.vocab_size)
+        return self._tokenizer_dir
 
     @property
     def compute_threads(self) -> int | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from engines.adapters.common.tokenizer import TOKENIZER, write_tokenizer
 from engines.models import PRESETS, build_preset, cache_root, save_checkpoint
+from engines.tokenizer import TOKENIZER_VERSION, tokenizer_for
 
 __all__ = ["ConversionError", "UnsupportedArchitecture", "cache_root", "checkpoint_dir",
            "converted_dir", "preset_digest", "publish", "weights_digest"]
@@ -49,15 +50,22 @@ def publish(build: Callable[[Path], object], path: Path) -> Path:
     return path
 
 
-def checkpoint_dir(preset: str, *, seed: int, tokenizer: bool = False) -> Path:
-    """The preset saved once as a checkpoint directory (keyed by its definition and seed);
-    with `tokenizer`, one that also carries a 1:1 WordLevel tokenizer (engines.adapters.common
-    .tokenizer), for the tools that will not load a checkpoint without one."""
+def checkpoint_dir(preset: str, *, seed: int, tokenizer: bool | str = False) -> Path:
+    """The preset saved once as a checkpoint directory (keyed by its definition and seed).
+    `tokenizer`: the tokenizer it carries, for the tools that will not load a checkpoint
+    without one. True or "wordlevel": the 1:1 WordLevel `t{i}` one (engines.adapters.common
+    .tokenizer), which the adapters that send or read token text as words depend on; "bpe":
+    the presets' byte-level BPE (engines.tokenizer), for the adapters that send text
+    features (stop strings, guided decoding) and must mean by them what our engines do."""
     if preset not in PRESETS:
         raise ValueError(f"model: unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
+    kind = "wordlevel" if tokenizer is True else tokenizer or None
+    if kind not in (None, "wordlevel", "bpe"):
+        raise ValueError(f"tokenizer: {tokenizer!r}; expected False, True, 'wordlevel' or 'bpe'")
     name = f"{preset}-seed{seed}-{preset_digest(preset)}"
-    path = cache_root() / (f"{name}-{TOKENIZER}" if tokenizer else name)
-    marker = "tokenizer.json" if tokenizer else "config.json"
+    suffix = {None: "", "wordlevel": f"-{TOKENIZER}", "bpe": f"-{TOKENIZER_VERSION}"}[kind]
+    path = cache_root() / f"{name}{suffix}"
+    marker = "config.json" if kind is None else "tokenizer.json"
     if (path / marker).is_file():
         return path
     shutil.rmtree(path, ignore_errors=True)  # a leftover without its marker is unfinished
@@ -65,8 +73,12 @@ def checkpoint_dir(preset: str, *, seed: int, tokenizer: bool = False) -> Path:
     def build(tmp: Path) -> None:
         model = build_preset(preset, seed=seed)
         save_checkpoint(model, tmp)
-        if tokenizer:
+        if kind == "wordlevel":
             write_tokenizer(tmp, int(model.config.vocab_size))
+        elif kind == "bpe":
+            source = Path(tokenizer_for(int(model.config.vocab_size)))
+            for file in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copyfile(source / file, tmp / file)
 
     return publish(build, path)
 
