@@ -17,25 +17,36 @@ slots reserve): a paged request holds only the blocks its tokens need, so the sa
 runs twice the requests at once, and requests that do grow long make it preempt. (A pool of
 a whole context per seat could never run out, and preemption would be dead code.)
 
+LoRA adapters (`loras`, name -> PEFT directory, or `add_lora` at run time) are batched
+together: each row carries its adapter's slot and the forward adds every token's own delta
+(engines.paged.lora). A request's prefix keys start from a digest of its adapter (the name
+and which load of it: a name removed and added again is other weights) and its cache salt,
+so requests differing in either never share a block.
+
 Not SlotIntrospection: requests have no slots that stay compact (`max_concurrency` says how
 many run at once); KVIntrospection describes the pool instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import hashlib
+import itertools
+from collections.abc import Hashable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from engines.core.engine import EngineCore
+from engines.core.lora import LoraNames, read_peft
 from engines.core.sampling import sample
 from engines.models import DEFAULT_PRESET
-from engines.paged.blocks import BlockPool
+from engines.paged.blocks import BlockKey, BlockPool
 from engines.paged.forward import PagedForward, Row
+from engines.paged.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LoraStacks
 from engines.paged.schedule import PagedSchedule
 from engines.paged.state import PagedRequest
-from engines.protocol import InvalidRequest, Request, StepOutput
+from engines.protocol import ALL_PARAMS, InvalidRequest, Request, StepOutput
 
 DEFAULT_BLOCK_SIZE = 16
 # Seats, and the whole contexts of KV they share (kv_slots defaults to half the seats): the
@@ -70,6 +81,7 @@ DEFAULT_TOKEN_BUDGET = 96
 
 class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
     name = "paged"
+    supported_sampling = ALL_PARAMS | {"lora", "cache_salt"}
 
     def __init__(
         self,
@@ -87,6 +99,9 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         max_prefill_only_tokens: int | None = None,  # default: batch x context
         enable_prefix_caching: bool = True,
         compiled: str = "off",  # engines.paged.compiled: "step" (CPU), "graphs" (CUDA)
+        loras: Mapping[str, str | Path] | None = None,  # adapter name -> PEFT directory
+        max_loras: int = DEFAULT_MAX_LORAS,  # adapters served at once
+        max_lora_rank: int = DEFAULT_MAX_LORA_RANK,
     ) -> None:
         super().__init__(model, device=device, dtype=dtype, max_batch_size=max_batch_size,
                          max_model_len=max_model_len, seed=seed)
@@ -120,6 +135,16 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         self.free_seats = list(range(max_batch_size))
         self.preemptions = 0  # requests sent back to the queue to free blocks, ever
         self.chunked_prompts = 0  # requests whose prefill took more than one step, ever
+        if max_loras < 1 or max_lora_rank < 1:
+            raise ValueError(f"max_loras {max_loras} and max_lora_rank {max_lora_rank}: "
+                             "each must be >= 1")
+        self.max_loras, self.max_lora_rank = max_loras, max_lora_rank
+        self._loras = LoraNames(None)
+        self._lora_slots: dict[str, int] = {}  # adapter name -> its slot in the stacks
+        self._lora_loads: dict[str, int] = {}  # adapter name -> which load of it (a serial)
+        self._load_serial = itertools.count(1)
+        for name, path in (loras or {}).items():
+            self.add_lora(name, str(path))
 
     @property
     def execution(self) -> str:
@@ -139,6 +164,8 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         """engines.protocol.Exercised: what the features did, for the suite's summary."""
         counts = {"preemptions": self.preemptions, "chunked_prompts": self.chunked_prompts,
                   "prefix_cache_hit_tokens": self.prefix_cache_hits * self.kv_block_size}
+        if self.runner.lora is not None:
+            counts["lora_tokens"] = self.runner.lora_tokens
         if self.runner.compiled.enabled:  # which steps the compiled graph ran
             counts["compiled_steps"] = self.runner.graph_steps
             counts["compiled_fallback_steps"] = self.runner.graph_fallbacks
@@ -159,6 +186,7 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
 
     def _check(self, request: Request) -> None:
         super()._check(request)
+        self._loras.check_request(request)
         prompt, budget = len(request.prompt_token_ids), request.params.max_tokens
         need = self._blocks_for(prompt + budget - 1)  # the last token's KV is never computed
         if need > self.kv_total_blocks:
@@ -170,7 +198,51 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
                 "(num_blocks), so this request could never run")
 
     def _new_state(self, request: Request, generator: torch.Generator | None) -> PagedRequest:
-        return PagedRequest(request, generator)
+        seq = PagedRequest(request, generator)
+        seq.root = self._key_root(request)
+        if request.lora is not None:
+            seq.lora_slot = self._lora_slots[request.lora]
+        return seq
+
+    # --- LoRA (engines.protocol.LoRAManagement) ------------------------------------------------
+
+    @property
+    def loras(self) -> dict[str, str]:
+        """engines.protocol.loras: the adapters served now, name -> directory."""
+        return dict(self._loras.paths)
+
+    def add_lora(self, name: str, path: str) -> None:
+        self._loras.check_new(name, path)
+        weights = read_peft(path)
+        if self.runner.lora is None:
+            param = next(self.model.parameters())
+            self.runner.lora = self._lora_stacks(param.device, param.dtype)
+        self._lora_slots[name] = self.runner.lora.load(weights)
+        self._lora_loads[name] = next(self._load_serial)
+        self._loras.paths[name] = str(path)
+
+    def _lora_stacks(self, device: torch.device, dtype: torch.dtype) -> LoraStacks:
+        return LoraStacks(self.runner.lora_shapes(), max_loras=self.max_loras,
+                          max_rank=self.max_lora_rank, device=device, dtype=dtype)
+
+    def remove_lora(self, name: str) -> None:
+        users = [s.request.request_id for s in self._live.values() if s.request.lora == name]
+        self._loras.check_removable(name, users)
+        assert self.runner.lora is not None
+        self.runner.lora.unload(self._lora_slots.pop(name))
+        del self._lora_loads[name], self._loras.paths[name]
+
+    def _key_root(self, request: Request) -> BlockKey | None:
+        """The parent of a request's first prefix key: a digest of its adapter (by name and
+        load) and its salt, None for a base request without one (its keys stay the plain
+        token chain)."""
+        if request.lora is None and request.cache_salt is None:
+            return None
+        digest = hashlib.blake2b(b"prefix-root", digest_size=32)
+        for part in (request.lora, self._lora_loads.get(request.lora or ""),
+                     request.cache_salt):
+            digest.update(repr(part).encode() + b"\0")
+        return digest.digest()
 
     # --- one step ------------------------------------------------------------------------------
 
@@ -202,7 +274,7 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
     def _row(self, seq: PagedRequest, n: int) -> Row:
         start = seq.num_computed
         return Row(seq.tokens(start, start + n), start, seq.blocks, start + n == seq.num_tokens,
-                   seat=seq.seat)
+                   seat=seq.seat, lora=seq.lora_slot)
 
     def _retire(self, seq: PagedRequest) -> None:
         self.running.remove(seq)

@@ -43,6 +43,7 @@ from engines.paged.attention import (
     long_tensor,
     plan_attention,
 )
+from engines.paged.lora import LoraStacks
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,7 @@ class Row:
     # one where wants_logits, else none.
     logits_at: Sequence[int] | None = None
     seat: int = -1  # the request's seat (0..seats-1), whose table row persists; -1: none
+    lora: int = 0  # the adapter's slot in the forward's LoraStacks (0: the base model)
 
     def logit_offsets(self) -> Sequence[int]:
         if self.logits_at is not None:
@@ -142,6 +144,9 @@ class PagedForward(DecoderParts):
         self.max_blocks = -(-max_model_len // block_size)
         self.tables = torch.zeros(2 * seats, self.max_blocks, dtype=torch.long, device=device)
         self._mirror: list[list[int]] = [[] for _ in range(2 * seats)]
+        # LoRA adapters' stacked weights (engines.paged.lora), made by the first adapter.
+        self.lora: LoraStacks | None = None
+        self.lora_tokens = 0  # tokens computed with an adapter's delta, ever
         self.compiled = compiled_steps.CompiledSteps(compiled, device)
         self.graph_steps = 0  # steps the compiled graph ran (the others ran eagerly)
         self.graph_fallbacks = 0  # steps eager because torch.compile's graph cache was full
@@ -176,6 +181,17 @@ class PagedForward(DecoderParts):
         return (self.embed_weight, self.rope, self.final_norm.weight, self.head.weight,
                 self.head.bias, layers, tuple(self._kv),
                 (self.num_heads, self.num_kv_heads, self.head_dim), eps.pop(), self.scale)
+
+    def lora_shapes(self) -> list[dict[str, tuple[int, tuple[int, ...]]]]:
+        """Per layer, per packed projection: (in features, each part's out features)."""
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        out = []
+        for layer in self.packed_layers:
+            hidden = layer.qkv.weight.shape[1]
+            inter = layer.down.weight.shape[1]
+            out.append({"qkv": (hidden, (h * d, hkv * d, hkv * d)), "o": (h * d, (hidden,)),
+                        "gate_up": (hidden, (inter, inter)), "down": (inter, (hidden,))})
+        return out
 
     @property
     def kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -218,6 +234,8 @@ class PagedForward(DecoderParts):
         """Compute every row's span; return logits [positions asked for, vocab]: each row's
         Row.logit_offsets(), rows in order."""
         table_rows = self._table_rows(rows)
+        if any(row.lora for row in rows):  # the compiled graphs compute the base model only
+            return self._eager(rows, table_rows)
         try:
             if self.compiled.mode == "graphs" and self._decodes_only(rows):
                 logits = self._decode_bucket(rows, table_rows)
@@ -262,9 +280,14 @@ class PagedForward(DecoderParts):
         x = self.embed_weight.index_select(0, packed[:n])  # [T, hidden]
         cos, sin = self.rope.index_select(0, packed[n : 2 * n]).unsqueeze(2).unbind(1)
         h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        for layer, (keys, values), key_writes in zip(self.packed_layers, self._kv,
-                                                     self._key_writes, strict=True):
-            qkv = layer.qkv(layer.ln1(x))
+        index = self._lora_index(rows, plan.order, n)
+        lora = self.lora
+        for i, (layer, (keys, values), key_writes) in enumerate(zip(
+                self.packed_layers, self._kv, self._key_writes, strict=True)):
+            hx = layer.ln1(x)
+            qkv = layer.qkv(hx)
+            if index is not None and lora is not None:
+                qkv = qkv + lora.delta(i, "qkv", hx, index)
             if layer.q_norm is None:
                 qk = rope(qkv[:, : (h + hkv) * d].view(n, h + hkv, d), cos, sin)
                 q, k = qk[:, :h], qk[:, h:]
@@ -276,12 +299,33 @@ class PagedForward(DecoderParts):
             v = qkv[:, (h + hkv) * d :].view(n, hkv, d)
             key_writes[write_blocks, write_offsets] = k
             values[write_blocks, write_offsets] = v
-            attn = attend(plan, q, k, v, keys, values, self.scale, transposed=self.transposed)
-            x = x + layer.o(attn.reshape(n, -1))
-            gate, up = layer.gate_up(layer.ln2(x)).chunk(2, dim=-1)
-            x = x + layer.down(layer.act(gate) * up)
+            attn = attend(plan, q, k, v, keys, values, self.scale,
+                          transposed=self.transposed).reshape(n, -1)
+            if index is None or lora is None:
+                x = x + layer.o(attn)
+                gate, up = layer.gate_up(layer.ln2(x)).chunk(2, dim=-1)
+                x = x + layer.down(layer.act(gate) * up)
+                continue
+            x = x + (layer.o(attn) + lora.delta(i, "o", attn, index))
+            hx = layer.ln2(x)
+            gate, up = (layer.gate_up(hx) + lora.delta(i, "gate_up", hx, index)).chunk(2, dim=-1)
+            mid = layer.act(gate) * up
+            x = x + (layer.down(mid) + lora.delta(i, "down", mid, index))
         out = x.index_select(0, packed[3 * n :])
         return self.head(self.final_norm(out))
+
+    def _lora_index(self, rows: Sequence[Row], order: Sequence[int],
+                    n: int) -> torch.Tensor | None:
+        """Each packed token's adapter slot [n] (rows packed in `order`), or None when no row
+        has an adapter."""
+        if self.lora is None or not any(row.lora for row in rows):
+            return None
+        slots = array("q")
+        for i in order:
+            slots.extend([rows[i].lora] * len(rows[i].tokens))
+        self.lora_tokens += sum(len(row.tokens) for row in rows if row.lora)
+        assert len(slots) == n
+        return long_tensor(slots, self.tables.device)
 
     # --- compiled (engines.paged.compiled) --------------------------------------------------
 

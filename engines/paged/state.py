@@ -22,6 +22,10 @@ class PagedRequest(RequestState):
     keys: list[BlockKey] = field(default_factory=list)  # prefix keys of leading full blocks
     chunked: bool = False  # its prefill has taken more than one step (counted once)
     seat: int = -1  # while running: its row of the forward's persistent block tables
+    # The parent of its first block's prefix key: what besides tokens its KV depends on or
+    # must not be shared across (its adapter, its cache salt); None for neither.
+    root: BlockKey | None = None
+    lora_slot: int = 0  # its adapter's slot in the forward's LoRA stacks (0: base)
 
     @property
     def num_tokens(self) -> int:
@@ -44,6 +48,6 @@ class PagedRequest(RequestState):
         """Keys of the first n_blocks full blocks (computed once, kept)."""
         while len(self.keys) < n_blocks:
             j = len(self.keys)
-            parent = self.keys[-1] if self.keys else None
+            parent = self.keys[-1] if self.keys else self.root
             self.keys.append(key(parent, self.tokens(j * block_size, (j + 1) * block_size)))
         return self.keys[:n_blocks]
