@@ -11,6 +11,10 @@ llama-server's limits. `first_delay` holds the first token back (a prefill); `se
 per streamed prompt, when the request came in and when each message went out
 (time.perf_counter(): the bench's token-time tests).
 
+Two holds let a test order events without any bound on the wall clock: with `gate` set, each
+token message waits for one permit of it (the test releases them); with `hold_for` > 0, no
+stream sends a token before that many streams have come in.
+
 Planted leaks for the drain check (`State.leak`): "running" leaves every request that
 finished counted as running; "kv" leaves 0.01 of KV usage behind per finished request.
 """
@@ -54,6 +58,10 @@ class State:
     stuck: int = 0  # finished requests still counted as running (leak "running")
     kv_leaked: float = 0.0  # KV usage finished requests left behind (leak "kv")
     lock: threading.Lock = field(default_factory=threading.Lock)
+    gate: threading.Semaphore | None = None  # set: one permit per token message
+    hold_for: int = 0  # > 0: every stream's tokens wait until this many streams came in
+    streams: int = 0  # streamed requests received
+    all_in: threading.Event = field(default_factory=threading.Event)  # hold_for reached
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -127,12 +135,20 @@ class Handler(BaseHTTPRequestHandler):
         received, times = time.perf_counter(), list[float]()
         with s.lock:
             s.sent[tuple(prompt)] = (received, times)
+            s.streams += 1
+            if s.hold_for and s.streams >= s.hold_for:
+                s.all_in.set()
         try:
             messages = (self._openai(prompt, body) if self.path == "/v1/completions"
                         else self._llama(prompt, body))
             if s.first_delay:
                 time.sleep(s.first_delay)
+            # Bounded only so that a test that never releases does not leave a thread behind.
+            if s.hold_for and not s.all_in.wait(30):
+                return
             for i, message in enumerate(messages):
+                if s.gate is not None and not s.gate.acquire(timeout=30):
+                    return
                 if i == 1 and first == STALL:
                     time.sleep(3600)
                 if i == 1 and first == DIE:

@@ -1,8 +1,11 @@
 """The bench over HTTP: a streaming engine's tokens are timed by their arrival at the client,
 its requests are sent on time, the paired driver runs it alone on the wall clock, and
 `batching-bench replay` drives it at given rates. Against tests/fake_server.py, whose `sent`
-says when each message really left the server (its sleeps overshoot on a busy machine, so
-the schedule itself is only the loose bound)."""
+says when each message really left the server. Every timing claim is an order of events on
+one clock (sent before it came, came before its step ended) or a lower bound the fake's sleeps
+guarantee: a loaded machine stretches every interval, so no unit test here bounds one from
+above (how fast the bench is over HTTP is docs/benchmarks.md's, measured with the load
+stated)."""
 
 from __future__ import annotations
 
@@ -11,15 +14,13 @@ import os
 import time
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
 
 pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not installed")
 
-from engines.adapters.http import HTTPEngine  # noqa: E402
+from engines.adapters.http import HTTPEngine, ServerStalled  # noqa: E402
 from engines.bench import rates, traces  # noqa: E402
 from engines.bench.cli import main  # noqa: E402
 from engines.bench.doubles.fake import FakeEngine  # noqa: E402
@@ -28,7 +29,7 @@ from engines.bench.metrics import requests_frame, tokens_frame  # noqa: E402
 from engines.bench.paired import run_paired  # noqa: E402
 from engines.bench.replay import Run, WallClock, run_trace  # noqa: E402
 from engines.bench.streaming import streams  # noqa: E402
-from engines.protocol import Engine, Request, StepOutput  # noqa: E402
+from engines.protocol import Engine, Request, StepOutput, step_by  # noqa: E402
 from tests import fake_server  # noqa: E402
 from tests.fake_server import State  # noqa: E402
 from tests.planted.http_bench_bugs import NoArrivalTimes, NoStepBy  # noqa: E402
@@ -43,11 +44,14 @@ def fake() -> Iterator[tuple[str, State]]:
 
 
 class BusyDriver:
-    """An engine whose driver is busy `busy_s` after every step (other work, a GC pause, other
-    engines' turns): tokens keep arriving meanwhile, and only their arrival times say when."""
+    """An engine whose driver is busy after every step (other work, a GC pause, other engines'
+    turns) until the client holds a message that the next step will collect: tokens keep
+    arriving meanwhile, and only their arrival times say when. Busy until the message came,
+    not for a set time, so that some token surely arrives between two steps however loaded
+    the machine (the wait gives up after 10 s, which only weakens the run, never passes it)."""
 
-    def __init__(self, inner: HTTPEngine, busy_s: float) -> None:
-        self.inner, self.busy_s = inner, busy_s
+    def __init__(self, inner: HTTPEngine) -> None:
+        self.inner = inner
         self.vocab_size, self.max_model_len = inner.vocab_size, inner.max_model_len
         self.arrival_times = inner.arrival_times
 
@@ -57,13 +61,23 @@ class BusyDriver:
     def has_work(self) -> bool:
         return self.inner.has_work()
 
+    def _busy(self) -> None:
+        # The adapter's queue of received messages: a test double may look inside.
+        arrived = self.inner._client.arrivals
+        give_up = time.perf_counter() + 10
+        while self.inner.has_work() and arrived.empty() and time.perf_counter() < give_up:
+            time.sleep(0.001)
+
     def step(self) -> list[StepOutput]:
         out = self.inner.step()
-        time.sleep(self.busy_s)
+        self._busy()
         return out
 
-    def __getattr__(self, name: str) -> Any:  # step_by, when the inner engine has one
-        return getattr(self.inner, name)
+    def step_by(self, deadline: float) -> list[StepOutput]:
+        until = step_by(self.inner)
+        out = until(deadline) if until is not None else self.inner.step()
+        self._busy()
+        return out
 
 
 def items(n: int, max_tokens: int) -> list[WorkItem]:
@@ -71,53 +85,60 @@ def items(n: int, max_tokens: int) -> list[WorkItem]:
     return [WorkItem((i + 1, 2, 3), max_tokens) for i in range(n)]
 
 
-def engine_at(url: str, cls: type[HTTPEngine] = HTTPEngine) -> HTTPEngine:
+def engine_at(url: str, cls: type[HTTPEngine] = HTTPEngine, **kw: float) -> HTTPEngine:
     """A warmed adapter: its first request starts the client's loop thread and connection
     pool (tens of ms on a busy core), which a timed run must not pay (the replay warms up)."""
-    engine = cls(url, vocab_size=fake_server.VOCAB)
+    engine = cls(url, vocab_size=fake_server.VOCAB, **kw)  # type: ignore[arg-type]
     run_trace(engine, traces.closed([WorkItem((50, 51), 1)], tag="warm"), clock=WallClock())
     return engine
 
 
 def server_view(state: State, run: Run) -> pd.DataFrame:
-    """Per request: when the server sent each message and when the bench says each token came
-    (both on this process's perf_counter: the fake serves in-process), and both TTFTs: the
-    server's from receiving the request, the bench's from sending it (TTFT minus queue wait:
-    for a streaming engine, from add_request)."""
+    """Per token: when the server sent it, when the bench says it came, and the start and end
+    of the driver's step that returned it; per request, both TTFTs: the server's from
+    receiving the request, the bench's from sending it (TTFT minus queue wait: for a
+    streaming engine, from add_request). All on this process's perf_counter (the fake serves
+    in-process), relative to the run's start."""
     req = requests_frame(run).set_index("request_id")
     tok = tokens_frame(run)
     rows = []
     for arrival in run.trace.arrivals:
+        rid = arrival.request_id
         received, sent = state.sent[arrival.item.prompt_token_ids]
-        came = run.origin_s + tok[tok["request_id"] == arrival.request_id]["time_s"].to_numpy()
-        rows.append({"late": (came - np.asarray(sent)).tolist(),
-                     "server_ttft": sent[0] - received,
-                     "bench_ttft": req.loc[arrival.request_id, "ttft_s"]
-                     - req.loc[arrival.request_id, "queue_wait_s"],
-                     "bench_itl": np.diff(came).tolist()})
+        came = tok[tok["request_id"] == rid]["time_s"].to_list()
+        steps = [run.steps[i] for i in run.token_steps[rid]]
+        server_ttft = sent[0] - received
+        bench_ttft = req.loc[rid, "ttft_s"] - req.loc[rid, "queue_wait_s"]
+        for k, at in enumerate(came):
+            rows.append({"request_id": rid, "token": k, "sent": sent[k] - run.origin_s,
+                         "came": at, "step_start": steps[k].start_s, "step_end": steps[k].end_s,
+                         "server_ttft": server_ttft, "bench_ttft": bench_ttft})
     return pd.DataFrame(rows)
 
 
 def check_times(state: State, run: Run) -> None:
+    """The bench's token times are when each token reached the client, checked by order alone
+    (no bound on how late anything may run, which a loaded machine would break): never before
+    the server sent it, never after the step that returned it ended, and for some token
+    before that step even began (it came while the driver was busy): a driver that timed
+    tokens by its polling would put every token at its step."""
     view = server_view(state, run)
-    late = np.concatenate(view["late"].to_list())
-    # Every token (the first included: TTFT) within a few ms after the server sent it, never
-    # before. A median and a p90: on a shared core the fake server's threads and the client's
-    # share one interpreter (a real server is another process), and a read now and then
-    # waits out a GIL switch or a time slice.
-    assert late.min() > -0.0005 and np.median(late) < 0.002 and np.quantile(late, 0.9) < 0.010, (
-        f"token times off the server's sends by {late}")
-    # TTFT from the send: the server's own plus the request's way in, never less.
-    assert (view["bench_ttft"] > view["server_ttft"]).all(), view
-    # And near the fake's schedule (its sleeps overshoot under load, never undershoot).
-    itl = np.concatenate(view["bench_itl"].to_list())
-    assert DELAY - 0.002 < np.median(itl) < DELAY + 0.015, itl
-    assert FIRST_DELAY - 0.002 < view["bench_ttft"].median() < FIRST_DELAY + 0.05, view
+    assert (view["came"] >= view["sent"]).all(), (
+        f"token times off the server's sends: some came before they were sent\n{view}")
+    assert (view["came"] <= view["step_end"]).all(), (
+        f"token times off the server's sends: some after the step that returned them\n{view}")
+    assert (view["came"] < view["step_start"]).any(), (
+        f"token times off the server's sends: every token timed at its step\n{view}")
+    # TTFT from the send: the server's own plus the request's way in, never less; and never
+    # less than the fake's prefill, which its sleep only ever overshoots.
+    firsts = view[view["token"] == 0]
+    assert (firsts["bench_ttft"] > firsts["server_ttft"]).all(), firsts
+    assert (firsts["server_ttft"] >= FIRST_DELAY).all(), firsts
 
 
 def timed_run(url: str, state: State, cls: type[HTTPEngine]) -> Run:
     state.first_delay, state.delay = FIRST_DELAY, DELAY
-    engine = BusyDriver(engine_at(url, cls), busy_s=0.045)
+    engine = BusyDriver(engine_at(url, cls))
     trace = traces.constant(items(6, 6), 4.0, tag="t")
     return run_trace(engine, trace, clock=WallClock())
 
@@ -138,27 +159,37 @@ def test_without_arrival_times_the_figures_are_the_drivers_polling(
         check_times(state, run)
 
 
-def sent_late(url: str, state: State, cls: type[HTTPEngine]) -> pd.Series:
-    state.first_delay, state.delay = 0.0, 0.2  # slow streams: a token every 200 ms
-    trace = traces.constant(items(6, 3), 20.0, tag="s")  # a request due every 50 ms
-    run = run_trace(engine_at(url, cls), trace, clock=WallClock())
-    return requests_frame(run)["queue_wait_s"]  # arrival to add_request
+def sent_while_streams_hold(url: str, state: State, cls: type[HTTPEngine]) -> Run:
+    """Six requests due 50 ms apart while the server sends no token before all six came in:
+    a driver that waits for a stream's next token before sending the next request never
+    sends them (its step stalls out instead); one whose wait ends when the next request is
+    due sends them all. An order of events, so no load can make either pass for the other."""
+    engine = engine_at(url, cls, stall_timeout=1.0 if cls is NoStepBy else 60.0)
+    state.delay, state.hold_for = 0.0, state.streams + 6  # the warm-up's came in already
+    trace = traces.constant(items(6, 3), 20.0, tag="s")
+    return run_trace(engine, trace, clock=WallClock())
 
 
 def test_requests_are_sent_on_time_while_streams_are_slow(fake: tuple[str, State]) -> None:
     url, state = fake
-    assert sent_late(url, state, HTTPEngine).max() < 0.015
+    run = sent_while_streams_hold(url, state, HTTPEngine)
+    assert state.streams == 6 + 1  # the warm-up's, then all six, before any token
+    assert run.finish_reason == dict.fromkeys(run.added_s, "length")
+    tok = tokens_frame(run)
+    assert (tok["time_s"].min() > max(run.added_s.values())), "a token came before all were sent"
 
 
 def test_without_step_by_a_slow_stream_delays_the_next_send(fake: tuple[str, State]) -> None:
     url, state = fake
-    assert sent_late(url, state, NoStepBy).max() > 0.05
+    with pytest.raises(ServerStalled):
+        sent_while_streams_hold(url, state, NoStepBy)
+    assert state.streams == 1 + 1  # the warm-up's, then the first: the driver waited on it
 
 
 def test_paired_runs_a_server_alone_on_the_wall_clock(fake: tuple[str, State]) -> None:
     url, state = fake
     state.first_delay, state.delay = FIRST_DELAY, DELAY
-    server = engine_at(url)
+    server = BusyDriver(engine_at(url))
     turns: list[float] = []
     engines: dict[str, Engine] = {"in-process": FakeEngine(base_s=0.002), "server": server}
     trace = traces.constant(items(4, 4), 5.0, tag="p")
@@ -222,8 +253,11 @@ def test_replay_drives_a_server_at_the_rates_given(from_env: State, tmp_path: Pa
     table = pd.read_csv(tmp_path / "replay.csv")
     assert list(table["offered_rps"]) == [8, 16]
     assert list(table["completed"]) == [6, 6]
-    assert (table["ttft_p50_s"] > 0.02).all() and (table["ttft_p50_s"] < 0.1).all()
-    assert ((table["itl_p50_s"] > 0.009) & (table["itl_p50_s"] < 0.03)).all()
+    # Timed, and no faster than the fake's sleeps (which a loaded machine only lengthens):
+    # how much slower is no unit test's business (docs/benchmarks.md).
+    assert (table["ttft_p50_s"] >= 0.02).all()
+    assert (table["ttft_p95_s"] >= table["ttft_p50_s"]).all()
+    assert (table["itl_p50_s"] > 0).all()
     assert set(pd.read_csv(tmp_path / "tokens.csv")["offered_rps"]) == {8, 16}
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     assert len(rows) == 6

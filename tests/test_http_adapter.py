@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from engines.protocol import (  # noqa: E402
     Request,
     SamplingParams,
     SlotIntrospection,
+    StepOutput,
 )
 from tests import fake_server  # noqa: E402
 from tests.fake_server import (  # noqa: E402
@@ -68,11 +70,23 @@ def test_tokens_stream_in_per_step_deltas_with_finish_reasons(fake: tuple[str, S
     requests = [Request((1, 2, 3), SamplingParams(max_tokens=5), request_id="a"),
                 Request((4,), SamplingParams(max_tokens=5, stop_token_ids=(stop,)),
                         request_id="b")]
-    steps = []
-    got = drain(eng, requests, on_step=lambda k, outs: steps.append(outs))
+    # The server sends one token per permit, and a permit goes out only once a step has
+    # returned the token before it: each step can collect exactly the one token sent since
+    # the last (an order of events, so a loaded machine cannot merge two into one step).
+    state.gate = threading.Semaphore(1)
+    steps: list[int] = []
+
+    def on_step(_: int, outs: list[StepOutput]) -> None:
+        tokens = sum(len(o.token_ids) for o in outs)
+        steps.append(tokens)
+        if tokens:
+            state.gate.release()  # type: ignore[union-attr]
+
+    got = drain(eng, requests, on_step=on_step)
     assert got == {"a": (continuation([1, 2, 3], 5), FinishReason.LENGTH),
                    "b": (continuation([4], 3), FinishReason.STOP)}  # the stop id included
-    assert len(steps) > 2  # streamed over several steps, not all at the end
+    # Streamed as it was sent, a token per step, not held back and handed over together.
+    assert [n for n in steps if n] == [1] * (5 + 3), steps
     assert not eng.has_work()
     sent = {b["prompt"][0]: b for b in state.bodies}
     assert sent[1]["stream"] and sent[1]["return_token_ids"] and sent[1]["ignore_eos"]
