@@ -10,6 +10,16 @@ Each track_ returns its repeated measurements as asv's timing results do ({"samp
 "number": 1}): asv stores them, reports their median, and `asv continuous` then applies its
 significance test (Mann-Whitney U, or non-overlapping confidence intervals for few samples)
 before calling a change a regression, instead of comparing two single numbers.
+
+Two rounds: with `--interleave-rounds` (asv's default where it builds its environments, and
+what ci/asv-gate.sh and ci/asv-gpu.sh pass) each round is a fresh process whose setup_cache
+runs a whole new comparison, the rounds of a commit and of its parent alternate, and asv
+appends each round's samples to the last. So a figure's samples span two comparisons run at
+different times, and asv's confidence interval over them covers the host's drift between
+runs, not only the spread inside one (docs/benchmarks.md, "asv"). Without interleaving (an
+existing environment, `--no-interleave-rounds`) asv would set up the cache once and read the
+same samples twice, doubling them without measuring anything new: don't. `--quick` (the CI
+smoke, ci/asv-smoke.sh) runs one round.
 """
 
 from __future__ import annotations
@@ -64,7 +74,9 @@ def _samples(cache: Samples, engine: str, figure: str) -> dict[str, Any]:
 class Serving:
     params = ENGINES
     param_names = ["engine"]
-    rounds = 1  # the samples come from one comparison; a second round would repeat them
+    # Each round one whole comparison (see the module's docstring): two are the fewest that
+    # say how far a figure moves between comparisons, at twice the setup's minutes.
+    rounds = 2
 
     def track_seconds_per_output_token(self, cache: Samples, engine: str) -> dict[str, Any]:
         """Closed mixed batch, one sample per recorded run: 1 / output tokens per second."""
@@ -87,7 +99,9 @@ class Serving:
     track_seconds_per_request_at_goodput.unit = "seconds/request"  # type: ignore[attr-defined]
 
     def track_ttft_p95(self, cache: Samples, engine: str) -> dict[str, Any]:
-        """TTFT p95 at 0.8 x the engine's own capacity, one sample per replica."""
+        """TTFT p95 of the reference run: each engine at `reference_load` (0.5) x its own
+        closed-batch request rate, re-timed just before the run (engines.bench.reference),
+        not at a fraction of its searched capacity; one sample per replica."""
         return _samples(cache, engine, "ttft_p95_s")
 
     track_ttft_p95.unit = "seconds"  # type: ignore[attr-defined]
