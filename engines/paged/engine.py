@@ -39,6 +39,7 @@ import torch
 
 from engines.core.engine import EngineCore
 from engines.core.lora import LoraNames, read_peft
+from engines.core.prompt_logprobs import prompt_entries
 from engines.core.sampling import sample
 from engines.models import DEFAULT_PRESET
 from engines.paged.blocks import BlockKey, BlockPool
@@ -81,7 +82,7 @@ DEFAULT_TOKEN_BUDGET = 96
 
 class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
     name = "paged"
-    supported_sampling = ALL_PARAMS | {"lora", "cache_salt"}
+    supported_sampling = ALL_PARAMS | {"lora", "cache_salt", "prompt_logprobs"}
 
     def __init__(
         self,
@@ -253,7 +254,8 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         plan = self._schedule()
         if not plan:
             return outputs
-        logits = self.runner.forward([self._row(seq, n) for seq, n in plan.items()])
+        rows = [self._row(seq, n) for seq, n in plan.items()]
+        logits = self._take_prompt_logprobs(plan, rows, self.runner.forward(rows))
         ready = []
         for seq, n in plan.items():
             if n < seq.num_pending and not seq.chunked:
@@ -273,8 +275,56 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
 
     def _row(self, seq: PagedRequest, n: int) -> Row:
         start = seq.num_computed
-        return Row(seq.tokens(start, start + n), start, seq.blocks, start + n == seq.num_tokens,
-                   seat=seq.seat, lora=seq.lora_slot)
+        last = start + n == seq.num_tokens
+        wanted = self._prompt_offsets(seq, start, n)
+        if wanted:  # the prompt positions whose entries are not out yet, then the last one
+            return Row(seq.tokens(start, start + n), start, seq.blocks, last,
+                       logits_at=(*wanted, n - 1) if last else wanted, seat=seq.seat,
+                       lora=seq.lora_slot)
+        return Row(seq.tokens(start, start + n), start, seq.blocks, last, seat=seq.seat,
+                   lora=seq.lora_slot)
+
+    # --- prompt logprobs ------------------------------------------------------------------------
+    # Computed once, from the logits of the forward that computes each prompt position: a
+    # chunked prompt adds each chunk's entries as it goes, and a request preempted before its
+    # first token recomputes only the positions it has no entry for. A cached prefix block
+    # has no logits to give, so a request whose entries are incomplete takes no cached block
+    # beyond the positions it has entries for (PagedSchedule._cached_prefix): it recomputes
+    # its prompt, as vLLM does for prompt-logprobs requests, rather than keeping entries per
+    # cached block (which would have to be of every k asked and evicted with the block). Its
+    # own full blocks still enter the cache for others.
+
+    def _prompt_offsets(self, seq: PagedRequest, start: int, n: int) -> tuple[int, ...]:
+        k, prompt = seq.request.params.prompt_logprobs, len(seq.request.prompt_token_ids)
+        done = len(seq.prompt_logprobs)
+        if not k or done >= prompt:
+            return ()
+        # Offset j's logits predict position start + j + 1; entries are wanted for positions
+        # max(done, 1) .. prompt - 1.
+        first, last = max(done, 1) - 1 - start, prompt - 2 - start
+        return tuple(range(max(first, 0), min(last, n - 1) + 1))
+
+    def _take_prompt_logprobs(self, plan: dict[PagedRequest, int], rows: Sequence[Row],
+                              logits: torch.Tensor) -> torch.Tensor:
+        """Add each row's prompt entries to its request; return the logits to sample from
+        (one per row that reached its request's end, in order)."""
+        if all(row.logits_at is None for row in rows):
+            return logits
+        keep, at = [], 0
+        for seq, row in zip(plan, rows, strict=True):
+            offsets = row.logit_offsets()
+            wanted = len(offsets) - row.wants_logits
+            if wanted:
+                if not seq.prompt_logprobs:
+                    seq.prompt_logprobs.append(None)  # position 0: nothing predicts it
+                p = len(seq.prompt_logprobs)
+                targets = seq.request.prompt_token_ids[p : p + wanted]
+                seq.prompt_logprobs.extend(prompt_entries(
+                    logits[at : at + wanted], targets, seq.request.params.prompt_logprobs))
+            if row.wants_logits:
+                keep.append(at + wanted)
+            at += len(offsets)
+        return logits[keep]
 
     def _retire(self, seq: PagedRequest) -> None:
         self.running.remove(seq)

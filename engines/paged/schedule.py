@@ -128,6 +128,11 @@ class PagedSchedule:
         if not self.pool.enable_prefix_caching:
             return []
         full = (seq.num_tokens - 1) // self.kv_block_size
+        if seq.request.params.prompt_logprobs and \
+                len(seq.prompt_logprobs) < len(seq.request.prompt_token_ids):
+            # Prompt logprobs need the logits of every position they lack an entry for
+            # (PagedEngine's prompt logprobs): no cached block past the last one they have.
+            full = min(full, max(len(seq.prompt_logprobs) - 1, 0) // self.kv_block_size)
         return self.pool.lookup(seq.prefix_keys(full, self.kv_block_size, self._block_key))
 
     def _cache_full_blocks(self, seq: PagedRequest) -> None:

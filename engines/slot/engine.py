@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from engines.core.prompt_logprobs import whole_prompt
 from engines.core.request_state import RequestState
 from engines.core.sampling import sample
 from engines.core.slots import BaseEngine
@@ -15,6 +16,8 @@ from engines.slot.forward import SlotForward
 
 
 class SlotEngine(BaseEngine):
+    supported_sampling = BaseEngine.supported_sampling | {"prompt_logprobs"}
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.runner = SlotForward(self.model)
@@ -48,7 +51,15 @@ class SlotEngine(BaseEngine):
         if not admitted:
             return self.runner.decode(tokens, self.cache)
         prompts = [(seq.slot, self._prompt_tensor(seq)) for seq in admitted]
-        return self.runner.mixed(tokens, prompts, self.cache)
+        wanting = [seq for seq in admitted if seq.request.params.prompt_logprobs]
+        if not wanting:
+            return self.runner.mixed(tokens, prompts, self.cache)
+        every = dict.fromkeys((seq.slot for seq in wanting), torch.empty(0))
+        logits = self.runner.mixed(tokens, prompts, self.cache, every=every)
+        for seq in wanting:  # computed once, at the request's one prefill
+            seq.prompt_logprobs = list(whole_prompt(every[seq.slot], seq.request.prompt_token_ids,
+                                                    seq.request.params.prompt_logprobs))
+        return logits
 
     def _emit(
         self, logits: torch.Tensor, seqs: list[RequestState], outputs: list[StepOutput]

@@ -80,12 +80,15 @@ class SlotForward(DecoderParts):
 
     @torch.inference_mode()
     def mixed(
-        self, tokens: torch.Tensor, prompts: list[tuple[int, torch.Tensor]], cache: SlotCache
+        self, tokens: torch.Tensor, prompts: list[tuple[int, torch.Tensor]], cache: SlotCache,
+        *, every: dict[int, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Decode live rows 0..n-1 (`tokens` [n], may be empty) and prefill each (slot, prompt)
         in ONE pass: the projections and MLP run once over every token packed together; only
         attention is split (one masked call for the decode rows, one causal call per prompt).
         Returns logits [n + len(prompts), vocab]: decode rows, then each prompt's last token.
+        `every` (prompt logprobs): for each slot it names, filled with the logits of every
+        prompt position, [size, vocab], from the same pass.
         """
         n = tokens.shape[0]
         device = tokens.device
@@ -141,4 +144,7 @@ class SlotForward(DecoderParts):
         for (slot, _), size in zip(prompts, sizes, strict=True):
             lengths[slot] = size
         last = torch.tensor(list(range(n)) + [end - 1 for end in bounds[1:]], device=device)
+        for (slot, _), start, end in zip(prompts, bounds[:-1], bounds[1:], strict=True):
+            if every is not None and slot in every:
+                every[slot] = self._logits(x[0, start:end])
         return self._logits(x[0, last])

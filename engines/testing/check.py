@@ -57,6 +57,7 @@ class Draws:
     bad_seed_workloads: bool = False  # the hand-picked seed workloads are the bad-input ones
     seed_groups: bool = False  # workloads carry one prompt under several distinct seeds
     logprobs: int = 0  # top logprobs every drawn request asks for, at least
+    prompt_logprobs: int = 0  # prompt logprobs every drawn request asks for (if declared)
 
 
 @dataclass(frozen=True, slots=True)

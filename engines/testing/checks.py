@@ -19,14 +19,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from engines.protocol import unknown_name
+from engines.protocol import PROMPT_LOGPROBS_FIELD, unknown_name
 from engines.testing.check import Check, Draws, Given, Moment, Need, Property
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
-from engines.testing.properties import drain, kv, logprobs, parity, requests, seeds, slots
+from engines.testing.properties import (
+    drain,
+    kv,
+    logprobs,
+    parity,
+    prompt_logprobs,
+    requests,
+    seeds,
+    slots,
+)
 
-__all__ = ["CHECKS", "KV", "LOAD", "PROPERTIES", "REFERENCE", "REGISTRY", "SLOTS", "SLOT_CHECKS",
-           "VARIANTS", "Applicability", "Check", "Draws", "Given", "Moment", "Need", "Property",
+__all__ = ["CHECKS", "KV", "LOAD", "PROMPT_LOGPROBS", "PROPERTIES", "REFERENCE", "REGISTRY",
+           "SLOTS", "SLOT_CHECKS", "VARIANTS", "Applicability", "Check", "Draws", "Given",
+           "Moment", "Need", "Property",
            "applicability", "catalogue", "check_named", "draws_sampling", "known_checks",
            "summary_notes"]
 
@@ -40,6 +50,10 @@ LOAD = Need("load introspection", lambda g: g.limits.load,
 REFERENCE = Need("a reference engine", lambda g: g.reference,
                  "no reference engine given (--reference-engine MODULE:CALLABLE, e.g. "
                  "engines.sequential:SequentialEngine over the same weights)")
+PROMPT_LOGPROBS = Need("prompt logprobs",
+                       lambda g: PROMPT_LOGPROBS_FIELD in g.limits.sampling_fields,
+                       "{check} needs prompt_logprobs in supported_sampling (of the engine and "
+                       "of every engine it is compared with)")
 VARIANTS = Need("config variants", lambda g: g.variants,
                 "no config variant given (--engine-variant NAME=MODULE:CALLABLE)")
 
@@ -63,6 +77,8 @@ REGISTRY: tuple[Check, ...] = (
           tally=seeds.TALLY),
     Check("logprobs", logprobs.check_logprobs, draws=Draws(logprobs=LOGPROBS),
           tally=logprobs.TALLY),
+    Check("prompt_logprobs", prompt_logprobs.check_prompt_logprobs, needs=(PROMPT_LOGPROBS,),
+          draws=Draws(prompt_logprobs=LOGPROBS), tally=prompt_logprobs.TALLY),
     Check("token_range", requests.check_token_range),
     BUDGET_FINISH,
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),

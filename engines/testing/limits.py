@@ -42,6 +42,7 @@ class EngineLimits:
     load: bool = False  # the engine has LoadIntrospection
     sampling: bool = True  # draw sampled requests (off when the engine declares no seeds)
     logprobs: int = 0  # top candidates every request asks for (tie-aware parity)
+    prompt_logprobs: int = 0  # prompt candidates every drawn request asks for (0: none)
     # SamplingParams fields drawn away from their defaults: those every engine compared
     # declares (engines.protocol.supported_sampling); the rest are never sent.
     sampling_fields: frozenset[str] = BASE_PARAMS

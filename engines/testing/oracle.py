@@ -30,6 +30,8 @@ class Alone:
     tokens: tuple[int, ...]
     finish_reason: FinishReason | None
     top_logprobs: tuple[Mapping[int, float], ...] | None
+    # What the request's first output carried (params.prompt_logprobs > 0), else None.
+    prompt_logprobs: tuple[Mapping[int, float] | None, ...] | None = None
 
 
 class AloneOracle:
@@ -117,6 +119,7 @@ def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
     params, rid = request.params, request.request_id
     tokens: list[int] = []
     tops: list[Mapping[int, float]] | None = [] if params.logprobs else None
+    prompt: tuple[Mapping[int, float] | None, ...] | None = None
     bound = w.step_bound()
     where, only = "serving a request alone", lambda: f"only {render_request(request)}"
     call_engine(f"add_request({rid!r})", 0, partial(engine.add_request, request), deadline,
@@ -126,6 +129,8 @@ def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
             if out.request_id != rid:
                 continue
             tokens.extend(out.token_ids)
+            if prompt is None and out.prompt_logprobs is not None:
+                prompt = tuple(out.prompt_logprobs)
             if tops is not None:
                 if out.top_logprobs is None:
                     tops = None
@@ -133,7 +138,7 @@ def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
                     tops.extend(out.top_logprobs)
             if out.finished:
                 return Alone(tuple(tokens), out.finish_reason,
-                             tuple(tops) if tops is not None else None)
+                             tuple(tops) if tops is not None else None, prompt)
     raise EngineCrashed(f"served alone, {render_request(request)} did not finish within "
                         f"{bound} steps", call="step()", step=bound)
 

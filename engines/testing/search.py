@@ -17,6 +17,7 @@ from hypothesis import core as hypothesis_core
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
+from engines.protocol import PROMPT_LOGPROBS_FIELD
 from engines.testing.checks import check_named
 from engines.testing.context import SuiteContext
 from engines.testing.coverage import Coverage
@@ -50,6 +51,8 @@ def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
         limits = dataclasses.replace(limits, sampling=True)
     if found.draws.logprobs > limits.logprobs:
         limits = dataclasses.replace(limits, logprobs=found.draws.logprobs)
+    if found.draws.prompt_logprobs and PROMPT_LOGPROBS_FIELD in limits.sampling_fields:
+        limits = dataclasses.replace(limits, prompt_logprobs=found.draws.prompt_logprobs)
     return limits
 
 

@@ -31,7 +31,8 @@ def seed_workloads(
 
     def req(i: int, prompt: Sequence[int], max_tokens: int, **kw: object) -> Request:
         params = SamplingParams(max_tokens=max(1, min(max_tokens, limits.max_model_len - 1)),
-                                logprobs=lp, **kw)  # type: ignore[arg-type]
+                                logprobs=lp, prompt_logprobs=limits.prompt_logprobs,
+                                **kw)  # type: ignore[arg-type]
         return Request(tuple(prompt)[: limits.max_model_len - params.max_tokens], params,
                        request_id=f"r{i}")
 

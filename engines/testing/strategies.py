@@ -171,7 +171,7 @@ def sampling_params(
         if kind == "seeded":
             seed = draw(st.integers(0, 2**16), label="seed")
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed,
-                            logprobs=limits.logprobs)
+                            logprobs=limits.logprobs, prompt_logprobs=limits.prompt_logprobs)
     return draw(processing(limits, params), label="processing")
 
 
@@ -325,7 +325,9 @@ def seed_groups(draw: st.DrawFn, limits: EngineLimits, start: int) -> list[Reque
                  label="group_seeds")
     budget = draw(st.integers(1, limits.max_tokens), label="group_budget")
     return [Request(prompt, SamplingParams(max_tokens=budget, temperature=1.0, seed=s,
-                                           logprobs=limits.logprobs), request_id=f"r{start + i}")
+                                           logprobs=limits.logprobs,
+                                           prompt_logprobs=limits.prompt_logprobs),
+                    request_id=f"r{start + i}")
             for i, s in enumerate([*seeds, seeds[0]])]
 
 

@@ -185,6 +185,30 @@ def resume_keeps_old_block_ids_eight_seats() -> ResumeKeepsOldBlockIds:
     return ResumeKeepsOldBlockIds(max_batch_size=8, kv_slots=8)
 
 
+class PromptLogprobsStaleOnHit(PagedEngine):
+    """A prefix hit's prompt-logprob entries are copied from the latest running request."""
+
+    # The cached positions have no logits, so their entries are taken from a request that
+    # computed that far, the most recently admitted one, whether or not it shares the prefix
+    # (vLLM PR #42245's stale, order-dependent values): right when it does, another
+    # prompt's values when it does not.
+    caught_by = "prompt_logprobs"
+    reference = SequentialEngine
+
+    def _cached_prefix(self, seq: PagedRequest) -> list[int]:
+        full = (seq.num_tokens - 1) // self.kv_block_size
+        hits = self.pool.lookup(seq.prefix_keys(full, self.kv_block_size, self._block_key))
+        if not seq.request.params.prompt_logprobs or seq.prompt_logprobs or not hits:
+            return super()._cached_prefix(seq)
+        computed = len(hits) * self.kv_block_size
+        source = next((s for s in reversed(self.running)
+                       if len(s.prompt_logprobs) > computed), None)
+        if source is None:
+            return super()._cached_prefix(seq)
+        seq.prompt_logprobs = list(source.prompt_logprobs[: computed + 1])
+        return hits
+
+
 PAGED_PLANTED: list[Any] = [
     PrefixKeyIgnoresPast,
     FreesSharedBlocks,
@@ -195,4 +219,5 @@ PAGED_PLANTED: list[Any] = [
     HoldsSpareBlock,
     PreemptedTableLingers,
     ResumeKeepsOldBlockIds,
+    PromptLogprobsStaleOnHit,
 ]
