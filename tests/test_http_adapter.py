@@ -161,12 +161,12 @@ def test_a_stalled_server_fails_the_step_within_the_stall_timeout(
     eng = engine_at(url, stall_timeout=0.5)
     eng.add_request(Request((STALL, 1), SamplingParams(max_tokens=4), request_id="s"))
     start = time.monotonic()
-    with pytest.raises(ServerError, match="'s'|nothing arrived") as caught:
+    with pytest.raises(ServerStalled, match="nothing arrived"):
         while eng.has_work():
             eng.step()
-    # httpx's read timeout or the step's own wait, whichever comes first: never a hang.
-    assert time.monotonic() - start < 3.0
-    assert isinstance(caught.value, ServerStalled) or "ReadTimeout" in str(caught.value)
+    # httpx's read timeout or the step's own wait, whichever comes first, is ServerStalled:
+    # never a hang. The bound is loose (40x the timeout) so that no load can break it.
+    assert time.monotonic() - start < 20.0
 
 
 def test_a_stream_cut_mid_request_is_a_clear_error(fake: tuple[str, State]) -> None:

@@ -312,6 +312,12 @@ class HTTPEngine:
         if live is None:  # aborted (its ABORT was owed) or already failed
             return None
         rid = live.request.request_id
+        if isinstance(arrival.error, httpx.ReadTimeout):
+            # The client's read timeout is the stall timeout too: whichever of it and step's
+            # own wait fires first, a silent server is the same ServerStalled.
+            raise ServerStalled(f"{self.url}: nothing arrived on the stream of request {rid!r} "
+                                f"for {self.stall_timeout:.1f} s{self._log_hint()}"
+                                ) from arrival.error
         if arrival.error is not None:
             raise ServerError(f"{self.url}: the stream of request {rid!r} failed: "
                               f"{type(arrival.error).__name__}: {arrival.error}"
