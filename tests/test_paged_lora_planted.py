@@ -1,0 +1,167 @@
+"""Planted LoRA and tenant bugs in the paged engine, each caught by a probe that passes on
+the correct engine: parity with the PEFT reference over a mix of adapters, base requests and
+salts; prefix blocks shared only by the same adapter and salt (and shared there); an adapter
+removed and another added in its slot."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Hashable, Sequence
+
+import pytest
+import torch
+
+from engines.core.lora import LoraWeights
+from engines.loras import lora_dir, zoo_loras
+from engines.paged import PagedEngine
+from engines.paged.blocks import BlockKey
+from engines.paged.forward import Row
+from engines.paged.lora import LoraStacks
+from engines.paged.state import PagedRequest
+from engines.protocol import Request, SamplingParams
+from engines.sequential import SequentialEngine
+
+pytest.importorskip("peft")
+
+
+class _TwiceScaled(LoraStacks):
+    def scaled_b(self, weights: LoraWeights, b: torch.Tensor) -> torch.Tensor:
+        return b * weights.scaling * weights.scaling  # planted: PEFT's scaling applied twice
+
+
+class _StaleSlot(LoraStacks):
+    def load(self, weights: LoraWeights) -> int:
+        reused = self.free[0] in getattr(self, "used", set())
+        if not reused:
+            return super().load(weights)
+        return self.free.pop(0)  # planted: a reused slot keeps the removed adapter's weights
+
+    def unload(self, slot: int) -> None:
+        self.used = getattr(self, "used", set()) | {slot}
+        self.free.append(slot)  # (and not zeroed)
+        self.free.sort()
+
+
+class ScalingTwice(PagedEngine):
+    def _lora_stacks(self, device: torch.device, dtype: torch.dtype) -> LoraStacks:
+        return _TwiceScaled(self.runner.lora_shapes(), max_loras=self.max_loras,
+                            max_rank=self.max_lora_rank, device=device, dtype=dtype)
+
+
+class SlotReused(PagedEngine):
+    def _lora_stacks(self, device: torch.device, dtype: torch.dtype) -> LoraStacks:
+        return _StaleSlot(self.runner.lora_shapes(), max_loras=self.max_loras,
+                          max_rank=self.max_lora_rank, device=device, dtype=dtype)
+
+
+class BaseRowsGetADelta(PagedEngine):
+    def _row(self, seq: PagedRequest, n: int) -> Row:
+        row = super()._row(seq, n)
+        # planted: a base row in a batch with adapters takes the first adapter's slot
+        others = [s.lora_slot for s in self.running if s.lora_slot]
+        return row if row.lora or not others else Row(row.tokens, row.start, row.blocks,
+                                                      row.wants_logits, seat=row.seat,
+                                                      lora=others[0])
+
+
+class StaleIndex(PagedEngine):
+    def _row(self, seq: PagedRequest, n: int) -> Row:
+        # planted: the adapter index kept per seat, set when the seat is first taken and not
+        # refreshed when another request takes it over
+        seats: dict[int, int] = self.__dict__.setdefault("_seat_lora", {})
+        row = super()._row(seq, n)
+        slot = seats.setdefault(seq.seat, seq.lora_slot)
+        return Row(row.tokens, row.start, row.blocks, row.wants_logits, seat=row.seat, lora=slot)
+
+
+class KeyIgnoresAdapter(PagedEngine):
+    def _key_root(self, request: Request) -> BlockKey | None:
+        return super()._key_root(Request(request.prompt_token_ids, request.params,
+                                         request.request_id, None, request.cache_salt))
+
+
+class SaltIgnored(PagedEngine):
+    def _key_root(self, request: Request) -> BlockKey | None:
+        return super()._key_root(Request(request.prompt_token_ids, request.params,
+                                         request.request_id, request.lora, None))
+
+
+def _run(engine: object, requests: Sequence[Request]) -> dict[Hashable, list[int]]:
+    for r in requests:
+        engine.add_request(r)  # type: ignore[attr-defined]
+    out: dict[Hashable, list[int]] = {}
+    while engine.has_work():  # type: ignore[attr-defined]
+        for o in engine.step():  # type: ignore[attr-defined]
+            out.setdefault(o.request_id, []).extend(o.token_ids)
+    return out
+
+
+def parity_probe(make: Callable[..., PagedEngine]) -> str | None:
+    """A mix of 4 adapters, base requests and salts (more requests than seats, so seats
+    change hands) against the PEFT reference; the first divergence, or None."""
+    adapters = zoo_loras("tiny", 4)
+    rng = random.Random(1)
+    requests = [Request(tuple(rng.randrange(1024) for _ in range(rng.randrange(3, 40))),
+                        SamplingParams(max_tokens=rng.randrange(1, 16)), request_id=f"r{i}",
+                        lora=rng.choice([None, *adapters]),
+                        cache_salt=rng.choice([None, "a", "b"])) for i in range(14)]
+    got = _run(make(loras=adapters, max_batch_size=4, max_num_batched_tokens=64), requests)
+    want = _run(SequentialEngine("tiny", loras=adapters), requests)
+    bad = [r.request_id for r in requests if got[r.request_id] != want[r.request_id]]
+    return f"diverged from PEFT: {bad}" if bad else None
+
+
+def isolation_probe(make: Callable[..., PagedEngine]) -> str | None:
+    """Requests on one prompt while its first is still running: a block shared with another
+    adapter or salt is a leak; none shared with the same adapter and salt caches nothing."""
+    adapters = zoo_loras("tiny", 2)
+    a, b = adapters
+    engine = make(loras=adapters, max_num_batched_tokens=512)
+    prompt = tuple(range(100, 150))
+    engine.add_request(Request(prompt, SamplingParams(max_tokens=40), request_id="first",
+                               lora=a, cache_salt="s"))
+    engine.step()
+    others = {"same": (a, "s"), "salt": (a, "t"), "nosalt": (a, None), "adapter": (b, "s"),
+              "base": (None, "s")}
+    for rid, (lora, salt) in others.items():
+        engine.add_request(Request(prompt, SamplingParams(max_tokens=2), request_id=rid,
+                                   lora=lora, cache_salt=salt))
+    engine.step()
+    tables = engine.kv_block_tables()
+    held = set(tables["first"])
+    leaks = [rid for rid in others.keys() - {"same"} if held & set(tables[rid])]
+    if leaks:
+        return f"blocks shared across adapter or salt with {sorted(leaks)}"
+    return None if held & set(tables["same"]) else "no block shared by the same adapter/salt"
+
+
+def reuse_probe(make: Callable[..., PagedEngine]) -> str | None:
+    """Adapter 0 served, removed; adapter 1 added (into the freed slot) and served: its tokens
+    must be adapter 1's (PEFT's)."""
+    engine = make()
+    prompt = tuple(range(300, 330))
+    engine.add_lora("x", str(lora_dir("tiny", 0)))
+    _run(engine, [Request(prompt, SamplingParams(max_tokens=6), request_id="0", lora="x")])
+    engine.remove_lora("x")
+    engine.add_lora("y", str(lora_dir("tiny", 1)))
+    got = _run(engine, [Request(prompt, SamplingParams(max_tokens=6), request_id="1",
+                                lora="y")])
+    want = _run(SequentialEngine("tiny", loras={"y": lora_dir("tiny", 1)}),
+                [Request(prompt, SamplingParams(max_tokens=6), request_id="1", lora="y")])
+    return None if got == want else f"served {got['1']}, PEFT {want['1']}"
+
+
+PROBES = {"parity": parity_probe, "isolation": isolation_probe, "reuse": reuse_probe}
+PLANTED = {ScalingTwice: "parity", BaseRowsGetADelta: "parity", StaleIndex: "parity",
+           KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", SlotReused: "reuse"}
+
+
+@pytest.mark.parametrize("probe", sorted(PROBES))
+def test_no_false_alarm_on_the_correct_engine(probe: str) -> None:
+    assert PROBES[probe](PagedEngine) is None
+
+
+@pytest.mark.parametrize("planted", sorted(PLANTED, key=lambda c: c.__name__),
+                         ids=lambda c: getattr(c, "__name__", str(c)))
+def test_each_planted_bug_is_caught(planted: type[PagedEngine]) -> None:
+    assert PROBES[PLANTED[planted]](planted) is not None
