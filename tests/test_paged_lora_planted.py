@@ -152,8 +152,9 @@ def reuse_probe(make: Callable[..., PagedEngine]) -> str | None:
 
 
 PROBES = {"parity": parity_probe, "isolation": isolation_probe, "reuse": reuse_probe}
-PLANTED = {ScalingTwice: "parity", BaseRowsGetADelta: "parity", StaleIndex: "parity",
-           KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", SlotReused: "reuse"}
+PLANTED: dict[type[PagedEngine], str] = {
+    ScalingTwice: "parity", BaseRowsGetADelta: "parity", StaleIndex: "parity",
+    KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", SlotReused: "reuse"}
 
 
 @pytest.mark.parametrize("probe", sorted(PROBES))
@@ -161,7 +162,6 @@ def test_no_false_alarm_on_the_correct_engine(probe: str) -> None:
     assert PROBES[probe](PagedEngine) is None
 
 
-@pytest.mark.parametrize("planted", sorted(PLANTED, key=lambda c: c.__name__),
-                         ids=lambda c: getattr(c, "__name__", str(c)))
+@pytest.mark.parametrize("planted", list(PLANTED), ids=[c.__name__ for c in PLANTED])
 def test_each_planted_bug_is_caught(planted: type[PagedEngine]) -> None:
     assert PROBES[PLANTED[planted]](planted) is not None
