@@ -27,18 +27,20 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from engines.core.constraints import row_mask
 from engines.core.lora import LoraNames
 from engines.core.prompt_logprobs import whole_prompt
 from engines.core.request_state import RequestState
 from engines.core.sampling import sample
 from engines.core.slots import BaseEngine
 from engines.models import long_rope_threshold
-from engines.protocol import ALL_PARAMS, Request, StepOutput
+from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, Request, StepOutput
 
 
 class SequentialEngine(BaseEngine):
     name = "sequential"
-    supported_sampling = ALL_PARAMS | {"lora", "cache_salt", "prompt_logprobs"}
+    supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS
+                          | {"lora", "cache_salt", "prompt_logprobs"})
 
     def __init__(self, *args: Any, loras: Mapping[str, str | Path] | None = None,
                  **kwargs: Any) -> None:
@@ -141,7 +143,10 @@ class SequentialEngine(BaseEngine):
         return outputs
 
     def _emit(self, logits: torch.Tensor, seq: RequestState, outputs: list[StepOutput]) -> None:
-        tokens, tops, logprobs = sample(logits, [seq])
+        # The constraint mask built id by id for its one row (engines.core.constraints): the
+        # batched engines' builder is what parity with this reference tests.
+        tokens, tops, logprobs = sample(
+            logits, [seq], masks=lambda seqs, vocab, device: row_mask(seqs[0], vocab, device))
         outputs.append(seq.append(tokens[0], tops[0], logprobs[0]))
         if seq.finished:
             self._finish(seq)

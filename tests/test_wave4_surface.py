@@ -55,6 +55,7 @@ def test_lists_and_dicts_are_frozen_so_params_stay_hashable() -> None:
     ("logit_bias[0]", SamplingParams(logit_bias=((1, 100.5),))),
     ("logit_bias[0]", SamplingParams(logit_bias=((-1, 1.0),))),
     ("logit_bias[0]", SamplingParams(logit_bias=((1,),))),  # type: ignore[arg-type]
+    ("logit_bias[1]", SamplingParams(logit_bias=((1, 2.0), (1, 3.0)))),
     ("bad_words[0]", SamplingParams(bad_words=((),))),
     ("bad_words[1][0]", SamplingParams(bad_words=((1,), (V,)))),
     ("guided.kind", SamplingParams(guided=Guided("lark", "x"))),  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from engines.core.guided import Grammars
 from engines.core.request_state import RequestState
 from engines.core.sampling import make_generator
 from engines.core.validation import check_request
@@ -26,7 +27,7 @@ from engines.models import (
     preset_max_model_len,
     preset_thresholds,
 )
-from engines.protocol import ALL_PARAMS, Request, StepOutput
+from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, Request, StepOutput
 from engines.threads import torch_threads
 from engines.tokenizer import tokenizer_for
 
@@ -38,8 +39,9 @@ class EngineCore(Generic[S]):
     """Implements Engine and Abortable bookkeeping: model, validation, queue; not the schedule."""
 
     name = "base"
-    # Every SamplingParams field, per row (engines.core.sampling); top logprobs are raw.
-    supported_sampling: frozenset[str] = ALL_PARAMS
+    # Every token-choice field, per row (engines.core.sampling), and the constraints
+    # (engines.core.constraints; guided through engines.core.guided); top logprobs are raw.
+    supported_sampling: frozenset[str] = ALL_PARAMS | CONSTRAINT_PARAMS
     logprobs_of = "raw"
     # Properties this engine knowingly breaks, with the reason: the suite makes them strict xfails.
     expected_failed_checks: Mapping[str, str] = {}
@@ -78,6 +80,7 @@ class EngineCore(Generic[S]):
         own = Path(model) if isinstance(model, str | Path) else None
         self._tokenizer_dir = (str(own) if own is not None and (own / "tokenizer.json").is_file()
                                else None)
+        self._grammar_compiler: Grammars | None = None
         self.waiting: deque[S] = deque()
         self.running: list[S] = []  # admitted, in admission order (slot engines: index == slot)
         self._live: dict[Hashable, S] = {}  # every unfinished request
@@ -88,8 +91,11 @@ class EngineCore(Generic[S]):
     def add_request(self, request: Request) -> None:
         self._check(request)
         params = request.params
+        # Compiled before any state changes: a grammar that does not compile is bad input.
+        matcher = None if params.guided is None else self._grammars().matcher(params.guided)
         gen = make_generator(params.seed, self.device) if params.temperature > 0 else None
         seq = self._new_state(request, gen)
+        seq.matcher = matcher
         self._live[request.request_id] = seq
         self.waiting.append(seq)
 
@@ -110,6 +116,11 @@ class EngineCore(Generic[S]):
         return bool(self._live)
 
     # --- declared (engines.bench.describe) ----------------------------------------------------
+
+    def _grammars(self) -> Grammars:
+        if self._grammar_compiler is None:
+            self._grammar_compiler = Grammars(self.tokenizer, self.vocab_size)
+        return self._grammar_compiler
 
     @property
     def tokenizer(self) -> str:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from engines.protocol import FinishReason, Request, StepOutput
+
+if TYPE_CHECKING:
+    from engines.core.guided import Matcher
 
 
 @dataclass(slots=True, eq=False)
@@ -21,6 +25,7 @@ class RequestState:
     # params.prompt_logprobs > 0: the entries so far (engines.core.prompt_logprobs), handed
     # out once, on the request's first output (a preempted request's recompute adds none).
     prompt_logprobs: list[Mapping[int, float] | None] = field(default_factory=list)
+    matcher: Matcher | None = None  # guided requests: the grammar's state after `output`
 
     @property
     def finished(self) -> bool:
@@ -39,7 +44,9 @@ class RequestState:
             assert len(self.prompt_logprobs) == len(self.request.prompt_token_ids), \
                 "prompt logprobs incomplete at the first token"
             prompt = tuple(self.prompt_logprobs)
-        if token in params.stop_token_ids and len(self.output) > params.min_tokens:
+        # A guided request ends (STOP) when its grammar can go no further.
+        done = self.matcher is not None and self.matcher.advance(token)
+        if done or token in params.stop_token_ids and len(self.output) > params.min_tokens:
             self.finish_reason = FinishReason.STOP
         elif len(self.output) >= params.max_tokens:
             self.finish_reason = FinishReason.LENGTH

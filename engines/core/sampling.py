@@ -19,10 +19,11 @@ any of this, greedy rows included; the raw logprobs are of the unmasked logits.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
+from engines.core.constraints import batch_mask
 from engines.core.request_state import RequestState
 from engines.protocol import SamplingParams
 
@@ -43,8 +44,12 @@ def additive_mask(seqs: Sequence[RequestState], vocab_size: int,
     """The hook for per-row constraints (allowed ids, logit bias, bad words, grammar masks):
     a float32 [rows, vocab_size] tensor added to the rows' logits before penalties,
     temperature, filters and the greedy choice (0 where allowed, -inf where banned, or a
-    bias), or None when no row is constrained, which costs the step nothing."""
-    return None
+    bias), or None when no row is constrained, which costs the step nothing. The batched
+    engines' builder (engines.core.constraints.batch_mask)."""
+    return batch_mask(seqs, vocab_size, device)
+
+
+MaskFn = Callable[[Sequence[RequestState], int, torch.device], "torch.Tensor | None"]
 
 
 def _column(values: Sequence[float], device: torch.device) -> torch.Tensor:
@@ -175,12 +180,13 @@ def _tops(logits: torch.Tensor, seqs: Sequence[RequestState], tokens: Sequence[i
 
 
 def sample(
-    logits: torch.Tensor, seqs: Sequence[RequestState]
+    logits: torch.Tensor, seqs: Sequence[RequestState], *, masks: MaskFn | None = None,
 ) -> tuple[list[int], list[Mapping[int, float] | None], list[float | None]]:
     """One token per row of `logits` ([n, vocab]) for the sequence in that row, its raw top
-    logprobs and its own raw logprob (None where the request asked for no logprobs)."""
+    logprobs and its own raw logprob (None where the request asked for no logprobs).
+    `masks`: the constraint mask's builder (default additive_mask)."""
     params = [seq.request.params for seq in seqs]
-    mask = additive_mask(seqs, logits.shape[-1], logits.device)
+    mask = (masks or additive_mask)(seqs, logits.shape[-1], logits.device)
     chosen_from = logits if mask is None else logits.float() + mask
     tokens: list[int] = chosen_from.argmax(dim=-1).tolist()  # one host sync for greedy rows
     processed = [i for i, p in enumerate(params) if _processes(p)]

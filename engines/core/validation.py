@@ -127,10 +127,16 @@ def _check_constraints(p: SamplingParams, vocab_size: int) -> None:
         _token_ids("allowed_token_ids", p.allowed_token_ids, vocab_size)
     if not isinstance(p.logit_bias, tuple | list):
         raise InvalidRequest(f"logit_bias: must be (token id, bias) pairs, got {p.logit_bias!r}")
+    biased: set[int] = set()
     for i, pair in enumerate(p.logit_bias):
         if not isinstance(pair, tuple | list) or len(pair) != 2:
             raise InvalidRequest(f"logit_bias[{i}]: {pair!r} is not a (token id, bias) pair")
         tok, bias = pair
+        if _is_int(tok) and int(tok) in biased:
+            # OpenAI's logit_bias is a map: a second bias for one token is ambiguous.
+            raise InvalidRequest(f"logit_bias[{i}]: token {tok!r} is biased twice")
+        if _is_int(tok):
+            biased.add(int(tok))
         if not _is_int(tok) or not 0 <= int(tok) < vocab_size:
             raise InvalidRequest(f"logit_bias[{i}]: token {tok!r} is not in the vocabulary "
                                  f"0..{vocab_size - 1}")
