@@ -45,6 +45,7 @@ OPENVINO_FACTORIES=(engines.adapters.openvino:make_engine
                     engines.adapters.openvino.variants:openvino_split_fuse)
 ORTGENAI_FACTORIES=(engines.adapters.ortgenai:make_engine)
 CT2_FACTORIES=(engines.adapters.ct2:make_engine engines.adapters.ct2.variants:ct2_max)
+MISTRALRS_FACTORIES=(engines.adapters.mistralrs:make_engine)
 # The zoo slice: every engine's default factory on one zoo preset it serves (engines.zoo),
 # each in its library's venv, under NARROW_ARGS. In the main venv: our paged engine where it
 # serves a zoo preset, and transformers' continuous batching on the all-sliding-window one;
@@ -79,6 +80,8 @@ if [[ -n $ALL ]]; then
     ORTGENAI_FACTORIES+=(engines.adapters.ortgenai.variants:ortgenai_batch1
                          engines.adapters.ortgenai.variants:ortgenai_max)
     CT2_FACTORIES+=(engines.adapters.ct2.variants:ct2_batch1)
+    MISTRALRS_FACTORIES+=(engines.adapters.mistralrs.variants:mistralrs_no_prefix_cache
+                          engines.adapters.mistralrs.variants:mistralrs_one_seq)
     # Each launches a vLLM server of its own (1.5 to 2.5 min of start-up on 2 busy cores).
     HTTP_FACTORIES+=(engines.adapters.http.variants:vllm_server_prefix_caching
                      engines.adapters.http.variants:vllm_server_chunked_prefill
@@ -92,6 +95,7 @@ if [[ -n ${ONLY:-} ]]; then
     mapfile -t OPENVINO_FACTORIES < <(pick "${OPENVINO_FACTORIES[@]}")
     mapfile -t ORTGENAI_FACTORIES < <(pick "${ORTGENAI_FACTORIES[@]}")
     mapfile -t CT2_FACTORIES < <(pick "${CT2_FACTORIES[@]}")
+    mapfile -t MISTRALRS_FACTORIES < <(pick "${MISTRALRS_FACTORIES[@]}")
     mapfile -t ZOO_FACTORIES < <(pick "${ZOO_FACTORIES[@]}")
     mapfile -t LLAMA_FACTORIES < <(pick "${LLAMA_FACTORIES[@]}")
 fi
@@ -221,6 +225,18 @@ if [[ -z ${ONLY:-} || ${#CT2_FACTORIES[@]} -gt 0 ]]; then
     else
         adapter_tests "$CPY" tests/test_ct2_adapter.py tests/test_adapters_book.py
         suites "$CPY" "$@" -- "${CT2_FACTORIES[@]+"${CT2_FACTORIES[@]}"}"
+    fi
+fi
+
+# mistral.rs (.venv-mistralrs): its default factory under the arguments' profile; the prefix
+# cache off and one-sequence variants under ALL_VARIANTS.
+if [[ -z ${ONLY:-} || ${#MISTRALRS_FACTORIES[@]} -gt 0 ]]; then
+    MPY=$(venv mistralrs)
+    if [[ -z $MPY ]]; then
+        skipped "mistral.rs"
+    else
+        adapter_tests "$MPY" tests/test_mistralrs_adapter.py
+        suites "$MPY" "$@" -- "${MISTRALRS_FACTORIES[@]+"${MISTRALRS_FACTORIES[@]}"}"
     fi
 fi
 

@@ -139,6 +139,7 @@ FLOW: dict[str, set[str]] = {
     "engines.adapters.ortgenai": _ADAPTER_BASE,
     "engines.adapters.http": _ADAPTER_BASE,
     "engines.adapters.ct2": _ADAPTER_BASE,
+    "engines.adapters.mistralrs": _ADAPTER_BASE,
     "engines.testing": {"engines.protocol", "engines.factories"},
     "engines.bench": {"engines.protocol", "engines.factories", "engines.models",
                       "engines.threads", "engines.tokenizer"},
@@ -303,17 +304,20 @@ REEXPORTING_PACKAGES = {"engines.paged": "engines.paged.engine",
                         "engines.adapters.vllm": "engines.adapters.vllm.adapter",
                         "engines.adapters.openvino": "engines.adapters.openvino.adapter",
                         "engines.adapters.ortgenai": "engines.adapters.ortgenai.adapter",
-                        "engines.adapters.ct2": "engines.adapters.ct2.adapter"}
+                        "engines.adapters.ct2": "engines.adapters.ct2.adapter",
+                        "engines.adapters.mistralrs": "engines.adapters.mistralrs.adapter"}
 _HAS_VLLM = importlib.util.find_spec("vllm") is not None
 _HAS_OPENVINO = importlib.util.find_spec("openvino_genai") is not None
 _HAS_ORTGENAI = importlib.util.find_spec("onnxruntime_genai") is not None
 _HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
+_HAS_MISTRALRS = importlib.util.find_spec("mistralrs") is not None
 _HAS_HTTPX = importlib.util.find_spec("httpx") is not None  # the optional extra `http`
 _NEEDS = {"http": (_HAS_HTTPX, "httpx not installed"),
           "vllm": (_HAS_VLLM, "vllm not installed"),
           "openvino": (_HAS_OPENVINO, "openvino_genai not installed"),
           "ortgenai": (_HAS_ORTGENAI, "onnxruntime_genai not installed"),
-          "ct2": (_HAS_CT2, "ctranslate2 not installed")}
+          "ct2": (_HAS_CT2, "ctranslate2 not installed"),
+          "mistralrs": (_HAS_MISTRALRS, "mistralrs not installed")}
 
 
 @pytest.mark.parametrize("old", [
@@ -338,7 +342,7 @@ def test_an_old_public_path_gives_the_same_objects(old: str) -> None:
 # One shape per adapter folder (docs/architecture.md): what each must have, and the folders
 # whose library cannot load a preset's checkpoint directory, which convert it.
 ADAPTER_FILES = ("__init__.py", "adapter.py", "variants.py")
-CONVERTING = {"ct2", "openvino", "ortgenai", "http"}
+CONVERTING = {"ct2", "openvino", "ortgenai", "http", "mistralrs"}
 
 
 def test_every_adapter_folder_has_one_shape() -> None:

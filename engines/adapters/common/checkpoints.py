@@ -9,17 +9,31 @@ Imports no third-party engine library: each adapter's convert module passes its 
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from engines.adapters.common.tokenizer import TOKENIZER, write_tokenizer
-from engines.models import PRESETS, build_preset, cache_root, save_checkpoint
+from engines.models import (
+    DEFAULT_SEED,
+    PRESETS,
+    build_preset,
+    cache_root,
+    parse_dtype,
+    save_checkpoint,
+)
 from engines.tokenizer import TOKENIZER_VERSION, tokenizer_for
 
 __all__ = ["ConversionError", "UnsupportedArchitecture", "cache_root", "checkpoint_dir",
-           "converted_dir", "preset_digest", "publish", "weights_digest"]
+           "converted_dir", "export_preset", "legacy_config", "preset_digest", "publish",
+           "weights_digest"]
+
+# In the directory names of checkpoints written with the legacy config fields: a change to
+# what legacy_config writes gets a fresh directory.
+LEGACY = "legacy1"
 
 
 class ConversionError(RuntimeError):
@@ -81,6 +95,85 @@ def checkpoint_dir(preset: str, *, seed: int, tokenizer: bool | str = False) -> 
                 shutil.copyfile(source / file, tmp / file)
 
     return publish(build, path)
+
+
+def export_preset(preset: str, *, seed: int = DEFAULT_SEED, dtype: str = "float32",
+                  tokenizer: bool | str = False, legacy_config_fields: bool = False) -> Path:
+    """A preset saved as a transformers checkpoint directory (config.json, model.safetensors,
+    generation_config.json), once, cached under cache_root() and keyed by the preset's
+    definition, the seed and these options; the same arguments give the same bits anywhere.
+
+    - `seed`: the seeded random weights' seed (engines.models.build_preset; the suite's
+      default 0).
+    - `dtype`: the weights' dtype ("float32", the presets' own, or "float16"/"bfloat16", cast
+      from it).
+    - `tokenizer`: False (none), True or "wordlevel" (token i is the word `t{i}`, split on
+      whitespace: no decoder, no special tokens) or "bpe" (checkpoint_dir says which
+      adapters need which). Prompts and outputs are token ids either way.
+    - `legacy_config_fields`: also write the config fields of transformers before 5
+      (legacy_config): `rope_theta` and `rope_scaling` beside transformers 5's
+      `rope_parameters`, which older loaders need (mistral.rs 0.9.5: "missing field
+      `rope_theta`").
+    The config's `max_position_embeddings` (1024 for most presets) is not the context an
+    engine serves: that is `engines.models.preset_max_model_len(preset)` (512 for most).
+    """
+    base = checkpoint_dir(preset, seed=seed, tokenizer=tokenizer)
+    torch_dtype = parse_dtype(dtype)
+    suffix = "" if str(torch_dtype) == "torch.float32" else \
+        f"-{str(torch_dtype).removeprefix('torch.')}"
+    if legacy_config_fields:
+        suffix += f"-{LEGACY}"
+    if not suffix:
+        return base
+    path = cache_root() / f"{base.name}{suffix}"
+    if (path / "config.json").is_file():
+        return path
+
+    def build(tmp: Path) -> None:
+        if suffix.startswith("-") and str(torch_dtype) != "torch.float32":
+            model = build_preset(preset, seed=seed).to(torch_dtype)  # type: ignore[arg-type]
+            save_checkpoint(model, tmp)
+        else:
+            for f in base.glob("*.safetensors"):
+                shutil.copyfile(f, tmp / f.name)
+            for f in ("config.json", "generation_config.json"):
+                if (base / f).is_file():
+                    shutil.copyfile(base / f, tmp / f)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            if (base / f).is_file():
+                shutil.copyfile(base / f, tmp / f)
+        if legacy_config_fields:
+            config_file = tmp / "config.json"
+            config = legacy_config(json.loads(config_file.read_text()))
+            config_file.write_text(json.dumps(config, indent=2) + "\n")
+
+    return publish(build, path)
+
+
+def legacy_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A transformers-5 config.json's fields plus those of the older format, for loaders that
+    predate `rope_parameters`: `rope_theta` at the top level, and (for a scaled RoPE) its
+    parameters as `rope_scaling`, the type under both `type` and `rope_type`; long-RoPE's
+    `original_max_position_embeddings` also at the top level (Phi-3's older loaders read it
+    there). Fields already present are kept; a config without `rope_parameters` is returned
+    as it is."""
+    out = dict(config)
+    params = config.get("rope_parameters")
+    if not isinstance(params, dict):
+        return out
+    if "rope_theta" in params:
+        out.setdefault("rope_theta", params["rope_theta"])
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind == "default":
+        out.setdefault("rope_scaling", None)
+    else:
+        scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+        scaling.update(type=kind, rope_type=kind)
+        out.setdefault("rope_scaling", scaling)
+        if "original_max_position_embeddings" in params:
+            out.setdefault("original_max_position_embeddings",
+                           params["original_max_position_embeddings"])
+    return out
 
 
 def preset_digest(preset: str) -> str:
