@@ -65,8 +65,12 @@ def test_the_draws_cross_every_declared_threshold_often() -> None:
         # and 90).
         assert crossing >= DRAWS * 2 // 5, (at, crossing)
         assert decoding >= DRAWS // 4, (at, decoding)
-        # The reach comes from the declaration, not from the usual draws.
-        assert decoding > _decoding_across(control, at), (at, decoding)
+        # The reach comes from the declaration, not from the usual draws: where those
+        # seldom get there. At 16 (one block) the usual draws decode across it in a third to
+        # a half of the mixes by themselves (90 to 138 of 300 between derandomized
+        # sequences), as often as the declared ones, so only the bounds above hold there.
+        if at > 2 * ZOO_LIMITS.block:
+            assert decoding > _decoding_across(control, at), (at, decoding)
 
 
 def test_the_draws_hold_near_misses_of_earlier_prompts() -> None:
@@ -87,7 +91,11 @@ def test_the_draws_hold_near_misses_of_earlier_prompts() -> None:
 def test_near_misses_of_the_state_machines_earlier_prompts() -> None:
     earlier = (tuple(range(40)),)
 
-    @settings(max_examples=60, derandomize=True, database=None, deadline=None)
+    # About 1 draw in 20 is a near miss of `earlier` (a sixth are near-miss kinds, and
+    # most of those draw from the mix's own prompts or are reshaped by their budget): 300
+    # draws expect ~15, so that a change of Hypothesis's derandomized sequence (new literals
+    # anywhere in the package shift it) cannot leave none.
+    @settings(max_examples=300, derandomize=True, database=None, deadline=None)
     @given(request_mixes(ZOO_LIMITS, min_size=1, max_size=1, earlier=earlier))
     def collect(mix: list[Request]) -> None:
         hits.append(is_near_miss(mix[0].prompt_token_ids, earlier[0], 16))
