@@ -6,7 +6,7 @@ removed and another added in its slot."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -20,6 +20,7 @@ from engines.paged.lora import LoraStacks
 from engines.paged.state import PagedRequest
 from engines.protocol import Request, SamplingParams
 from engines.sequential import SequentialEngine
+from tests.test_paged_lora import _run
 
 pytest.importorskip("peft")
 
@@ -84,16 +85,6 @@ class SaltIgnored(PagedEngine):
     def _key_root(self, request: Request) -> BlockKey | None:
         return super()._key_root(Request(request.prompt_token_ids, request.params,
                                          request.request_id, request.lora, None))
-
-
-def _run(engine: object, requests: Sequence[Request]) -> dict[Hashable, list[int]]:
-    for r in requests:
-        engine.add_request(r)  # type: ignore[attr-defined]
-    out: dict[Hashable, list[int]] = {}
-    while engine.has_work():  # type: ignore[attr-defined]
-        for o in engine.step():  # type: ignore[attr-defined]
-            out.setdefault(o.request_id, []).extend(o.token_ids)
-    return out
 
 
 def parity_probe(make: Callable[..., PagedEngine]) -> str | None:
