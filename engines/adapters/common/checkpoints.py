@@ -136,12 +136,12 @@ def export_preset(preset: str, *, seed: int = DEFAULT_SEED, dtype: str = "float3
         else:
             for f in base.glob("*.safetensors"):
                 shutil.copyfile(f, tmp / f.name)
-            for f in ("config.json", "generation_config.json"):
-                if (base / f).is_file():
-                    shutil.copyfile(base / f, tmp / f)
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            if (base / f).is_file():
-                shutil.copyfile(base / f, tmp / f)
+            for name in ("config.json", "generation_config.json"):
+                if (base / name).is_file():
+                    shutil.copyfile(base / name, tmp / name)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            if (base / name).is_file():
+                shutil.copyfile(base / name, tmp / name)
         if legacy_config_fields:
             config_file = tmp / "config.json"
             config = legacy_config(json.loads(config_file.read_text()))
