@@ -70,6 +70,17 @@ def drain(
     raise AssertionError(f"engine still has work after {max_steps} steps")
 
 
+def run_tokens(engine: Engine, requests: Iterable[Request]) -> dict[Hashable, list[int]]:
+    """Add all requests, step until done; return each request's tokens (no finish checks)."""
+    for r in requests:
+        engine.add_request(r)
+    out: dict[Hashable, list[int]] = {}
+    while engine.has_work():
+        for o in engine.step():
+            out.setdefault(o.request_id, []).extend(o.token_ids)
+    return out
+
+
 def assert_top_logprobs_match_the_reference(engine: Engine, prompt: tuple[int, ...],
                                             params: SamplingParams) -> list[StepOutput]:
     """Serve `prompt` alone on `engine` and on the sequential reference: the same tokens, and

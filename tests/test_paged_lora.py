@@ -5,7 +5,7 @@ adapters added and removed at run time."""
 from __future__ import annotations
 
 import random
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -15,18 +15,9 @@ from engines.paged import PagedEngine
 from engines.paged.forward import Row
 from engines.protocol import InvalidRequest, LoRAManagement, Request, SamplingParams, loras
 from engines.sequential import SequentialEngine
+from tests.helpers import run_tokens
 
 pytest.importorskip("peft")
-
-
-def _run(engine: object, requests: Sequence[Request]) -> dict[Hashable, list[int]]:
-    for r in requests:
-        engine.add_request(r)  # type: ignore[attr-defined]
-    out: dict[Hashable, list[int]] = {}
-    while engine.has_work():  # type: ignore[attr-defined]
-        for o in engine.step():  # type: ignore[attr-defined]
-            out.setdefault(o.request_id, []).extend(o.token_ids)
-    return out
 
 
 def _mix(names: Sequence[str], n: int, seed: int) -> list[Request]:
@@ -50,8 +41,8 @@ def test_a_mix_of_adapters_and_base_is_one_forward_and_matches_peft() -> None:
 
     engine.runner.forward = spy  # type: ignore[method-assign]
     requests = _mix(list(adapters), 12, seed=0)
-    got = _run(engine, requests)
-    assert got == _run(SequentialEngine("tiny", loras=adapters), requests)
+    got = run_tokens(engine, requests)
+    assert got == run_tokens(SequentialEngine("tiny", loras=adapters), requests)
     assert max(len(s) for s in steps) >= 3  # several adapters (and base) in one forward
     assert engine.exercised()["lora_tokens"] > 0
 
@@ -94,10 +85,10 @@ def test_a_name_added_again_is_other_weights_and_never_its_old_blocks() -> None:
         engine.remove_lora("x")
     engine.add_lora("x", str(lora_dir("tiny", 1)))
     hits = engine.prefix_cache_hits
-    got = _run(engine, [Request(prompt, SamplingParams(max_tokens=8), request_id="r1",
+    got = run_tokens(engine, [Request(prompt, SamplingParams(max_tokens=8), request_id="r1",
                                 lora="x")])
     assert engine.prefix_cache_hits == hits  # the first load's blocks are not this one's
-    want = _run(SequentialEngine("tiny", loras={"y": lora_dir("tiny", 1)}),
+    want = run_tokens(SequentialEngine("tiny", loras={"y": lora_dir("tiny", 1)}),
                 [Request(prompt, SamplingParams(max_tokens=8), request_id="r1", lora="y")])
     assert got == want
 

@@ -20,7 +20,7 @@ from engines.paged.lora import LoraStacks
 from engines.paged.state import PagedRequest
 from engines.protocol import Request, SamplingParams
 from engines.sequential import SequentialEngine
-from tests.test_paged_lora import _run
+from tests.helpers import run_tokens
 
 pytest.importorskip("peft")
 
@@ -96,8 +96,8 @@ def parity_probe(make: Callable[..., PagedEngine]) -> str | None:
                         SamplingParams(max_tokens=rng.randrange(1, 16)), request_id=f"r{i}",
                         lora=rng.choice([None, *adapters]),
                         cache_salt=rng.choice([None, "a", "b"])) for i in range(14)]
-    got = _run(make(loras=adapters, max_batch_size=4, max_num_batched_tokens=64), requests)
-    want = _run(SequentialEngine("tiny", loras=adapters), requests)
+    got = run_tokens(make(loras=adapters, max_batch_size=4, max_num_batched_tokens=64), requests)
+    want = run_tokens(SequentialEngine("tiny", loras=adapters), requests)
     bad = [r.request_id for r in requests if got[r.request_id] != want[r.request_id]]
     return f"diverged from PEFT: {bad}" if bad else None
 
@@ -132,12 +132,12 @@ def reuse_probe(make: Callable[..., PagedEngine]) -> str | None:
     engine = make()
     prompt = tuple(range(300, 330))
     engine.add_lora("x", str(lora_dir("tiny", 0)))
-    _run(engine, [Request(prompt, SamplingParams(max_tokens=6), request_id="0", lora="x")])
+    run_tokens(engine, [Request(prompt, SamplingParams(max_tokens=6), request_id="0", lora="x")])
     engine.remove_lora("x")
     engine.add_lora("y", str(lora_dir("tiny", 1)))
-    got = _run(engine, [Request(prompt, SamplingParams(max_tokens=6), request_id="1",
+    got = run_tokens(engine, [Request(prompt, SamplingParams(max_tokens=6), request_id="1",
                                 lora="y")])
-    want = _run(SequentialEngine("tiny", loras={"y": lora_dir("tiny", 1)}),
+    want = run_tokens(SequentialEngine("tiny", loras={"y": lora_dir("tiny", 1)}),
                 [Request(prompt, SamplingParams(max_tokens=6), request_id="1", lora="y")])
     return None if got == want else f"served {got['1']}, PEFT {want['1']}"
 
