@@ -203,7 +203,8 @@ if [[ -z ${ONLY:-} || ${#OPENVINO_FACTORIES[@]} -gt 0 ]]; then
     if [[ -z $OPY ]]; then
         skipped "OpenVINO GenAI"
     else
-        adapter_tests "$OPY" tests/test_openvino_adapter.py tests/test_adapters_book.py
+        adapter_tests "$OPY" tests/test_adapter_contract.py tests/test_openvino_adapter.py \
+            tests/test_adapters_book.py
         suites "$OPY" "$@" -- "${OPENVINO_FACTORIES[@]+"${OPENVINO_FACTORIES[@]}"}"
     fi
 fi
@@ -213,7 +214,7 @@ if [[ -z ${ONLY:-} || ${#ORTGENAI_FACTORIES[@]} -gt 0 ]]; then
     if [[ -z $GPY ]]; then
         skipped "onnxruntime-genai"
     else
-        adapter_tests "$GPY" tests/test_ortgenai_adapter.py
+        adapter_tests "$GPY" tests/test_adapter_contract.py tests/test_ortgenai_adapter.py
         suites "$GPY" "$@" -- "${ORTGENAI_FACTORIES[@]+"${ORTGENAI_FACTORIES[@]}"}"
     fi
 fi
@@ -223,7 +224,8 @@ if [[ -z ${ONLY:-} || ${#CT2_FACTORIES[@]} -gt 0 ]]; then
     if [[ -z $CPY ]]; then
         skipped "CTranslate2"
     else
-        adapter_tests "$CPY" tests/test_ct2_adapter.py tests/test_adapters_book.py
+        adapter_tests "$CPY" tests/test_adapter_contract.py tests/test_ct2_adapter.py \
+            tests/test_adapters_book.py
         suites "$CPY" "$@" -- "${CT2_FACTORIES[@]+"${CT2_FACTORIES[@]}"}"
     fi
 fi

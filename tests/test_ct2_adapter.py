@@ -1,4 +1,5 @@
 """The CTranslate2 adapter against transformers' generate and the protocol's translations.
+The contract every library adapter shares is tests/test_adapter_contract.py.
 
 Skipped where ctranslate2 is not importable: it lives in its own venv, built by
 `bash ci/ct2-env.sh` (run these with .venv-ct2/bin/python -m pytest). The first factory call
@@ -16,13 +17,10 @@ from engines.protocol import (
     Abortable,
     Engine,
     FinishReason,
-    InvalidRequest,
     Request,
     SamplingParams,
 )
 from tests.helpers import (
-    assert_abort_frees_the_id,
-    assert_generate_tokens_with_mid_run_arrivals,
     drain,
     greedy,
     hf_generate,
@@ -33,11 +31,6 @@ from tests.helpers import (
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 pytestmark = pytest.mark.skipif(
     not HAS_CT2, reason="ctranslate2 is not installed here: its venv is built by ci/ct2-env.sh")
-
-# The tiny preset's greedy continuation of this prompt generates token 0 at position 22: the
-# converted model's EOS, which the library would stop on by default.
-EOS_PROMPT = (871, 652, 523, 276, 315, 42, 77, 17)
-
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
@@ -77,10 +70,6 @@ def test_a_second_factory_call_converts_nothing(monkeypatch: pytest.MonkeyPatch)
     assert convert.ct2_dir("tiny", 0) == first
     # Named by the weights: another seed's weights would never load this model.
     assert weights_digest(checkpoint_dir("tiny", seed=0, tokenizer=True)) in first.name
-
-
-def test_tokens_match_generate_with_mid_run_arrivals(engine: Engine) -> None:
-    assert_generate_tokens_with_mid_run_arrivals(engine, [3, 70, 1, 200])
 
 
 @pytest.mark.parametrize("factory", ["make_engine", "ct2_batch1", "ct2_max"])
@@ -125,29 +114,6 @@ def test_one_token_a_step(engine: Engine) -> None:
     assert seen == [1] * 5
 
 
-def test_the_models_eos_does_not_stop_a_request(engine: Engine) -> None:
-    expected = hf_generate(EOS_PROMPT, 30)
-    assert 0 in expected  # else this test proves nothing
-    request = Request(EOS_PROMPT, SamplingParams(max_tokens=30))
-    assert drain(engine, [request])[request.request_id] == (expected, FinishReason.LENGTH)
-
-
-def test_stop_token_is_included_and_reported_per_request(engine: Engine) -> None:
-    (prompt,) = make_prompts([8], seed=1)
-    free = hf_generate(prompt, 6)
-    stop = free[3]
-    expected = free[: free.index(stop) + 1]
-    stopped = Request(prompt, SamplingParams(max_tokens=6, stop_token_ids=(1023, stop)))
-    free_run = Request(prompt, SamplingParams(max_tokens=6))  # same batch, no stop ids
-    got = drain(engine, [stopped, free_run])
-    assert got[stopped.request_id] == (expected, FinishReason.STOP)
-    assert got[free_run.request_id] == (free, FinishReason.LENGTH)
-
-
-def test_abort_emits_one_empty_abort_and_frees_the_id(engine: Engine) -> None:
-    assert_abort_frees_the_id(engine)
-
-
 def test_abort_of_a_waiting_request(engine: Engine) -> None:
     (a, b) = make_prompts([4, 5], seed=10)
     first = Request(a, SamplingParams(max_tokens=3), request_id="first")
@@ -160,21 +126,6 @@ def test_abort_of_a_waiting_request(engine: Engine) -> None:
         outputs += engine.step()
     assert [o.finish_reason for o in outputs if o.request_id == "waiting"] == [FinishReason.ABORT]
     assert not any(o.token_ids for o in outputs if o.request_id == "waiting")
-
-
-def test_bad_input_is_refused_before_the_library(engine: Engine) -> None:
-    (prompt,) = make_prompts([6], seed=3)
-    keep = Request(prompt, SamplingParams(max_tokens=5))
-    engine.add_request(keep)
-    for request in (Request((), SamplingParams()), Request((1024,), SamplingParams()),
-                    Request(prompt, SamplingParams(max_tokens=0)),
-                    Request(prompt, SamplingParams(max_tokens=510)),
-                    Request(prompt, SamplingParams(temperature=1.0, seed=3)),
-                    Request(prompt, SamplingParams(repetition_penalty=1.3)),
-                    Request(prompt, SamplingParams(), request_id=keep.request_id)):
-        with pytest.raises(InvalidRequest):
-            engine.add_request(request)
-    assert drain(engine, [])[keep.request_id] == (hf_generate(prompt, 5), FinishReason.LENGTH)
 
 
 def test_logprobs_are_none(engine: Engine) -> None:

@@ -1,4 +1,5 @@
 """The OpenVINO GenAI adapter against transformers' generate and the protocol's translations.
+The contract every library adapter shares is tests/test_adapter_contract.py.
 
 Skipped where openvino_genai is not importable: it lives in its own venv, built by
 `bash ci/openvino-env.sh` (run these with .venv-openvino/bin/python -m pytest). The first
@@ -24,8 +25,6 @@ from engines.protocol import (
 )
 from tests.helpers import (
     alone,
-    assert_abort_frees_the_id,  # noqa: E402
-    assert_generate_tokens_with_mid_run_arrivals,
     drain,
     greedy,
     hf_generate,
@@ -89,10 +88,6 @@ def test_a_second_factory_call_converts_nothing(monkeypatch: pytest.MonkeyPatch)
     assert convert.weights_digest(convert.checkpoint_dir("tiny", seed=0)) in first.name
 
 
-def test_tokens_match_generate_with_mid_run_arrivals(engine: Engine) -> None:
-    assert_generate_tokens_with_mid_run_arrivals(engine, [3, 70, 1, 200])
-
-
 @pytest.mark.parametrize("factory", ["openvino_stress", "openvino_split_fuse"])
 def test_variants_match_generate_under_pressure(factory: str) -> None:
     import engines.adapters.openvino.variants as variants
@@ -130,33 +125,6 @@ def test_the_models_eos_does_not_stop_a_request(engine: Engine) -> None:
     # With stop ids the EOS is one of them (the library substitutes token 0 for an unset one).
     stopped = Request(EOS_PROMPT, SamplingParams(max_tokens=30, stop_token_ids=(1023,)))
     assert drain(engine, [stopped])[stopped.request_id] == (expected, FinishReason.LENGTH)
-
-
-def test_stop_token_is_included_and_reported(engine: Engine) -> None:
-    (prompt,) = make_prompts([8], seed=1)
-    free = hf_generate(prompt, 6)
-    stop = free[3]
-    expected = free[: free.index(stop) + 1]
-    for stops in ((stop,), (1023, stop)):  # the first stop id never comes: the second stops
-        request = Request(prompt, SamplingParams(max_tokens=6, stop_token_ids=stops))
-        assert drain(engine, [request])[request.request_id] == (expected, FinishReason.STOP)
-
-
-def test_abort_emits_one_empty_abort_and_frees_the_id(engine: Engine) -> None:
-    assert_abort_frees_the_id(engine)
-
-
-def test_bad_input_is_refused_before_the_library(engine: Engine) -> None:
-    (prompt,) = make_prompts([6], seed=3)
-    keep = Request(prompt, SamplingParams(max_tokens=5))
-    engine.add_request(keep)
-    for request in (Request((), SamplingParams()), Request((1024,), SamplingParams()),
-                    Request(prompt, SamplingParams(max_tokens=0)),
-                    Request(prompt, SamplingParams(max_tokens=510)),
-                    Request(prompt, SamplingParams(), request_id=keep.request_id)):
-        with pytest.raises(InvalidRequest):
-            engine.add_request(request)
-    assert drain(engine, [])[keep.request_id] == (hf_generate(prompt, 5), FinishReason.LENGTH)
 
 
 def test_greedy_logprobs_are_the_references_top_candidate(engine: Engine) -> None:

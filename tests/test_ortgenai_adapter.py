@@ -1,4 +1,5 @@
 """The onnxruntime-genai adapter against transformers' generate and the protocol's translations.
+The contract every library adapter shares is tests/test_adapter_contract.py.
 
 Skipped where onnxruntime_genai is not importable: it lives in its own venv, built by
 `bash ci/ortgenai-env.sh` (run these with .venv-ortgenai/bin/python -m pytest). The first
@@ -19,14 +20,11 @@ from engines.protocol import (
     Abortable,
     Engine,
     FinishReason,
-    InvalidRequest,
     KVIntrospection,
     Request,
     SamplingParams,
 )
 from tests.helpers import (
-    assert_abort_frees_the_id,
-    assert_generate_tokens_with_mid_run_arrivals,
     drain,
     greedy,
     hf_generate,
@@ -88,10 +86,6 @@ def test_a_second_factory_call_builds_nothing(monkeypatch: pytest.MonkeyPatch) -
     assert json.loads((first / "genai_config.json").read_text())["model"]["eos_token_id"] == EOS
 
 
-def test_tokens_match_generate_with_mid_run_arrivals(engine: Engine) -> None:
-    assert_generate_tokens_with_mid_run_arrivals(engine, [3, 70, 1, 200])
-
-
 def test_a_batch_of_six_matches_generate(engine: Engine) -> None:
     prompts = make_prompts([5, 40, 100, 7, 9, 11], seed=7)
     budgets = [8, 3, 12, 1, 6, 9]
@@ -118,35 +112,6 @@ def test_the_eos_as_a_stop_id_stops_with_the_token(engine: Engine) -> None:
     request = Request(EOS_PROMPT, SamplingParams(max_tokens=30, stop_token_ids=(EOS,)))
     got = drain(engine, [request])[request.request_id]
     assert got == (expected[: expected.index(EOS) + 1], FinishReason.STOP)
-
-
-def test_stop_token_is_included_and_reported(engine: Engine) -> None:
-    (prompt,) = make_prompts([8], seed=1)
-    free = hf_generate(prompt, 6)
-    stop = free[3]
-    expected = free[: free.index(stop) + 1]
-    for stops in ((stop,), (5, stop)):  # the first stop id never comes: the second stops
-        assert 5 not in free
-        request = Request(prompt, SamplingParams(max_tokens=6, stop_token_ids=stops))
-        assert drain(engine, [request])[request.request_id] == (expected, FinishReason.STOP)
-
-
-def test_abort_emits_one_empty_abort_and_frees_the_id(engine: Engine) -> None:
-    assert_abort_frees_the_id(engine)
-
-
-def test_bad_input_is_refused_before_the_library(engine: Engine) -> None:
-    (prompt,) = make_prompts([6], seed=3)
-    keep = Request(prompt, SamplingParams(max_tokens=5))
-    engine.add_request(keep)
-    for request in (Request((), SamplingParams()), Request((1024,), SamplingParams()),
-                    Request(prompt, SamplingParams(max_tokens=0)),
-                    Request(prompt, SamplingParams(max_tokens=510)),
-                    Request(prompt, SamplingParams(temperature=1.0, seed=3)),
-                    Request(prompt, SamplingParams(), request_id=keep.request_id)):
-        with pytest.raises(InvalidRequest):
-            engine.add_request(request)
-    assert drain(engine, [])[keep.request_id] == (hf_generate(prompt, 5), FinishReason.LENGTH)
 
 
 def test_logprobs_the_library_cannot_give_are_none(engine: Engine) -> None:
