@@ -29,7 +29,7 @@ from tests.helpers import (
 
 @dataclass(frozen=True)
 class Library:
-    name: str  # the adapter folder, engines/adapters/NAME
+    name: str  # its adapter folder under engines.adapters
     module: str  # what must import for its adapter to run
     eos: int  # the converted model's EOS, which the library would stop on by itself
     # A prompt whose greedy continuation on the tiny preset generates `eos` (found by search
