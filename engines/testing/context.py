@@ -185,7 +185,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
                    if isinstance(e, KVIntrospection)}
     judge = Judge(oracle, options.parity, options.tolerance, reference, variants, kv_variants,
                   frozenset(declared), logprobs_of=logprobs_of(engine),
-                  reference_logprobs_of=reference_logprobs)
+                  reference_logprobs_of=reference_logprobs, vocab_size=int(engine.vocab_size))
     return SuiteContext(
         name=name,
         factory=factory,

@@ -12,9 +12,19 @@ requests (vLLM's processed_logprobs, mistral.rs) apply temperature 1 there, not 
 
 from __future__ import annotations
 
-from engines.protocol import SamplingParams
+import dataclasses
 
-__all__ = ["comparable_kinds", "not_identity"]
+from engines.protocol import SamplingParams
+from engines.testing.limits import EngineLimits
+
+__all__ = ["GREEDY_FILTERS", "comparable_kinds", "declared_greedy_filters", "greedy_filter",
+           "not_identity"]
+
+# Filter values that leave only the most likely token at any temperature: a draw under one of
+# them, seed or none, is the greedy token (ties aside). min_p 1 keeps tokens as likely as the
+# most likely; top_p 1e-6 keeps the most likely alone (no token's probability is below it
+# when it is the largest of fewer than a million).
+GREEDY_FILTERS: dict[str, float | int] = {"top_k": 1, "min_p": 1.0, "top_p": 1e-6}
 
 
 def not_identity(params: SamplingParams) -> str | None:
@@ -37,6 +47,27 @@ def not_identity(params: SamplingParams) -> str | None:
         ("guided", p.guided is not None),
     )
     return next((name for name, changed in changes if changed), None)
+
+
+def greedy_filter(params: SamplingParams) -> str | None:
+    """The filter that makes a sampled request greedy in all but name (GREEDY_FILTERS), where
+    it asks for no other processing; else None."""
+    if params.temperature <= 0:
+        return None
+    found = [name for name, value in GREEDY_FILTERS.items() if getattr(params, name) == value]
+    if len(found) != 1:
+        return None
+    plain = dataclasses.replace(params, temperature=1.0, **{found[0]: getattr(
+        SamplingParams(), found[0])})
+    return found[0] if not_identity(plain) is None else None
+
+
+def declared_greedy_filters(limits: EngineLimits) -> tuple[str, ...]:
+    """The GREEDY_FILTERS every engine compared declares, with temperature (none without)."""
+    fields = limits.sampling_fields
+    if "temperature" not in fields:
+        return ()
+    return tuple(name for name in GREEDY_FILTERS if name in fields)
 
 
 def comparable_kinds(mine: str, theirs: str, params: SamplingParams) -> bool:

@@ -48,6 +48,8 @@ class Judge:
     # the request's processing is the identity (engines.testing.processing).
     logprobs_of: str = "raw"
     reference_logprobs_of: str = "raw"
+    # The engines' vocabulary (0: unknown): how many candidates make a whole distribution.
+    vocab_size: int = 0
 
     def comparable(self, params: SamplingParams) -> bool:
         """Whether a request's tokens are a function of the request, so that two runs must
