@@ -113,7 +113,7 @@ def test_factory_declares_what_the_library_has(engine: Engine) -> None:
     assert isinstance(engine, Engine) and isinstance(engine, Abortable)
     assert (engine.vocab_size, engine.max_model_len) == (1024, 512)
     assert engine.max_concurrency == 32  # type: ignore[attr-defined]
-    assert set(engine.expected_failed_checks) == {"seeds", "logprobs"}  # type: ignore[attr-defined]
+    assert set(engine.expected_failed_checks) == {"seeds"}  # type: ignore[attr-defined]
     assert engine.logprobs_of == "processed"  # type: ignore[attr-defined]
     supported = engine.supported_sampling  # type: ignore[attr-defined]
     assert not {"seed", "min_tokens", "repetition_penalty"} & supported

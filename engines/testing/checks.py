@@ -23,8 +23,10 @@ from engines.protocol import PROMPT_LOGPROBS_FIELD, unknown_name
 from engines.testing.check import Check, Draws, Given, Moment, Need, Property
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
+from engines.testing.processing import declared_greedy_filters
 from engines.testing.properties import (
     drain,
+    greedy_filters,
     kv,
     logprobs,
     parity,
@@ -32,7 +34,9 @@ from engines.testing.properties import (
     requests,
     seeds,
     slots,
+    unseeded_draws,
 )
+from engines.testing.unseeded import DRAWS
 
 __all__ = ["CHECKS", "KV", "LOAD", "PROMPT_LOGPROBS", "PROPERTIES", "REFERENCE", "REGISTRY",
            "SLOTS", "SLOT_CHECKS", "VARIANTS", "Applicability", "Check", "Draws", "Given",
@@ -54,6 +58,14 @@ PROMPT_LOGPROBS = Need("prompt logprobs",
                        lambda g: PROMPT_LOGPROBS_FIELD in g.limits.sampling_fields,
                        "{check} needs prompt_logprobs in supported_sampling (of the engine and "
                        "of every engine it is compared with)")
+TEMPERATURE = Need("temperature", lambda g: "temperature" in g.limits.sampling_fields,
+                   "{check} needs temperature in supported_sampling (of the engine and of "
+                   "every engine it is compared with)")
+GREEDY_FILTER = Need("a filter that can leave one token",
+                     lambda g: bool(declared_greedy_filters(g.limits)),
+                     "{check} needs temperature and one of top_k, min_p, top_p in "
+                     "supported_sampling (of the engine and of every engine it is compared "
+                     "with; under tie-aware parity they are not drawn)")
 VARIANTS = Need("config variants", lambda g: g.variants,
                 "no config variant given (--engine-variant NAME=MODULE:CALLABLE)")
 
@@ -79,6 +91,11 @@ REGISTRY: tuple[Check, ...] = (
           tally=logprobs.TALLY),
     Check("prompt_logprobs", prompt_logprobs.check_prompt_logprobs, needs=(PROMPT_LOGPROBS,),
           draws=Draws(prompt_logprobs=LOGPROBS), tally=prompt_logprobs.TALLY),
+    Check("greedy_filters", greedy_filters.check_greedy_filters, needs=(GREEDY_FILTER,),
+          draws=Draws(greedy_filters=True), tally=greedy_filters.TALLY),
+    Check("sampling_distribution", unseeded_draws.check_sampling_distribution,
+          needs=(REFERENCE, TEMPERATURE), draws=Draws(unseeded_draws=DRAWS, search=False),
+          tally=unseeded_draws.TALLY),
     Check("token_range", requests.check_token_range),
     BUDGET_FINISH,
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),

@@ -19,6 +19,7 @@ from engines.protocol import (
     KVIntrospection,
     check_declarations,
     expected_failed_checks,
+    logprobs_of,
     position_thresholds,
     supported_sampling,
 )
@@ -171,7 +172,9 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     oracle = AloneOracle(EnginePool(factory, source), deadline=options.step_timeout,
                          repro_source=repro_source)
     reference = None
+    reference_logprobs = "raw"
     if "reference" in others and options.reference is not None:
+        reference_logprobs = logprobs_of(others["reference"][1])
         reference = AloneOracle(
             others.pop("reference")[0], deadline=options.step_timeout,
             repro_source=factory_source(options.reference, options.reference_spec))
@@ -181,7 +184,8 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     kv_variants = {n: factory_source(options.variants[n], None) for n, (_, e) in others.items()
                    if isinstance(e, KVIntrospection)}
     judge = Judge(oracle, options.parity, options.tolerance, reference, variants, kv_variants,
-                  frozenset(declared))
+                  frozenset(declared), logprobs_of=logprobs_of(engine),
+                  reference_logprobs_of=reference_logprobs, vocab_size=int(engine.vocab_size))
     return SuiteContext(
         name=name,
         factory=factory,

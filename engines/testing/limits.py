@@ -56,6 +56,12 @@ class EngineLimits:
     # (kv_total_blocks, requests run at once) of each config variant with a KV view: the
     # seed workloads overflow each pool that can overflow (engines.testing.seed_workloads).
     variant_pools: tuple[tuple[int, int], ...] = ()
+    # Filters (top_k, min_p, top_p) at values that leave only the most likely token, drawn in
+    # unseeded sampled requests (the greedy_filters check): every engine compared declares
+    # them and temperature. Empty: none drawn.
+    greedy_filters: tuple[str, ...] = ()
+    # Unseeded draws per group of the distribution check's workload (0: none).
+    unseeded_draws: int = 0
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 

@@ -22,6 +22,7 @@ from engines.testing.checks import check_named
 from engines.testing.context import SuiteContext
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
+from engines.testing.processing import declared_greedy_filters
 from engines.testing.report import explain, explain_leak
 from engines.testing.seed_workloads import seed_workloads
 from engines.testing.shrink import shrink_workload
@@ -53,6 +54,10 @@ def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
         limits = dataclasses.replace(limits, logprobs=found.draws.logprobs)
     if found.draws.prompt_logprobs and PROMPT_LOGPROBS_FIELD in limits.sampling_fields:
         limits = dataclasses.replace(limits, prompt_logprobs=found.draws.prompt_logprobs)
+    if found.draws.greedy_filters:
+        limits = dataclasses.replace(limits, greedy_filters=declared_greedy_filters(limits))
+    if found.draws.unseeded_draws:
+        limits = dataclasses.replace(limits, unseeded_draws=found.draws.unseeded_draws)
     return limits
 
 
@@ -112,6 +117,8 @@ def _seeds(ctx: SuiteContext, check: str, coverage: Coverage) -> None:
         _tally(ctx, check, outcome, coverage)
         if outcome.leak is not None:
             raise explain_leak(ctx, outcome.leak, w, check)
+        if outcome.failure is not None and not check_named(check).draws.search:
+            raise explain(ctx, outcome.failure, w)  # statistical: no shrinking by replays
         if outcome.failure is not None:
             shrunk = shrink_workload(w, lambda c: fails(ctx, c, check))
             # Replayed on a fresh engine, as the report's script does: on a reused one, what
@@ -130,6 +137,8 @@ def search(ctx: SuiteContext, check: str, *, settings: Settings | None = None,
     coverage = Coverage()
     if seeds:
         _seeds(ctx, check, coverage)
+    if not check_named(check).draws.search:
+        return coverage
     leaks: list[tuple[Leak, Workload]] = []
     replay = _replay_hint(ctx, settings)
 

@@ -9,6 +9,7 @@ from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.limits import EngineLimits
 from engines.testing.strategies import AloneFn, pseudo_tokens
+from engines.testing.unseeded import distribution_workload, greedy_filter_workload
 from engines.testing.workload import Abort, BadRequest, Workload
 
 __all__ = ["seed_workloads"]
@@ -84,6 +85,10 @@ def seed_workloads(
                    for i, s in enumerate((11, 22, 33, 44, 55, 66, 11))]
         out.append(Workload((unseeded, *sampled, req(8, (2,), budget)), (0,) * 8 + (1,),
                             label="seeded sampling beside unseeded and greedy"))
+    if limits.greedy_filters:
+        out.append(greedy_filter_workload(limits))
+    if limits.unseeded_draws and "temperature" in limits.sampling_fields:
+        out.append(distribution_workload(limits))
     if bad:
         kinds = [k for k in bad_kinds(limits) if k != "duplicate id"]
         bads = [BadRequest(i % 3, k, bad_request(limits, k, (1, 2), f"bad{i}"))

@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_requests_for
 from engines.testing.limits import EngineLimits
+from engines.testing.processing import GREEDY_FILTERS
 from engines.testing.workload import Abort, Workload
 
 __all__ = [
@@ -165,7 +166,19 @@ def sampling_params(
     cap = limits.long_budget if long else limits.max_tokens
     max_tokens = draw(st.integers(1, max(1, min(cap, room))), label="max_tokens")
     temperature, seed = 0.0, None
-    kind = draw(st.sampled_from(["greedy", "greedy", "seeded", "unseeded"]), label="sampling")
+    kinds = ["greedy", "greedy", "seeded", "unseeded"]
+    if limits.greedy_filters:
+        kinds += ["greedy_filter", "greedy_filter"]
+    kind = draw(st.sampled_from(kinds), label="sampling")
+    if kind == "greedy_filter":
+        # Unseeded, at a temperature, under a filter that leaves one token: the greedy token
+        # whether or not the engine reproduces seeds (the greedy_filters check).
+        name = draw(st.sampled_from(limits.greedy_filters), label="greedy_filter")
+        return SamplingParams(max_tokens=max_tokens, logprobs=limits.logprobs,
+                              prompt_logprobs=limits.prompt_logprobs,
+                              temperature=draw(st.sampled_from([1.0, 0.7, 1.5]),
+                                               label="temperature"),
+                              **{name: GREEDY_FILTERS[name]})  # type: ignore[arg-type]
     if limits.sampling and kind != "greedy":
         temperature = draw(st.sampled_from([1.0, 0.7]), label="temperature")
         if kind == "seeded":

@@ -43,6 +43,13 @@ class Judge:
     # re-judges another one's property as part of its own (bad_input re-checks parity on the
     # good requests) leaves a declared one to its strict xfail, and says so.
     declared: frozenset[str] = frozenset()
+    # What the engine's and the reference engine's top logprobs are of (engines.protocol's
+    # logprobs_of: "raw" or "processed"): values of different kinds are compared only where
+    # the request's processing is the identity (engines.testing.processing).
+    logprobs_of: str = "raw"
+    reference_logprobs_of: str = "raw"
+    # The engines' vocabulary (0: unknown): how many candidates make a whole distribution.
+    vocab_size: int = 0
 
     def comparable(self, params: SamplingParams) -> bool:
         """Whether a request's tokens are a function of the request, so that two runs must

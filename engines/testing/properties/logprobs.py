@@ -2,6 +2,12 @@
 the reference engine gives, within a stated tolerance; the sampled token's own logprob is its
 entry among the top ones. RL and evaluation users consume these values, and a neighbour's
 logprobs in a row's place (vLLM #51789 returned -inf for one) leave the tokens intact.
+
+What the values are of is each engine's declaration (`logprobs_of`, "raw" or "processed"):
+against the reference engine, values of different kinds are compared only where the
+request's processing is the identity (engines.testing.processing); the others are counted,
+and the summary says why they were not compared. Against the request served alone, the same
+engine's values are always of the same kind.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from engines.protocol import Request
 from engines.testing.check import Check
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.processing import comparable_kinds
 from engines.testing.properties.base import Judge, describe, step_of_token, tops
 from engines.testing.recorder import Trace
 
@@ -66,27 +73,47 @@ def _compare(check: Check, trace: Trace, r: Request, got: Sequence[Mapping[int, 
                              f"{where} (tolerance {tol:g}).")
 
 
-def _add(coverage: Coverage, judged: tuple[int, int, int], check: str) -> None:
+# Requests whose values were not compared with the reference's: the two engines' logprobs are
+# of different kinds (logprobs_of) and the request's processing is not the identity.
+_KINDS = "logprobs: not compared with the reference's, of another kind"
+
+
+def _add(coverage: Coverage, judged: tuple[int, ...], check: str) -> None:
     """The check's line in the summary: requests whose values were judged, those judged for
     shape only (tie-aware parity), and those that asked for logprobs and got none (an engine
-    may return none: then there was nothing to judge, and it says)."""
+    may return none: then there was nothing to judge, and it says); and the requests whose
+    values were not compared with the reference's (its logprobs are of another kind)."""
     for key, n in zip(("with logprobs judged", "with logprobs judged for shape only "
-                       "(tie-aware parity)", "asked for logprobs and got none"), judged,
-                      strict=True):
+                       "(tie-aware parity)", "asked for logprobs and got none", _KINDS),
+                      judged, strict=False):
         coverage.counts[key] += n
 
 
-TALLY = Tally(_add)
+def _notes(data: Mapping[str, int], name: str) -> list[str]:
+    n = data.get(_KINDS, 0)
+    if not n:
+        return []
+    return [f"{name}: {n} request{'s' * (n != 1)} with logprobs not compared with the reference "
+            "engine's: one engine's top logprobs are raw and the other's processed "
+            "(logprobs_of), and the request's processing (a temperature other than 0 or 1, a "
+            "penalty, a filter or a constraint) makes them different distributions; they were "
+            "compared with the request served alone on the engine itself. A reference "
+            "declaring the engine's kind would compare them."]
 
 
-def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, int]:
+TALLY = Tally(_add, _notes)
+
+
+def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, int, int]:
     """For every request that asks for logprobs and whose tokens are reproducible: one top-N
     mapping per token and the sampled token's logprob equal to its own entry there; under
     exact parity, the mappings equal to the request's served alone (within BATCH_TOL) and to
-    the reference engine's (within REFERENCE_TOL) for as long as the tokens agree."""
+    the reference engine's (within REFERENCE_TOL) for as long as the tokens agree, where both
+    engines' logprobs are of one kind for the request (raw, processed, or processing the
+    identity)."""
     __tracebackhide__ = True
     values = judge.parity == "exact"
-    judged = shape = none = 0
+    judged = shape = none = kinds = 0
     for r in trace.workload.requests:
         p, rid = r.params, r.request_id
         if not p.logprobs or (p.temperature > 0 and p.seed is None):
@@ -112,8 +139,11 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
         _compare(check, trace, r, got, alone.top_logprobs or (), tokens, alone.tokens, BATCH_TOL,
                  "the same request's served alone")
         if judge.reference is not None:
+            if not comparable_kinds(judge.logprobs_of, judge.reference_logprobs_of, p):
+                kinds += 1
+                continue
             ref = judge.reference(r.prompt_token_ids, p)
             if ref.top_logprobs:
                 _compare(check, trace, r, got, ref.top_logprobs, tokens, ref.tokens, REFERENCE_TOL,
                          "the reference engine's")
-    return judged, shape, none
+    return judged, shape, none, kinds
