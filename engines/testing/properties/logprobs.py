@@ -62,8 +62,8 @@ def _compare(check: Check, trace: Trace, r: Request, got: Sequence[Mapping[int, 
         where = _apart(got[i], expected[i], tol, n)
         if where is not None:
             raise check.fail(f"{describe(r, trace)} returned top logprobs for its token "
-                             f"{i} (step {step_of_token(trace, rid, i)}) that are not {what}'s: "
-                             f"{where} (tolerance {tol:g}).")
+                             f"{i} (step {step_of_token(trace, rid, i)}) that differ from "
+                             f"{what}: {where} (tolerance {tol:g}).")
 
 
 def _add(coverage: Coverage, judged: tuple[int, int, int], check: str) -> None:
@@ -110,7 +110,7 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
             continue
         alone = judge.oracle(r.prompt_token_ids, p)
         _compare(check, trace, r, got, alone.top_logprobs or (), tokens, alone.tokens, BATCH_TOL,
-                 "the same request's served alone")
+                 "the same request's, served alone")
         if judge.reference is not None:
             ref = judge.reference(r.prompt_token_ids, p)
             if ref.top_logprobs:
