@@ -73,4 +73,4 @@ def test_a_batching_ci_run_on_a_threaded_engine_keeps_few_engines_alive(
     assert ThreadedToy.peak_open <= OPEN_BOUND, ThreadedToy.peak_open
     assert ThreadedToy.peak_threads <= before + OPEN_BOUND, (before, ThreadedToy.peak_threads)
     assert threading.active_count() <= before
-    assert len(ThreadedToy.live) <= 2, len(ThreadedToy.live)  # objects, weakly counted
+    assert len(ThreadedToy.alive) <= 2, len(ThreadedToy.alive)  # objects, weakly counted

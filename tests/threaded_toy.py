@@ -16,7 +16,7 @@ from examples.toy_engine import ToyEngine
 
 
 class ThreadedToy(ToyEngine):
-    live: ClassVar[weakref.WeakSet[ThreadedToy]] = weakref.WeakSet()  # not yet freed
+    alive: ClassVar[weakref.WeakSet[ThreadedToy]] = weakref.WeakSet()  # not yet freed
     built: ClassVar[int] = 0
     closed: ClassVar[int] = 0
     peak_open: ClassVar[int] = 0  # most engines built and not closed, at once
@@ -29,7 +29,7 @@ class ThreadedToy(ToyEngine):
         self._worker.start()
         cls = ThreadedToy
         cls.built += 1
-        cls.live.add(self)
+        cls.alive.add(self)
         cls.peak_open = max(cls.peak_open, cls.built - cls.closed)
         cls.peak_threads = max(cls.peak_threads, threading.active_count())
 
