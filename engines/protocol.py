@@ -44,6 +44,7 @@ __all__ = [
     "StepOutput",
     "arrival_times",
     "check_declarations",
+    "close",
     "compute_threads",
     "execution",
     "expected_failed_checks",
@@ -375,6 +376,8 @@ DECLARATIONS: Mapping[str, str] = {
     "compute_threads": "the CPU threads it computes with (the bench states it per engine)",
     "execution": "how it computes, in words: eager, compiled, a library and its version",
     "loras": "the LoRA adapters it serves now, name -> PEFT directory (a Request.lora names one)",
+    "close": "a method: release its threads, processes and memory (called on every engine "
+             "the suite drops)",
 }
 # The names `supported_sampling` may hold: every SamplingParams field, and REQUEST_FIELDS.
 DECLARABLE_FIELDS = frozenset(SamplingParams.__dataclass_fields__) | REQUEST_FIELDS
@@ -544,6 +547,19 @@ def step_by(engine: object) -> StepBy | None:
     return declared if callable(declared) else None
 
 
+def close(engine: object) -> Callable[[], object] | None:
+    """The engine's `close()` (it releases the threads, processes or memory the engine holds:
+    a worker thread, a server's streams), or None where it has none. The suite calls it on
+    every engine it is done with; an engine whose thread refers to it is otherwise never
+    freed. A `close` that is not callable is refused (ValueError)."""
+    declared = _declared(engine, "close")
+    if declared is None:
+        return None
+    if not callable(declared):
+        raise ValueError(f"close: {declared!r} is not a method")
+    return declared
+
+
 def loras(engine: object) -> dict[str, str]:
     """The LoRA adapters the engine says it serves now (`loras`, adapter name -> its PEFT
     directory, which a reference engine loads too), none where it says nothing. Read at each
@@ -573,3 +589,4 @@ def check_declarations(engine: object) -> None:
     load_settle_s(engine)
     tokenizer_of(engine)
     loras(engine)
+    close(engine)

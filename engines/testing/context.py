@@ -65,10 +65,18 @@ class SuiteContext:
     runs: RunCache = field(default_factory=RunCache)  # traces the checks share, by workload
     # The seed every check draws its workloads under in a run that gives none (search).
     stream_seed: int = field(default_factory=lambda: random.SystemRandom().getrandbits(64))
+    # Every pool of the context (the engine's, the oracle's, the reference's, the variants'),
+    # closed together at the end of a session.
+    pools: tuple[EnginePool, ...] = ()
 
     @property
     def step_timeout(self) -> float | None:
         return self.options.step_timeout
+
+    def close(self) -> None:
+        """Close every idle engine of every pool (the plugin calls it as pytest exits)."""
+        for pool in self.pools:
+            pool.close()
 
 
 def _variant_runner(pool: EnginePool, deadline: float | None) -> Callable[[Workload], Trace]:
@@ -178,6 +186,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         reference = AloneOracle(
             others.pop("reference")[0], deadline=options.step_timeout,
             repro_source=factory_source(options.reference, options.reference_spec))
+    variant_pools = [p for p, _ in others.values()]
     variants = {n: _variant_runner(p, options.step_timeout) for n, (p, _) in others.items()}
     # Variants with a KV view of their own: kv_accounting judges their runs too (a variant
     # with a smaller pool preempts where the default engine cannot).
@@ -197,5 +206,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
                              variants=bool(variants), kv_variants=bool(kv_variants)),
         options=options,
         repro_source=repro_source,
+        pools=(pool, oracle.pool, *((reference.pool,) if reference is not None else ()),
+               *variant_pools),
     )
 

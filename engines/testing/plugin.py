@@ -91,6 +91,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[OPTIONS] = read_options(config, config.stash.get(ALIASES, ()))
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # The session's engines are done with: close the idle ones (a threaded engine's threads
+    # would otherwise outlive the run, in a process that runs pytest more than once).
+    for ctx in config.stash.get(_contexts, []):
+        ctx.close()
+
+
 def _is_conformance(item: pytest.Item) -> bool:
     return "conformance_check" in getattr(item, "fixturenames", ())
 

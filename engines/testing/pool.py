@@ -1,4 +1,6 @@
-"""Engines are expensive (vLLM's CPU engine takes ~4 s to build): reuse drained ones."""
+"""Engines are expensive (vLLM's CPU engine takes ~4 s to build): reuse drained ones, and
+close the ones the pool drops (an engine that computes on a thread of its own is otherwise
+never freed: its thread refers to it)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from engines.factories import EngineSpecError, check_engine
-from engines.protocol import Engine
+from engines.protocol import Engine, close
 from engines.testing.recorder import is_drained
 
 __all__ = ["EnginePool"]
@@ -19,7 +21,9 @@ R = TypeVar("R")
 class EnginePool:
     """Hands out drained engines from one factory; builds a new one only when none is idle.
 
-    An engine given back broken (it raised, hung, or still holds work) is dropped.
+    An engine given back broken (it raised, hung, or still holds work) is dropped, and so is
+    one given back while another is idle. A dropped engine is closed (its `close()`, where it
+    has one), so the pool's engines alive at once are the idle one and those handed out.
     """
 
     def __init__(self, factory: Callable[[], Engine], source: str) -> None:
@@ -31,6 +35,10 @@ class EnginePool:
         # What each engine has served, by id(engine): a leak across workloads is replayed
         # from it. fresh() starts every engine's entry, so a recycled id never inherits one.
         self._served: dict[int, list[Any]] = {}
+        self.closed = 0  # engines dropped and closed
+        # The first exception a close() raised: a dropped engine's, so no verdict's, but kept
+        # for whoever looks into the pool (it may hold what the engine failed to release).
+        self.close_error: BaseException | None = None
 
     @property
     def cheap(self) -> bool:
@@ -70,7 +78,23 @@ class EnginePool:
         if ok and not self._idle and is_drained(engine):
             self._idle.append(engine)
         else:
-            self._served.pop(id(engine), None)
+            self._drop(engine)
+
+    def _drop(self, engine: Engine) -> None:
+        self._served.pop(id(engine), None)
+        self.closed += 1
+        try:
+            shutdown = close(engine)
+            if shutdown is not None:
+                shutdown()
+        except Exception as exc:  # a broken engine may fail to close too: never a verdict
+            if self.close_error is None:
+                self.close_error = exc
+
+    def close(self) -> None:
+        """Close the idle engines (at the end of a session)."""
+        while self._idle:
+            self._drop(self._idle.pop())
 
     def after_history(self, earlier: Sequence[W], replay: Callable[[Engine, W], object],
                       then: Callable[[Engine], R], *, drained: bool = False) -> R | None:

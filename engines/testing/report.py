@@ -8,6 +8,7 @@ from engines.testing.context import SuiteContext
 from engines.testing.crash import EngineCrashed
 from engines.testing.leaks import minimal_leak
 from engines.testing.properties import Violation
+from engines.testing.replays import confirmation, variant_script
 from engines.testing.verdict import Failure, Leak, failure_after
 from engines.testing.workload import Workload, repro_sequence, repro_snippet
 
@@ -22,19 +23,30 @@ def _size(w: Workload, steps: int) -> str:
 def explain(ctx: SuiteContext, failure: Failure, w: Workload) -> Violation:
     """The failure's message plus the counterexample as a runnable script."""
     error = failure.error
+    if isinstance(error, EngineCrashed) and error.replay is not None:
+        return crash_finding(error)  # not in w's run (the oracle's): replay what crashed
     check = getattr(error, "prop", "engine")
-    snippet = repro_snippet(w, ctx.repro_source, failure.steps + 1)
+    variant = getattr(error, "variant", None)
+    if variant is not None and variant in ctx.options.variants:
+        # Found on a config variant: the script runs that variant beside the main engine.
+        snippet = variant_script(ctx, w, variant, failure.steps + 1)
+        on = f", on the main engine and on variant {variant!r},"
+    else:
+        snippet, on = repro_snippet(w, ctx.repro_source, failure.steps + 1), ""
+    # Whether the script reproduces on fresh engines, before the script (which ends the
+    # report, so that it can be cut from there): "" while Hypothesis shrinks (that report
+    # is thrown away).
+    sentence = confirmation(ctx, w, error)
+    said = f"{sentence}\n\n" if sentence else ""
     if isinstance(error, EngineCrashed):
-        if error.replay is not None:  # not in w's run (the oracle's): replay what crashed
-            return crash_finding(error)
-        intro = (f"Counterexample ({_size(w, failure.steps)}), which {error.raises}, as a "
-                 "runnable script")
-        return Violation(check, error.report(snippet, intro))
-    return Violation(
-        check,
-        f"{error}\n\nCounterexample ({_size(w, failure.steps)}) as a runnable script:"
-        f"\n\n{snippet}\n",
-    )
+        intro = (f"{said}Counterexample ({_size(w, failure.steps)}), which {error.raises}, "
+                 "as a runnable script")
+        found = Violation(check, error.report(snippet, intro))
+    else:
+        found = Violation(check, f"{error}\n\n{said}Counterexample ({_size(w, failure.steps)})"
+                                 f"{on} as a runnable script:\n\n{snippet}\n")
+    found.variant = variant
+    return found
 
 
 def crash_finding(crash: EngineCrashed | Violation) -> Violation:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.limits import EngineLimits
+from engines.testing.revisits import again_after_finish, seeded
 from engines.testing.strategies import AloneFn, pseudo_tokens
 from engines.testing.unseeded import distribution_workload, greedy_filter_workload
 from engines.testing.workload import Abort, BadRequest, Workload
@@ -23,8 +24,9 @@ def seed_workloads(
     a waiting and a finished request; stop ids at the first and the last budgeted token;
     seeded sampling beside greedy and unseeded; prompts sharing whole KV blocks, and a block
     after two different prefixes; near misses of a cached and a running prompt; prompts and
-    budgets across each declared position threshold; the whole context; and (for bad input)
-    every bad kind."""
+    budgets across each declared position threshold; the same prompts again after they
+    finished (full prefix hits); seeded sampling past a KV pool (engines.testing.revisits);
+    the whole context; and (for bad input) every bad kind."""
     v = limits.vocab_size
     budget = max(1, min(limits.max_tokens, 4))
     room = limits.max_model_len - budget
@@ -68,6 +70,11 @@ def seed_workloads(
         found = _overflowing(limits, req, blocks, seats)
         if found is not None:
             out.append(found)
+            if limits.sampling:  # the same, seeded: a preempted request keeps its RNG
+                out.append(seeded(found))
+    again = again_after_finish(limits, req, min(budget, 2))
+    if again is not None:
+        out.append(again)
     whole = max(1, limits.max_model_len - 2)
     edge = [req(0, pseudo_tokens(9, whole, v), 2), req(1, [3, 4], budget)]
     out.append(Workload(tuple(edge), (0, 1), label="the whole context, admitted mid-stream"))

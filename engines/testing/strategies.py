@@ -296,8 +296,11 @@ def request_mixes(
                                              min_tokens=min(params.min_tokens, left))
             # `room` stays the prompt's room: a penalized prompt is extended up to it below.
             room = limits.max_model_len - params.max_tokens
-        elif kind == "duplicate" and out:
-            prompt = draw(st.sampled_from([r.prompt_token_ids for r in out]), label="same_prompt")
+        elif kind == "duplicate" and (out or earlier):
+            # Of `earlier` too: the state machine's finished prompts, sent again, hit every
+            # block they cached (engines.testing.revisits).
+            prompt = draw(st.sampled_from([*(r.prompt_token_ids for r in out), *earlier]),
+                          label="same_prompt")
             prompt = prompt[:room]
         elif kind == "long" and longs < 2:
             longs += 1

@@ -23,6 +23,7 @@ __all__ = [
     "render_request",
     "repro_sequence",
     "repro_snippet",
+    "repro_variant",
 ]
 
 
@@ -148,6 +149,19 @@ def repro_sequence(earlier: Sequence[Workload], workload: Workload, factory_src:
     if earlier:
         lines.append("# the failing workload, on the same engine")
     return "\n".join(lines + _replay(workload, steps, show=True))
+
+
+def repro_variant(workload: Workload, factory_src: str, variant_src: str, variant: str,
+                  steps: int) -> str:
+    """repro_snippet on the main engine and then on a config variant, each freshly built, so
+    that the two runs' outputs print one after the other. variant_src binds `make_engine` to
+    the variant's factory, as factory_src does to the main one."""
+    lines = [factory_src, "make_main = make_engine", variant_src, "make_variant = make_engine",
+             "from engines.protocol import Request, SamplingParams", "",
+             f"for label, make_engine in (('main engine', make_main), "
+             f"({f'variant {variant!r}'!r}, make_variant)):",
+             "    print('#', label)", "    engine = make_engine()"]
+    return "\n".join(lines + [f"    {line}" for line in _replay(workload, steps, show=True)])
 
 
 def _by_step(entries: list[tuple[int, str]], name: str) -> list[str]:

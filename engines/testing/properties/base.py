@@ -21,6 +21,10 @@ class Violation(AssertionError):
     """A property failed; str() is the whole explanation, starting with the check's name
     (`prop`). Properties raise them through their check: `check.fail(text)`."""
 
+    # The config variant (--engine-variant) whose run failed, where one did: the report's
+    # script then builds that variant beside the main engine (engines.testing.replays).
+    variant: str | None = None
+
     def __init__(self, prop: str, message: str) -> None:
         super().__init__(message)
         self.prop = prop

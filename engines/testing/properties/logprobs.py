@@ -69,8 +69,8 @@ def _compare(check: Check, trace: Trace, r: Request, got: Sequence[Mapping[int, 
         where = _apart(got[i], expected[i], tol, n)
         if where is not None:
             raise check.fail(f"{describe(r, trace)} returned top logprobs for its token "
-                             f"{i} (step {step_of_token(trace, rid, i)}) that are not {what}'s: "
-                             f"{where} (tolerance {tol:g}).")
+                             f"{i} (step {step_of_token(trace, rid, i)}) that differ from "
+                             f"{what}: {where} (tolerance {tol:g}).")
 
 
 # Requests whose values were not compared with the reference's: the two engines' logprobs are
@@ -137,7 +137,7 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
             continue
         alone = judge.oracle(r.prompt_token_ids, p)
         _compare(check, trace, r, got, alone.top_logprobs or (), tokens, alone.tokens, BATCH_TOL,
-                 "the same request's served alone")
+                 "the same request's, served alone")
         if judge.reference is not None:
             if not comparable_kinds(judge.logprobs_of, judge.reference_logprobs_of, p):
                 kinds += 1

@@ -114,7 +114,9 @@ def check_variants(check: Check, trace: Trace, judge: Judge) -> None:
         try:
             other = run(trace.workload)
         except EngineCrashed as exc:
-            raise check.fail(f"variant {name!r} crashed on this workload: {exc}") from None
+            crashed = check.fail(f"variant {name!r} crashed on this workload: {exc}")
+            crashed.variant = name
+            raise crashed from None
         for r in trace.workload.requests:
             if not judge.comparable(r.params):
                 continue
@@ -126,6 +128,8 @@ def check_variants(check: Check, trace: Trace, judge: Judge) -> None:
                                  observed_top=tops(other, r.request_id),
                                  expected_top=tops(trace, r.request_id))
             if how is not None:
-                raise check.fail(f"{describe(r, trace)} got {var} on variant {name!r} "
-                                 f"but {main} on the main engine: "
-                                 f"{how.replace('alone', 'main').replace('batched', name)}.")
+                failure = check.fail(f"{describe(r, trace)} got {var} on variant {name!r} "
+                                     f"but {main} on the main engine: "
+                                     f"{how.replace('alone', 'main').replace('batched', name)}.")
+                failure.variant = name  # the report replays this variant, not make_engine
+                raise failure

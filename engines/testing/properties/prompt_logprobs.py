@@ -57,8 +57,8 @@ def _compare(check: Check, trace: Trace, r: Request, got: Entries, expected: Ent
         where = _apart(mine, theirs, tol, r.params.prompt_logprobs)
         if where is not None:
             raise check.fail(f"{describe(r, trace)} got prompt logprobs at position {i} "
-                             f"that are not {what}'s: {where} (tolerance {tol:g}; prefix-cache "
-                             f"hit tokens in this run: "
+                             f"that differ from {what}: {where} (tolerance {tol:g}; "
+                             f"prefix-cache hit tokens in this run: "
                              f"{trace.exercised.get('prefix_cache_hit_tokens', 'not counted')}).")
 
 
@@ -99,7 +99,7 @@ def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int
         alone = judge.oracle(r.prompt_token_ids, r.params)
         if alone.prompt_logprobs is not None:
             _compare(check, trace, r, got, alone.prompt_logprobs, BATCH_TOL,
-                     "the same request's served alone")
+                     "the same request's, served alone")
         if judge.reference is not None:
             ref = judge.reference(r.prompt_token_ids, r.params)
             if ref.prompt_logprobs is not None:
