@@ -58,6 +58,7 @@ class Draws:
     seed_groups: bool = False  # workloads carry one prompt under several distinct seeds
     logprobs: int = 0  # top logprobs every drawn request asks for, at least
     prompt_logprobs: int = 0  # prompt logprobs every drawn request asks for (if declared)
+    constraints: bool = False  # constraints on two drawn requests in three (if declared)
 
 
 @dataclass(frozen=True, slots=True)

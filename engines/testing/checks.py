@@ -19,11 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from engines.protocol import PROMPT_LOGPROBS_FIELD, unknown_name
+from engines.protocol import CONSTRAINT_PARAMS, PROMPT_LOGPROBS_FIELD, unknown_name
 from engines.testing.check import Check, Draws, Given, Moment, Need, Property
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
 from engines.testing.properties import (
+    constraints,
     drain,
     kv,
     logprobs,
@@ -54,6 +55,11 @@ PROMPT_LOGPROBS = Need("prompt logprobs",
                        lambda g: PROMPT_LOGPROBS_FIELD in g.limits.sampling_fields,
                        "{check} needs prompt_logprobs in supported_sampling (of the engine and "
                        "of every engine it is compared with)")
+CONSTRAINTS = Need("constraint params",
+                   lambda g: bool(CONSTRAINT_PARAMS & g.limits.sampling_fields),
+                   "{check} needs allowed_token_ids, logit_bias, bad_words or guided in "
+                   "supported_sampling (of the engine and of every engine it is compared "
+                   "with; none is drawn under tie-aware parity)")
 VARIANTS = Need("config variants", lambda g: g.variants,
                 "no config variant given (--engine-variant NAME=MODULE:CALLABLE)")
 
@@ -79,6 +85,8 @@ REGISTRY: tuple[Check, ...] = (
           tally=logprobs.TALLY),
     Check("prompt_logprobs", prompt_logprobs.check_prompt_logprobs, needs=(PROMPT_LOGPROBS,),
           draws=Draws(prompt_logprobs=LOGPROBS), tally=prompt_logprobs.TALLY),
+    Check("constraints", constraints.check_constraints, needs=(CONSTRAINTS,),
+          draws=Draws(constraints=True), tally=constraints.TALLY),
     Check("token_range", requests.check_token_range),
     BUDGET_FINISH,
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),

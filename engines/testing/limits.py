@@ -14,6 +14,7 @@ from engines.protocol import (
     max_concurrency,
     position_thresholds,
     supported_sampling,
+    tokenizer_of,
 )
 
 __all__ = ["DEFAULT_BLOCK", "DEFAULT_CONCURRENCY", "TIE_AWARE_WITHHELD", "EngineLimits"]
@@ -56,6 +57,12 @@ class EngineLimits:
     # (kv_total_blocks, requests run at once) of each config variant with a KV view: the
     # seed workloads overflow each pool that can overflow (engines.testing.seed_workloads).
     variant_pools: tuple[tuple[int, int], ...] = ()
+    # The directory of the engine's tokenizer.json (engines.protocol.tokenizer_of): guided
+    # decoding is drawn only with one, and judged by it.
+    tokenizer: str | None = None
+    # Draw constraints for two requests in three rather than one (the `constraints` check's
+    # draws: engines.testing.constraint_draws).
+    constraints_dense: bool = False
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 
@@ -75,6 +82,7 @@ class EngineLimits:
             "kv": kv,
             "load": isinstance(engine, LoadIntrospection),
             "sampling_fields": supported_sampling(engine),
+            "tokenizer": tokenizer_of(engine),
         }
         declared_thresholds = position_thresholds(engine)
         if declared_thresholds:

@@ -53,6 +53,8 @@ def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
         limits = dataclasses.replace(limits, logprobs=found.draws.logprobs)
     if found.draws.prompt_logprobs and PROMPT_LOGPROBS_FIELD in limits.sampling_fields:
         limits = dataclasses.replace(limits, prompt_logprobs=found.draws.prompt_logprobs)
+    if found.draws.constraints:
+        limits = dataclasses.replace(limits, constraints_dense=True)
     return limits
 
 
