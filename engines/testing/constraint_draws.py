@@ -11,7 +11,8 @@ of those tokens: words the request would complete), or a grammar the tiny random
 satisfy (choice lists, bounded regexes, one-property JSON schemas with enums and bounded
 fields, a small GBNF grammar); and, beside any of them, a logit bias on a few ids, at
 +-100 (forced, banned in all but name) and at small values (which move sampled rows only as
-the protocol's order of steps says). A grammar is drawn only for an engine that declares a
+the protocol's order of steps says; a repetition penalty is drawn beside most biases, as
+it divides the biased logit). A grammar is drawn only for an engine that declares a
 `tokenizer` (text gives it its meaning).
 
 Everything shrinks toward no constraint at all.
@@ -57,8 +58,11 @@ JSON_SCHEMAS: tuple[str, ...] = tuple(json.dumps(s) for s in (
 ))
 GRAMMARS: tuple[str, ...] = ('root ::= "a" | "b" root',
                              'root ::= ("ka" | "to") ("," ("ka" | "to"))?')
-# Bias values: forced and banned in all but name, and small ones, either sign.
-BIASES: tuple[float, ...] = (100.0, -100.0, 5.0, -5.0, 2.5, -1.5)
+# Bias values: small ones, either sign, about the tiny models' gaps between their top
+# candidates; forced and banned in all but name (+-100); large but not forcing.
+BIASES: tuple[float, ...] = (3.0, -1.5, 100.0, -100.0, 8.0, -8.0)
+# Repetition penalties beside a bias (1.0: none, what shrinking turns to).
+PENALTIES: tuple[float, ...] = (1.0, 1.3, 2.0, 0.7)
 # Requests in three that get a constraint: in ordinary draws, and in the `constraints`
 # check's (limits.constraints_dense), which still leaves unconstrained neighbours.
 SHARE, DENSE_SHARE = 1, 2
@@ -85,11 +89,12 @@ def _kinds(limits: EngineLimits) -> list[str]:
 @st.composite
 def _ids(draw: st.DrawFn, limits: EngineLimits, own: Sequence[int], label: str,
          most: int) -> list[int]:
-    """1..most distinct ids, from the request's own unconstrained tokens and from anywhere."""
+    """1..most distinct ids, three in four from the request's own unconstrained tokens (where
+    a mask or a bias changes what it generates), the rest from anywhere."""
     mine = sorted({t for t in own if 0 <= t < limits.vocab_size})
     pick = st.integers(0, limits.vocab_size - 1)
     if mine:
-        pick = st.sampled_from(mine) | pick
+        pick = st.one_of(*[st.sampled_from(mine)] * 3, pick)
     return draw(st.lists(pick, min_size=1, max_size=most, unique=True), label=label)
 
 
@@ -125,11 +130,13 @@ def constrained(draw: st.DrawFn, limits: EngineLimits, prompt: Sequence[int],
     share = DENSE_SHARE if limits.constraints_dense else SHARE
     if draw(st.integers(0, 2), label="constrained") < 3 - share:
         return params
-    # What the request would generate greedily without constraints: the ids worth allowing,
-    # banning and biasing.
+    # What the request would generate without constraints (greedily, if its draws are not
+    # reproducible): the ids worth allowing, banning and biasing.
     own: Sequence[int] = ()
     if alone is not None:
-        own = alone(prompt, SamplingParams(max_tokens=params.max_tokens))
+        unseeded = params.temperature > 0 and params.seed is None
+        own = alone(prompt, SamplingParams(max_tokens=params.max_tokens) if unseeded
+                    else params)
     change: dict[str, object] = {}
     family = draw(st.sampled_from(["none", *kinds]), label="constraint")
     if family == "allowed_token_ids":
@@ -144,8 +151,17 @@ def constrained(draw: st.DrawFn, limits: EngineLimits, prompt: Sequence[int],
                                draw(st.integers(1, 16), label="guided_budget")))
         change["max_tokens"] = budget
         change["min_tokens"] = min(params.min_tokens, budget)
-    if bias and (family == "none" or draw(st.booleans(), label="also_bias")):
-        ids = draw(_ids(limits, own, "biased_ids", 3))
+    # A sampled row always gets a bias beside its mask: where a bias goes among temperature,
+    # penalties and filters shows only there.
+    if bias and (family == "none" or params.temperature > 0
+                 or draw(st.booleans(), label="also_bias")):
+        # Its own tokens and its prompt's: a penalty acts on both, and so on their bias.
+        ids = draw(_ids(limits, (*own, *prompt[-8:]), "biased_ids", 3))
         change["logit_bias"] = tuple((t, draw(st.sampled_from(BIASES), label="bias"))
                                      for t in ids)
+        if "repetition_penalty" in limits.sampling_fields and params.repetition_penalty == 1.0:
+            # A penalty divides the biased logit (the protocol's order of steps): a bias
+            # added after it is wrong on greedy rows too, which a reference can judge.
+            change["repetition_penalty"] = draw(st.sampled_from(PENALTIES),
+                                                label="bias_with_penalty")
     return dataclasses.replace(params, **change)  # type: ignore[arg-type]

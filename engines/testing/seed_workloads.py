@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_kinds, bad_request
+from engines.testing.constraint_seeds import constraint_workloads
 from engines.testing.limits import EngineLimits
 from engines.testing.strategies import AloneFn, pseudo_tokens
 from engines.testing.workload import Abort, BadRequest, Workload
@@ -22,8 +23,8 @@ def seed_workloads(
     a waiting and a finished request; stop ids at the first and the last budgeted token;
     seeded sampling beside greedy and unseeded; prompts sharing whole KV blocks, and a block
     after two different prefixes; near misses of a cached and a running prompt; prompts and
-    budgets across each declared position threshold; the whole context; and (for bad input)
-    every bad kind."""
+    budgets across each declared position threshold; the whole context; constrained requests
+    where declared (engines.testing.constraint_seeds); and (for bad input) every bad kind."""
     v = limits.vocab_size
     budget = max(1, min(limits.max_tokens, 4))
     room = limits.max_model_len - budget
@@ -84,6 +85,7 @@ def seed_workloads(
                    for i, s in enumerate((11, 22, 33, 44, 55, 66, 11))]
         out.append(Workload((unseeded, *sampled, req(8, (2,), budget)), (0,) * 8 + (1,),
                             label="seeded sampling beside unseeded and greedy"))
+    out += constraint_workloads(limits, alone)  # where the engine declares constraints
     if bad:
         kinds = [k for k in bad_kinds(limits) if k != "duplicate id"]
         bads = [BadRequest(i % 3, k, bad_request(limits, k, (1, 2), f"bad{i}"))

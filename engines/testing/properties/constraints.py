@@ -37,7 +37,7 @@ from engines.testing.recorder import Trace
 
 __all__ = ["TALLY", "Judged", "check_constraints", "completed_word", "grammar_of"]
 
-# What the tally counts per request (the summary's line) and why a request went unjudged.
+# The constraints the notes name when none was drawn, and why a request went unjudged.
 KINDS = ("allowed_token_ids", "logit_bias", "bad_words", "guided")
 NO_TOKEN = "no token allowed at some position"
 NO_TOKENIZER = "guided, but the engine declares no tokenizer"
@@ -45,8 +45,8 @@ NO_TOKENIZER = "guided, but the engine declares no tokenizer"
 
 @dataclass(slots=True)
 class Judged:
-    """What one workload's judgement covered: requests per constraint (guided ones by kind
-    and by how they ended), and those not judged, by reason."""
+    """What one workload's judgement covered: guided requests by kind and by how they ended,
+    and the requests not judged, by reason."""
 
     requests: Counter[str] = field(default_factory=Counter)
     unjudged: Counter[str] = field(default_factory=Counter)
@@ -207,12 +207,9 @@ def check_constraints(check: Check, trace: Trace, judge: Judge) -> Judged:
     guided output a valid prefix of its grammar's language, and a whole match where the
     grammar ended it. Returns what it judged (TALLY)."""
     __tracebackhide__ = True
-    judged = Judged()
+    judged = Judged()  # requests per constraint: the coverage summary counts them already
     for r in trace.workload.requests:
         p = r.params
-        for kind in KINDS:
-            if kind != "guided" and getattr(p, kind) not in (None, ()):
-                judged.requests[f"with {kind}"] += 1
         if p.allowed_token_ids is None and not p.bad_words and p.guided is None:
             continue
         _judge(check, r, trace, judged)
@@ -235,10 +232,8 @@ def _notes(data: Mapping[str, int], name: str) -> list[str]:
     if not data.get(f"{name}: {_RAN}"):
         return []
     out = []
-    missing = [k for k in ("allowed_token_ids", "logit_bias", "bad_words")
-               if not data.get(f"with {k}")]
-    if not any(k.startswith("guided ") and v for k, v in data.items()):
-        missing.append("guided")
+    # "with <field>": every drawn request's constraints, counted by the coverage summary.
+    missing = [k for k in KINDS if not data.get(f"with {k}")]
     if missing:
         out.append(f"{name}: no drawn request had {', '.join(missing)} (drawn only where the "
                    "engine and every engine compared declare the field in supported_sampling, "
