@@ -64,6 +64,7 @@ class Draws:
     # on its seed workload (a search would multiply its false-alarm rate, and a replay of a
     # statistical failure is not a replay).
     search: bool = True
+    constraints: bool = False  # constraints on two drawn requests in three (if declared)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,12 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from engines.protocol import PROMPT_LOGPROBS_FIELD, unknown_name
+from engines.protocol import CONSTRAINT_PARAMS, PROMPT_LOGPROBS_FIELD, unknown_name
 from engines.testing.check import Check, Draws, Given, Moment, Need, Property
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
 from engines.testing.processing import declared_greedy_filters
 from engines.testing.properties import (
+    constraints,
     drain,
     greedy_filters,
     kv,
@@ -66,6 +67,11 @@ GREEDY_FILTER = Need("a filter that can leave one token",
                      "{check} needs temperature and one of top_k, min_p, top_p in "
                      "supported_sampling (of the engine and of every engine it is compared "
                      "with; under tie-aware parity they are not drawn)")
+CONSTRAINTS = Need("constraint params",
+                   lambda g: bool(CONSTRAINT_PARAMS & g.limits.sampling_fields),
+                   "{check} needs allowed_token_ids, logit_bias, bad_words or guided in "
+                   "supported_sampling (of the engine and of every engine it is compared "
+                   "with; none is drawn under tie-aware parity)")
 VARIANTS = Need("config variants", lambda g: g.variants,
                 "no config variant given (--engine-variant NAME=MODULE:CALLABLE)")
 
@@ -96,6 +102,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("sampling_distribution", unseeded_draws.check_sampling_distribution,
           needs=(REFERENCE, TEMPERATURE), draws=Draws(unseeded_draws=DRAWS, search=False),
           tally=unseeded_draws.TALLY),
+    Check("constraints", constraints.check_constraints, needs=(CONSTRAINTS,),
+          draws=Draws(constraints=True), tally=constraints.TALLY),
     Check("token_range", requests.check_token_range),
     BUDGET_FINISH,
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),

@@ -18,7 +18,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engines.protocol import ALL_PARAMS, BASE_PARAMS, FinishReason, SamplingParams
+from engines.protocol import (
+    ALL_PARAMS,
+    BASE_PARAMS,
+    CONSTRAINT_PARAMS,
+    FinishReason,
+    SamplingParams,
+)
 from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
 from engines.testing.recorder import Trace
 from engines.testing.strategies import is_near_miss
@@ -29,6 +35,8 @@ ENGINE = "engine: "  # the engine's own counters: reported even at zero, which s
 # The logits-processing fields of SamplingParams: requests drawn with each are counted, and
 # those not drawn (an engine compared does not declare them) are named in a note.
 PROCESSED = ALL_PARAMS - BASE_PARAMS
+# The constraints (engines.testing.constraint_draws), counted and named alike.
+DRAWN_FIELDS = PROCESSED | CONSTRAINT_PARAMS
 UNDRAWN = "sampling: not drawn, "
 WITHHELD = "sampling: withheld under tie-aware parity, "
 # Said once per engine where nothing could be counted: no threshold declared, or a KV pool
@@ -63,7 +71,7 @@ class Coverage:
             p, toks = r.params, trace.tokens(r.request_id)
             if p.temperature > 0:
                 c["seeded" if p.seed is not None else "unseeded"] += 1
-            for name in PROCESSED:
+            for name in DRAWN_FIELDS:
                 if getattr(p, name) != getattr(_DEFAULT, name):
                     c[f"with {name}"] += 1
             if len(r.prompt_token_ids) + p.max_tokens == limits.max_model_len:
@@ -90,7 +98,7 @@ class Coverage:
             self.most[POOL_SEATS] = limits.slots
         if not limits.sampling:
             self.most[GREEDY_ONLY] = 1
-        for name in sorted(PROCESSED - limits.sampling_fields):  # said, not silently skipped
+        for name in sorted(DRAWN_FIELDS - limits.sampling_fields):  # said, not silently skipped
             prefix = WITHHELD if limits.sampling_withheld else UNDRAWN
             self.most[f"{prefix}{name}"] = 1
         for name, n in trace.exercised.items():  # the engine's own counters (Exercised)

@@ -14,6 +14,7 @@ from engines.protocol import (
     max_concurrency,
     position_thresholds,
     supported_sampling,
+    tokenizer_of,
 )
 
 __all__ = ["DEFAULT_BLOCK", "DEFAULT_CONCURRENCY", "TIE_AWARE_WITHHELD", "EngineLimits"]
@@ -62,6 +63,12 @@ class EngineLimits:
     greedy_filters: tuple[str, ...] = ()
     # Unseeded draws per group of the distribution check's workload (0: none).
     unseeded_draws: int = 0
+    # The directory of the engine's tokenizer.json (engines.protocol.tokenizer_of): guided
+    # decoding is drawn only with one, and judged by it.
+    tokenizer: str | None = None
+    # Draw constraints for two requests in three rather than one (the `constraints` check's
+    # draws: engines.testing.constraint_draws).
+    constraints_dense: bool = False
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 
@@ -81,6 +88,7 @@ class EngineLimits:
             "kv": kv,
             "load": isinstance(engine, LoadIntrospection),
             "sampling_fields": supported_sampling(engine),
+            "tokenizer": tokenizer_of(engine),
         }
         declared_thresholds = position_thresholds(engine)
         if declared_thresholds:

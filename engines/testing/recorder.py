@@ -26,6 +26,7 @@ from engines.protocol import (
     StepOutput,
     kv_extra_blocks,
     load_settle_s,
+    tokenizer_of,
 )
 from engines.testing.crash import EngineCrashed, call_engine, step_deadline
 from engines.testing.workload import Abort, BadRequest, Workload
@@ -69,6 +70,7 @@ class Trace:
     slots: bool  # the engine has SlotIntrospection
     max_batch_size: int | None
     vocab_size: int = 0  # the engine's, for the token range
+    tokenizer: str | None = None  # the engine's declared one (engines.protocol.tokenizer_of)
     steps: list[StepRecord] = field(default_factory=list)
     outputs: dict[Hashable, list[tuple[int, StepOutput]]] = field(default_factory=dict)
     stray: list[tuple[int, StepOutput]] = field(default_factory=list)  # unknown/bad ids
@@ -111,6 +113,7 @@ class Recorder:
         self.load = isinstance(engine, LoadIntrospection)
         size = int(engine.max_batch_size) if self.slots else None  # type: ignore[attr-defined]
         self.trace = Trace(Workload((), ()), self.slots, size, int(engine.vocab_size))
+        self.trace.tokenizer = tokenizer_of(engine)
         self.serial = next(_serial)
         self.rt: dict[Hashable, Hashable] = {}  # display id -> runtime id
         self.to_display: dict[Hashable, Hashable] = {}

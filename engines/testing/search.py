@@ -58,6 +58,8 @@ def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
         limits = dataclasses.replace(limits, greedy_filters=declared_greedy_filters(limits))
     if found.draws.unseeded_draws:
         limits = dataclasses.replace(limits, unseeded_draws=found.draws.unseeded_draws)
+    if found.draws.constraints:
+        limits = dataclasses.replace(limits, constraints_dense=True)
     return limits
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_kinds, bad_request
+from engines.testing.constraint_seeds import constraint_workloads
 from engines.testing.limits import EngineLimits
 from engines.testing.revisits import again_after_finish, seeded
 from engines.testing.strategies import AloneFn, pseudo_tokens
@@ -26,7 +27,8 @@ def seed_workloads(
     after two different prefixes; near misses of a cached and a running prompt; prompts and
     budgets across each declared position threshold; the same prompts again after they
     finished (full prefix hits); seeded sampling past a KV pool (engines.testing.revisits);
-    the whole context; and (for bad input) every bad kind."""
+    the whole context; constrained requests where declared (engines.testing.constraint_seeds);
+    and (for bad input) every bad kind."""
     v = limits.vocab_size
     budget = max(1, min(limits.max_tokens, 4))
     room = limits.max_model_len - budget
@@ -96,6 +98,7 @@ def seed_workloads(
         out.append(greedy_filter_workload(limits))
     if limits.unseeded_draws and "temperature" in limits.sampling_fields:
         out.append(distribution_workload(limits))
+    out += constraint_workloads(limits, alone)  # where the engine declares constraints
     if bad:
         kinds = [k for k in bad_kinds(limits) if k != "duplicate id"]
         bads = [BadRequest(i % 3, k, bad_request(limits, k, (1, 2), f"bad{i}"))

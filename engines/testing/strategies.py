@@ -14,7 +14,8 @@ Public API, for use in your own tests:
   near misses of a cached or running prompt (one token of one of its full KV blocks
   changed); prompts and budgets that cross the engine's declared position thresholds (a
   sliding window, a RoPE scaling threshold); and bursts of more than twice the engine's
-  concurrency.
+  concurrency; constraints (allowed ids, logit bias, bad words, guided decoding) on some
+  requests, for engines that declare them (engines.testing.constraint_draws).
 - `arrival_schedules`, `aborts_for`: a burst at step 0, staggered arrivals, arrivals after the
   engine has drained and idled; aborts while waiting, running or already done.
 - `workloads`: all of it, plus bad requests (engines.testing.bad_requests), as one Workload.
@@ -32,6 +33,7 @@ from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_requests_for
+from engines.testing.constraint_draws import constrained
 from engines.testing.limits import EngineLimits
 from engines.testing.processing import GREEDY_FILTERS
 from engines.testing.workload import Abort, Workload
@@ -318,6 +320,8 @@ def request_mixes(
             # round again and the penalties change what is chosen).
             more = alone(prompt, SamplingParams(max_tokens=min(8, room - len(prompt))))
             prompt = (*prompt, *more)[:room]
+        if not positional:  # constraints where declared (engines.testing.constraint_draws)
+            params = draw(constrained(limits, prompt, params, alone), label=f"r{i}.constraints")
         if alone is not None and not positional and not (params.temperature > 0
                                                           and params.seed is None):
             own = alone(prompt, params)

@@ -137,7 +137,7 @@ def repro_snippet(workload: Workload, factory_src: str, steps: int) -> str:
 def repro_sequence(earlier: Sequence[Workload], workload: Workload, factory_src: str,
                    steps: int) -> str:
     """repro_snippet on an engine that first serves `earlier` (each drained, silently)."""
-    lines = [factory_src, "from engines.protocol import Request, SamplingParams", "",
+    lines = [factory_src, "from engines.protocol import Guided, Request, SamplingParams", "",
              "engine = make_engine()"]
     for i, w in enumerate(earlier):
         # Ids of their own, as the suite gave them: an id is reusable once finished, but the

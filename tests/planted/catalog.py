@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.planted.constraint_bugs import CONSTRAINT_PLANTED
 from tests.planted.continuous_bugs import CONTINUOUS_PLANTED
 from tests.planted.crash_bugs import CRASH_PLANTED
 from tests.planted.edge_bugs import CONTROLS, EDGE_PLANTED
@@ -13,6 +14,6 @@ from tests.planted.sampling_bugs import SAMPLING_PLANTED
 from tests.planted.toy_bugs import PLANTED
 
 ALL_PLANTED: list[Any] = [*PLANTED, *EDGE_PLANTED, *CRASH_PLANTED, *CONTINUOUS_PLANTED,
-                          *MODEL_PLANTED, *PAGED_PLANTED, *SAMPLING_PLANTED]
+                          *MODEL_PLANTED, *PAGED_PLANTED, *SAMPLING_PLANTED, *CONSTRAINT_PLANTED]
 # Correct engines the suite must pass (no false alarm).
 ALL_CONTROLS: list[Any] = [*CONTROLS]

@@ -27,6 +27,7 @@ class _Row:
     def __init__(self, seq: RequestState, params: SamplingParams) -> None:
         self.seq, self.request = seq, dataclasses.replace(seq.request, params=params)
         self.generator, self.output = seq.generator, seq.output
+        self.matcher = seq.matcher  # guided rows: the constraint mask reads their grammar
 
 
 def _sample_as(logits: torch.Tensor, seqs: Sequence[RequestState],

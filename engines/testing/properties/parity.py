@@ -79,16 +79,22 @@ def check_prefill_decode(check: Check, trace: Trace, judge: Judge) -> None:
     The probe keeps the request's repetition penalty (over prompt and output, so the same
     tokens either way). Only where the next token is a function of the context alone: not for
     frequency or presence penalties (over the output only, which the probe has none of), nor
-    for a token that min_tokens still held stop ids back from."""
+    for a token that min_tokens still held stop ids back from. Likewise the probe keeps the
+    request's allowed ids and logit bias (the same whatever the output), and requests with
+    bad words or a grammar (masks that depend on the output so far) are not probed."""
     __tracebackhide__ = True
     for r in trace.workload.requests:
         got = trace.tokens(r.request_id)
         p = r.params
         if p.temperature > 0 or len(got) < 2 or p.frequency_penalty or p.presence_penalty:
             continue
+        if p.bad_words or p.guided is not None:
+            continue
         own_tops = tops(trace, r.request_id)
         probe_params = SamplingParams(max_tokens=1, logprobs=p.logprobs,
-                                      repetition_penalty=p.repetition_penalty)
+                                      repetition_penalty=p.repetition_penalty,
+                                      allowed_token_ids=p.allowed_token_ids,
+                                      logit_bias=p.logit_bias)
         for t in sorted({1, len(got) // 2, len(got) - 1}):
             if t < p.min_tokens and p.stop_token_ids:
                 continue

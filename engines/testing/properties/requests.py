@@ -19,7 +19,8 @@ __all__ = ["BAD_INPUT_TALLY", "check_bad_input", "check_budget_finish", "check_l
 def check_budget_finish(check: Check, trace: Trace, judge: Judge) -> None:
     """Exactly max_tokens tokens, or fewer ending at the first stop token; one finishing
     output per request and nothing after it; the right finish reason (STOP whenever the last
-    token is a stop token, the last budgeted one included). No stop token among the first
+    token is a stop token, the last budgeted one included; a guided request's also where its
+    grammar ended it). No stop token among the first
     min_tokens: the protocol masks them there, so none can end a request before it."""
     __tracebackhide__ = True
     for r in trace.workload.requests:
@@ -73,6 +74,9 @@ def check_budget_finish(check: Check, trace: Trace, judge: Judge) -> None:
             expected = "STOP (it ended on a stop token" + (
                 ", which wins over LENGTH at the last budgeted token)"
                 if len(toks) == p.max_tokens else ")")
+        elif p.guided is not None and reason == FinishReason.STOP:
+            # Its grammar ended it, matched in full: the `constraints` check judges the match.
+            ok, expected = True, ""
         else:
             ok = reason == FinishReason.LENGTH and len(toks) == p.max_tokens
             expected = f"LENGTH after exactly {p.max_tokens} tokens"

@@ -67,12 +67,15 @@ def seeds_needed(top: Mapping[int, float], most: int = MOST_SEEDS_ASKED) -> int 
 
 
 def seed_groups(trace: Trace) -> list[list[Request]]:
-    """Finished requests of one prompt and budget at temperature 1, by distinct seed."""
+    """Finished unconstrained requests of one prompt and budget at temperature 1, by
+    distinct seed."""
     by_key: dict[tuple[object, ...], dict[Hashable, Request]] = defaultdict(dict)
     for r in trace.workload.requests:
         p = r.params
+        # Unconstrained only: a mask can leave one token (the bound is of the raw logits).
         if (p.temperature == 1.0 and p.seed is not None and not p.stop_token_ids
-                and trace.finish_reason(r.request_id) is not None
+                and p.allowed_token_ids is None and not p.logit_bias and not p.bad_words
+                and p.guided is None and trace.finish_reason(r.request_id) is not None
                 and r.request_id not in trace.aborted_at):
             by_key[(r.prompt_token_ids, p.max_tokens)].setdefault(p.seed, r)
     return [list(g.values()) for g in by_key.values() if len(g) >= 2]
