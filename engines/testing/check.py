@@ -58,6 +58,9 @@ class Draws:
     seed_groups: bool = False  # workloads carry one prompt under several distinct seeds
     logprobs: int = 0  # top logprobs every drawn request asks for, at least
     prompt_logprobs: int = 0  # prompt logprobs every drawn request asks for (if declared)
+    # Requests drawn under LoRA adapters and cache salts, where the engine declares them
+    # (engines.testing.tenant_draws); other checks draw base requests only.
+    tenants: bool = False
 
 
 @dataclass(frozen=True, slots=True)

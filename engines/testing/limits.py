@@ -56,6 +56,12 @@ class EngineLimits:
     # (kv_total_blocks, requests run at once) of each config variant with a KV view: the
     # seed workloads overflow each pool that can overflow (engines.testing.seed_workloads).
     variant_pools: tuple[tuple[int, int], ...] = ()
+    # Tenants (engines.testing.tenant_draws): the LoRA adapters drawn requests may name (the
+    # engine's declared `loras`, where it declares "lora" and every variant serves the same
+    # name from the same directory), and whether cache salts are drawn (every engine
+    # compared declares "cache_salt"). Empty / False: every request is the base tenant.
+    loras: tuple[str, ...] = ()
+    salts: bool = False
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 

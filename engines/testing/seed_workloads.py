@@ -9,6 +9,7 @@ from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.limits import EngineLimits
 from engines.testing.strategies import AloneFn, pseudo_tokens
+from engines.testing.tenant_draws import isolation_workload
 from engines.testing.workload import Abort, BadRequest, Workload
 
 __all__ = ["seed_workloads"]
@@ -67,6 +68,9 @@ def seed_workloads(
         found = _overflowing(limits, req, blocks, seats)
         if found is not None:
             out.append(found)
+    tenants = isolation_workload(limits, req, lambda n: pseudo_tokens(11, n, v))
+    if tenants is not None:
+        out.append(tenants)
     whole = max(1, limits.max_model_len - 2)
     edge = [req(0, pseudo_tokens(9, whole, v), 2), req(1, [3, 4], budget)]
     out.append(Workload(tuple(edge), (0, 1), label="the whole context, admitted mid-stream"))

@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_requests_for
 from engines.testing.limits import EngineLimits
+from engines.testing.tenant_draws import with_tenants
 from engines.testing.workload import Abort, Workload
 
 __all__ = [
@@ -312,7 +313,8 @@ def request_mixes(
                 stops = tuple(dict.fromkeys([*early[:1], *stops]))
             params = dataclasses.replace(params, stop_token_ids=stops)
         out.append(Request(prompt, params, request_id=f"r{i}"))
-    return out
+    # Tenants (adapters, cache salts) for engines that declare them: engines.testing.tenant_draws.
+    return draw(with_tenants(limits, out, pseudo_tokens, max_size), label="tenants")
 
 
 @st.composite
