@@ -130,6 +130,9 @@ FLOW: dict[str, set[str]] = {
     "engines.zoo": {"engines.models", "engines.protocol"},
     # Seeded LoRA adapters of the presets, built with PEFT (engines built with them by name).
     "engines.loras": {"engines.models"},
+    # Our engines built with the zoo's adapters, for --engine / --reference-engine.
+    "engines.lora_engines": {"engines.loras", "engines.models", "engines.paged",
+                             "engines.sequential"},
     # engines.models for the presets saved as checkpoints that converting adapters share.
     "engines.adapters.common": {"engines.core", "engines.protocol", "engines.models",
                                 "engines.tokenizer"},

@@ -65,6 +65,9 @@ class Draws:
     # statistical failure is not a replay).
     search: bool = True
     constraints: bool = False  # constraints on two drawn requests in three (if declared)
+    # Requests drawn under LoRA adapters and cache salts, where the engine declares them
+    # (engines.testing.tenant_draws); other checks draw base requests only.
+    tenants: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from engines.testing.properties import (
     constraints,
     drain,
     greedy_filters,
+    isolation,
     kv,
     logprobs,
     parity,
@@ -37,6 +38,7 @@ from engines.testing.properties import (
     slots,
     unseeded_draws,
 )
+from engines.testing.tenant_draws import has_tenants
 from engines.testing.unseeded import DRAWS
 
 __all__ = ["CHECKS", "KV", "LOAD", "PROMPT_LOGPROBS", "PROPERTIES", "REFERENCE", "REGISTRY",
@@ -81,16 +83,26 @@ LOGPROBS = 5
 # Cheap enough to judge the partial trace after every step.
 _EVERY_STEP: frozenset[Moment] = frozenset({"step"})
 
+TENANTS = Need("tenants", lambda g: has_tenants(g.limits),
+               "{check} needs tenants to draw: an engine declaring \"lora\" in "
+               "supported_sampling with adapters (`loras`), or \"cache_salt\" (every engine "
+               "compared declaring it)")
+OWN_KV = Need("KV introspection", lambda g: g.limits.kv,
+              "{check} needs engines.protocol.KVIntrospection on the engine (its block tables)")
+# Checks drawing requests under adapters and salts (engines.testing.tenant_draws).
+_TENANTS = Draws(tenants=True)
+
 # Checks another one's entry names (bad_input re-judges them): bound before the registry.
-PARITY = Check("parity", parity.check_parity)
+PARITY = Check("parity", parity.check_parity, draws=_TENANTS)
 BUDGET_FINISH = Check("budget_finish", requests.check_budget_finish, machine=_EVERY_STEP)
 
 # In the order a report lists them; test ids read <engine>-<check>.
 REGISTRY: tuple[Check, ...] = (
     PARITY,
-    Check("reference_parity", parity.check_reference_parity, needs=(REFERENCE,)),
-    Check("prefill_decode", parity.check_prefill_decode),
-    Check("variants", parity.check_variants, needs=(VARIANTS,)),
+    Check("reference_parity", parity.check_reference_parity, needs=(REFERENCE,), draws=_TENANTS,
+          tally=parity.REFERENCE_TALLY),
+    Check("prefill_decode", parity.check_prefill_decode, draws=_TENANTS),
+    Check("variants", parity.check_variants, needs=(VARIANTS,), draws=_TENANTS),
     Check("seeds", seeds.check_seeds, draws=Draws(seed_groups=True), sampling=True,
           tally=seeds.TALLY),
     Check("logprobs", logprobs.check_logprobs, draws=Draws(logprobs=LOGPROBS),
@@ -116,6 +128,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("work_conservation", slots.check_work_conservation, needs=(SLOTS,)),
     Check("kv_accounting", kv.check_kv_accounting, needs=(KV,), tally=kv.TALLY),
     Check("drain", drain.check_drain, needs=(LOAD,)),
+    Check("isolation", isolation.check_isolation, needs=(OWN_KV, TENANTS), draws=_TENANTS,
+          tally=isolation.TALLY),
     Check("stateful", None),
 )
 

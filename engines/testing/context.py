@@ -30,6 +30,7 @@ from engines.testing.pool import EnginePool
 from engines.testing.properties import Judge
 from engines.testing.recorder import Trace, run_workload
 from engines.testing.runs import RunCache
+from engines.testing.tenant_draws import tenant_limits
 from engines.testing.threads import limit_torch_threads
 from engines.testing.workload import Workload, factory_source
 
@@ -167,6 +168,9 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
                 limits = dataclasses.replace(limits, thresholds=tuple(sorted(found.items())),
                                              thresholds_from=who)
                 break
+    variant_engines = [o for n, (_, o) in others.items() if n != "reference"]
+    limits = dataclasses.replace(limits, **tenant_limits(  # type: ignore[arg-type]
+        engine, variant_engines, [o for _, o in others.values()]))
     pools = {(int(e.kv_total_blocks), _seats(e)) for n, (_, e) in others.items()
              if n != "reference" and isinstance(e, KVIntrospection)}
     limits = dataclasses.replace(limits, variant_pools=tuple(sorted(pools)))

@@ -71,6 +71,10 @@ class Coverage:
             p, toks = r.params, trace.tokens(r.request_id)
             if p.temperature > 0:
                 c["seeded" if p.seed is not None else "unseeded"] += 1
+            if r.lora is not None:
+                c["under a LoRA adapter"] += 1
+            if r.cache_salt is not None:
+                c["with a cache salt"] += 1
             for name in DRAWN_FIELDS:
                 if getattr(p, name) != getattr(_DEFAULT, name):
                     c[f"with {name}"] += 1

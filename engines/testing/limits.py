@@ -69,6 +69,12 @@ class EngineLimits:
     # Draw constraints for two requests in three rather than one (the `constraints` check's
     # draws: engines.testing.constraint_draws).
     constraints_dense: bool = False
+    # Tenants (engines.testing.tenant_draws): the LoRA adapters drawn requests may name (the
+    # engine's declared `loras`, where it declares "lora" and every variant serves the same
+    # name from the same directory), and whether cache salts are drawn (every engine
+    # compared declares "cache_salt"). Empty / False: every request is the base tenant.
+    loras: tuple[str, ...] = ()
+    salts: bool = False
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 

@@ -14,9 +14,11 @@ from engines.protocol import Engine, FinishReason, Request, SamplingParams
 from engines.testing.crash import EngineCrashed, call_engine
 from engines.testing.leaks import shortest_suffix
 from engines.testing.pool import EnginePool
+from engines.testing.tenant_oracle import NotServable, adapter_named, drop_adapter
 from engines.testing.workload import Workload, render_request, repro_sequence, repro_snippet
 
-__all__ = ["Alone", "AloneOracle", "Divergence", "ParityMode", "TopAt", "first_divergence"]
+__all__ = ["Alone", "AloneOracle", "Divergence", "NotServable", "ParityMode", "TopAt",
+           "first_divergence", "served_by"]
 
 ParityMode = Literal["exact", "tie-aware"]
 TopLogprobs = Sequence[Mapping[int, float]] | None
@@ -48,13 +50,17 @@ class AloneOracle:
         self.pool = pool
         self.deadline = deadline
         self.repro_source = repro_source  # binds make_engine in a runnable script
-        self._cache: dict[tuple[tuple[int, ...], SamplingParams], Alone] = {}
+        self._cache: dict[tuple[tuple[int, ...], SamplingParams, str | None], Alone] = {}
         self._serial = 0
 
-    def __call__(self, prompt: Sequence[int], params: SamplingParams) -> Alone:
-        key = (tuple(prompt), params)
+    def __call__(self, prompt: Sequence[int], params: SamplingParams, *,
+                 lora_path: str | None = None) -> Alone:
+        """The request served alone; `lora_path`: under the LoRA adapter in that directory
+        (by whatever name the oracle's engine serves it: engines.testing.tenant_oracle),
+        NotServable where the engine cannot serve it."""
+        key = (tuple(prompt), params, lora_path)
         if key not in self._cache:
-            self._cache[key] = self.serve(key[0], params)
+            self._cache[key] = self.serve(key[0], params, lora_path=lora_path)
         return self._cache[key]
 
     def tokens(self, prompt: Sequence[int], params: SamplingParams) -> tuple[int, ...]:
@@ -66,14 +72,23 @@ class AloneOracle:
         alone = self(context, SamplingParams(max_tokens=1, logprobs=TOP_K))
         return alone.top_logprobs[0] if alone.top_logprobs else None
 
-    def serve(self, prompt: tuple[int, ...], params: SamplingParams) -> Alone:
+    def serve(self, prompt: tuple[int, ...], params: SamplingParams, *,
+              lora_path: str | None = None) -> Alone:
         """Serve once, uncached: on a fresh engine when engines are cheap to build."""
         engine, fresh = (self.pool.fresh(), True) if self.pool.cheap else self.pool.acquire()
         self._serial += 1
-        w = Workload((Request(prompt, params, request_id=f"alone#{self._serial}"),), (0,))
+        try:
+            lora, added = adapter_named(engine, lora_path, f"alone#{self._serial}")
+        except NotServable:
+            self.pool.release(engine)
+            raise
+        w = Workload((Request(prompt, params, request_id=f"alone#{self._serial}",
+                              lora=lora),), (0,))
         history = self.pool.history(engine)
         try:
             alone = _serve_alone(engine, w, self.deadline)
+            if added:
+                drop_adapter(engine, lora)
         except EngineCrashed as crash:
             self.pool.release(engine, ok=False)
             if fresh or not history or self._fails_after([], w):
@@ -110,6 +125,16 @@ class AloneOracle:
         crash.replay_intro = (f"The earlier requests and this one, which {crash.raises}, as a "
                               "runnable script")
         return crash
+
+
+def served_by(oracle: AloneOracle, prompt: Sequence[int], params: SamplingParams,
+              lora_path: str | None) -> Alone | None:
+    """What `oracle` (a reference engine's) serves alone, or None where it cannot serve the
+    adapter (a comparison with it is then not made)."""
+    try:
+        return oracle(prompt, params, lora_path=lora_path)
+    except NotServable:
+        return None
 
 
 def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:

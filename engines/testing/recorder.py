@@ -26,6 +26,7 @@ from engines.protocol import (
     StepOutput,
     kv_extra_blocks,
     load_settle_s,
+    loras,
     tokenizer_of,
 )
 from engines.testing.crash import EngineCrashed, call_engine, step_deadline
@@ -87,6 +88,9 @@ class Trace:
     load_after_drain: Load | None = None
     load_waited_s: float = 0.0
     exercised: dict[str, int] = field(default_factory=dict)  # engine counters' change
+    # The directory of each request's LoRA adapter as the engine declared it when the request
+    # was added (engines.protocol.loras): oracles serve the same weights by it.
+    lora_paths: dict[Hashable, str] = field(default_factory=dict)
 
     def tokens(self, rid: Hashable) -> list[int]:
         return [t for _, out in self.outputs.get(rid, []) for t in out.token_ids]
@@ -178,6 +182,10 @@ class Recorder:
         self.rt[r.request_id] = runtime
         self.to_display[runtime] = r.request_id
         req = dataclasses.replace(r, request_id=runtime)
+        if r.lora is not None:
+            path = loras(self.engine).get(r.lora)
+            if path is not None:
+                self.trace.lora_paths[r.request_id] = path
         try:
             self.call(f"add_request({r.request_id!r})",
                       functools.partial(self.engine.add_request, req))

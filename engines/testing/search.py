@@ -52,6 +52,8 @@ def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
         limits = dataclasses.replace(limits, sampling=True)
     if found.draws.logprobs > limits.logprobs:
         limits = dataclasses.replace(limits, logprobs=found.draws.logprobs)
+    if not found.draws.tenants:
+        limits = dataclasses.replace(limits, loras=(), salts=False)
     if found.draws.prompt_logprobs and PROMPT_LOGPROBS_FIELD in limits.sampling_fields:
         limits = dataclasses.replace(limits, prompt_logprobs=found.draws.prompt_logprobs)
     if found.draws.greedy_filters:

@@ -11,6 +11,7 @@ from engines.testing.constraint_seeds import constraint_workloads
 from engines.testing.limits import EngineLimits
 from engines.testing.revisits import again_after_finish, seeded
 from engines.testing.strategies import AloneFn, pseudo_tokens
+from engines.testing.tenant_draws import isolation_workload
 from engines.testing.unseeded import distribution_workload, greedy_filter_workload
 from engines.testing.workload import Abort, BadRequest, Workload
 
@@ -77,6 +78,9 @@ def seed_workloads(
     again = again_after_finish(limits, req, min(budget, 2))
     if again is not None:
         out.append(again)
+    tenants = isolation_workload(limits, req, lambda n: pseudo_tokens(11, n, v))
+    if tenants is not None:
+        out.append(tenants)
     whole = max(1, limits.max_model_len - 2)
     edge = [req(0, pseudo_tokens(9, whole, v), 2), req(1, [3, 4], budget)]
     out.append(Workload(tuple(edge), (0, 1), label="the whole context, admitted mid-stream"))

@@ -13,6 +13,7 @@ oracle and which checks apply all come from there.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -112,7 +113,7 @@ class EngineMachine(RuleBasedStateMachine):
         (req,) = self._engine(lambda: data.draw(request_mixes(
             self.limits, alone=self.ctx.oracle.tokens, min_size=1, max_size=1,
             earlier=earlier), label="request"))
-        req = Request(req.prompt_token_ids, req.params, request_id=f"r{self.n_requests}")
+        req = dataclasses.replace(req, request_id=f"r{self.n_requests}")  # tenant kept
         self.n_requests += 1
         note(f"before step {self.rec.k}: add {req}")
         self._engine(lambda: self.rec.add(req))

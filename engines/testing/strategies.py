@@ -36,6 +36,7 @@ from engines.testing.bad_requests import bad_requests_for
 from engines.testing.constraint_draws import constrained
 from engines.testing.limits import EngineLimits
 from engines.testing.processing import GREEDY_FILTERS
+from engines.testing.tenant_draws import with_tenants
 from engines.testing.workload import Abort, Workload
 
 __all__ = [
@@ -332,7 +333,8 @@ def request_mixes(
                 stops = tuple(dict.fromkeys([*early[:1], *stops]))
             params = dataclasses.replace(params, stop_token_ids=stops)
         out.append(Request(prompt, params, request_id=f"r{i}"))
-    return out
+    # Tenants (adapters, cache salts) for engines that declare them: engines.testing.tenant_draws.
+    return draw(with_tenants(limits, out, pseudo_tokens, max_size), label="tenants")
 
 
 @st.composite

@@ -17,6 +17,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from engines.protocol import Request
 from engines.testing.check import Check
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.oracle import served_by
 from engines.testing.processing import comparable_kinds
 from engines.testing.properties.base import Judge, describe, step_of_token, tops
 from engines.testing.recorder import Trace
@@ -135,15 +136,16 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
                                  f"{top[token]:.6g}. Expected the same value.")
         if not values:
             continue
-        alone = judge.oracle(r.prompt_token_ids, p)
+        path = trace.lora_paths.get(r.request_id)
+        alone = judge.oracle(r.prompt_token_ids, p, lora_path=path)
         _compare(check, trace, r, got, alone.top_logprobs or (), tokens, alone.tokens, BATCH_TOL,
                  "the same request's, served alone")
         if judge.reference is not None:
             if not comparable_kinds(judge.logprobs_of, judge.reference_logprobs_of, p):
                 kinds += 1
                 continue
-            ref = judge.reference(r.prompt_token_ids, p)
-            if ref.top_logprobs:
+            ref = served_by(judge.reference, r.prompt_token_ids, p, path)
+            if ref is not None and ref.top_logprobs:
                 _compare(check, trace, r, got, ref.top_logprobs, tokens, ref.tokens, REFERENCE_TOL,
                          "the reference engine's")
     return judged, shape, none, kinds

@@ -4,12 +4,17 @@ workload on config variants."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from engines.protocol import Request, SamplingParams
 from engines.testing.check import Check
+from engines.testing.coverage import Coverage, Tally
+from engines.testing.oracle import NotServable
 from engines.testing.properties.base import Judge, describe, step_of_token, tops
 from engines.testing.recorder import EngineCrashed, Trace
 
-__all__ = ["check_parity", "check_prefill_decode", "check_reference_parity", "check_variants"]
+__all__ = ["REFERENCE_TALLY", "check_parity", "check_prefill_decode", "check_reference_parity",
+           "check_variants"]
 
 
 def _owes_prefix_only(trace: Trace, r: Request, observed_len: int, expected_len: int) -> bool:
@@ -25,7 +30,8 @@ def check_parity(check: Check, trace: Trace, judge: Judge) -> None:
     for r in trace.workload.requests:
         if not judge.comparable(r.params):
             continue  # unseeded sampling (or sampling in tie-aware mode): nothing to compare
-        alone = judge.oracle(r.prompt_token_ids, r.params)
+        alone = judge.oracle(r.prompt_token_ids, r.params,
+                             lora_path=trace.lora_paths.get(r.request_id))
         got = trace.tokens(r.request_id)
         if _owes_prefix_only(trace, r, len(got), len(alone.tokens)):
             alone_tokens = alone.tokens[: len(got)]
@@ -47,17 +53,26 @@ def _where(trace: Trace, r: Request, got: list[int], expected: tuple[int, ...]) 
     return f"in step {step}" if step is not None else "by the time it finished"
 
 
-def check_reference_parity(check: Check, trace: Trace, judge: Judge) -> None:
+def check_reference_parity(check: Check, trace: Trace, judge: Judge) -> int:
     """Every greedy request's tokens equal what the reference engine (--reference-engine)
     generates for it alone. Catches what self-parity cannot: bugs that make batched and alone
-    runs wrong alike (a dropped bias, RoPE off by one everywhere)."""
+    runs wrong alike (a dropped bias, RoPE off by one everywhere). A request under a LoRA
+    adapter is compared where the reference serves the same adapter directory (under any
+    name, or added through its LoRAManagement); the others are counted, not judged, and the
+    count returned (REFERENCE_TALLY says it)."""
     __tracebackhide__ = True
     reference = judge.reference
     assert reference is not None, f"{check.name} needs a reference engine"
+    unknown = 0  # requests under an adapter the reference cannot serve
     for r in trace.workload.requests:
         if r.params.temperature > 0:
             continue  # engines' samplers differ: only greedy tokens are comparable
-        expected = reference(r.prompt_token_ids, r.params)
+        try:
+            expected = reference(r.prompt_token_ids, r.params,
+                                 lora_path=trace.lora_paths.get(r.request_id))
+        except NotServable:
+            unknown += 1
+            continue
         got = trace.tokens(r.request_id)
         exp = expected.tokens
         if _owes_prefix_only(trace, r, len(got), len(exp)):
@@ -69,6 +84,7 @@ def check_reference_parity(check: Check, trace: Trace, judge: Judge) -> None:
                 f"{describe(r, trace)} diverged from the reference "
                 f"engine {_where(trace, r, got, exp)}, {how.replace('alone', 'reference')}"
                 f". The reference generated {list(expected.tokens)}; this engine {got}.")
+    return unknown
 
 
 def check_prefill_decode(check: Check, trace: Trace, judge: Judge) -> None:
@@ -99,7 +115,8 @@ def check_prefill_decode(check: Check, trace: Trace, judge: Judge) -> None:
             if t < p.min_tokens and p.stop_token_ids:
                 continue
             context = (*r.prompt_token_ids, *got[:t])
-            probe = judge.oracle(context, probe_params)
+            probe = judge.oracle(context, probe_params,
+                                 lora_path=trace.lora_paths.get(r.request_id))
             how = judge.diverges(context, [got[t]], probe.tokens[:1],
                                  observed_top=own_tops[t:t + 1] if own_tops else None,
                                  expected_top=probe.top_logprobs)
@@ -139,3 +156,22 @@ def check_variants(check: Check, trace: Trace, judge: Judge) -> None:
                                      f"{how.replace('alone', 'main').replace('batched', name)}.")
                 failure.variant = name  # the report replays this variant, not make_engine
                 raise failure
+
+
+UNSERVED = "tenants: requests under an adapter the reference cannot serve"
+
+
+def _add_unserved(coverage: Coverage, unknown: int, check: str) -> None:
+    coverage.counts[UNSERVED] += unknown or 0
+
+
+def _unserved_notes(data: Mapping[str, int], check: str) -> list[str]:
+    n = data.get(UNSERVED, 0)
+    if not n:
+        return []
+    return [f"{check}: {n} request(s) under a LoRA adapter were not judged: the reference "
+            "engine neither serves the adapter's directory (its `loras` declaration) nor has "
+            "add_lora (engines.protocol.LoRAManagement)"]
+
+
+REFERENCE_TALLY = Tally(_add_unserved, _unserved_notes)

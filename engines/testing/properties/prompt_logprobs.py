@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from engines.protocol import Request
 from engines.testing.check import Check
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.oracle import served_by
 from engines.testing.properties.base import Judge, describe
 from engines.testing.properties.logprobs import BATCH_TOL, REFERENCE_TOL, _apart
 from engines.testing.recorder import Trace
@@ -96,13 +97,14 @@ def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int
             shape += 1
             continue
         judged += 1
-        alone = judge.oracle(r.prompt_token_ids, r.params)
+        path = trace.lora_paths.get(r.request_id)
+        alone = judge.oracle(r.prompt_token_ids, r.params, lora_path=path)
         if alone.prompt_logprobs is not None:
             _compare(check, trace, r, got, alone.prompt_logprobs, BATCH_TOL,
                      "the same request's, served alone")
         if judge.reference is not None:
-            ref = judge.reference(r.prompt_token_ids, r.params)
-            if ref.prompt_logprobs is not None:
+            ref = served_by(judge.reference, r.prompt_token_ids, r.params, path)
+            if ref is not None and ref.prompt_logprobs is not None:
                 _compare(check, trace, r, got, ref.prompt_logprobs, REFERENCE_TOL,
                          "the reference engine's")
     return judged, shape

@@ -120,8 +120,9 @@ def check_seeds(check: Check, trace: Trace, judge: Judge) -> list[SeedGroup]:
         p = r.params
         if p.temperature == 0 or p.seed is None:
             continue
-        first = judge.oracle(r.prompt_token_ids, p).tokens
-        again = judge.oracle.serve(r.prompt_token_ids, p).tokens
+        path = trace.lora_paths.get(r.request_id)
+        first = judge.oracle(r.prompt_token_ids, p, lora_path=path).tokens
+        again = judge.oracle.serve(r.prompt_token_ids, p, lora_path=path).tokens
         if again != first:
             raise check.fail(f"{describe(r, trace)} served alone twice under seed {p.seed} "
                              f"gave {list(first)}, then {list(again)}. Expected the same tokens.")

@@ -1,0 +1,149 @@
+"""Tenants in drawn workloads: requests under LoRA adapters and cache salts, for engines that
+declare them, and the same prompt under several tenants to judge isolation by.
+
+A tenant is a (lora, cache_salt) pair; (None, None) is the base tenant. Adapters are drawn
+only for an engine that declares "lora" in supported_sampling and names its adapters
+(`loras`), and only the adapters every config variant serves from the same directory (a
+variant must serve every drawn request); salts only where every engine compared declares
+"cache_salt". Anything else draws base requests only, as before.
+
+Isolation groups: one prompt of whole KV blocks and a short tail (so that a prefix cache
+holds its blocks), under two or three different tenants and one tenant twice, arriving one
+after another: a block shared across tenants is a leak, and the same tenant's repeat shows
+whether the engine shares at all (engines.testing.properties.isolation judges both).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from hypothesis import strategies as st
+
+from engines.protocol import Engine, Request, SamplingParams, loras, supported_sampling
+from engines.testing.limits import EngineLimits
+from engines.testing.workload import Workload
+
+__all__ = ["SALTS", "Tenant", "has_tenants", "isolation_workload", "tenant_choices",
+           "tenant_limits", "with_tenants"]
+
+Tenant = tuple[str | None, str | None]  # (lora, cache_salt)
+SALTS = ("tenant-a", "tenant-b")  # a tiny pool: the same salt comes round again
+
+
+def tenant_limits(engine: Engine, variants: Sequence[Engine],
+                  compared: Sequence[Engine]) -> dict[str, object]:
+    """EngineLimits' tenant fields: the engine's adapters that every variant serves from the
+    same directory (where all of them declare "lora"), and whether every engine compared
+    (reference included: its alone runs get the salt-free request, but a salt it refuses
+    would say nothing) declares "cache_salt"."""
+    names: tuple[str, ...] = ()
+    if all("lora" in supported_sampling(e) for e in (engine, *variants)):
+        own = loras(engine)
+        names = tuple(sorted(n for n, path in own.items()
+                             if all(loras(v).get(n) == path for v in variants)))
+    salts = all("cache_salt" in supported_sampling(e) for e in (engine, *compared))
+    return {"loras": names, "salts": salts}
+
+
+def tenant_choices(limits: EngineLimits) -> list[Tenant]:
+    """Every tenant a request may be drawn under, the base tenant first (shrinking goes
+    there)."""
+    adapters: list[str | None] = [None, *limits.loras]
+    salts: list[str | None] = [None, *SALTS] if limits.salts else [None]
+    return [(a, s) for a in adapters for s in salts]
+
+
+def has_tenants(limits: EngineLimits) -> bool:
+    return len(tenant_choices(limits)) > 1
+
+
+def _under(r: Request, tenant: Tenant) -> Request:
+    return dataclasses.replace(r, lora=tenant[0], cache_salt=tenant[1])
+
+
+@st.composite
+def _group(draw: st.DrawFn, limits: EngineLimits, start: int, room: int,
+           make_prompt: Callable[[int], tuple[int, ...]]) -> list[Request]:
+    """One prompt (1-2 whole blocks and a 1-3 token tail) under 2-3 distinct tenants, then
+    one of them again; every member with a budget long enough to be running while the later
+    ones arrive."""
+    choices = tenant_choices(limits)
+    blocks = draw(st.integers(1, 2), label="isolation_blocks")
+    tail = draw(st.integers(1, 3), label="isolation_tail")
+    length = min(blocks * limits.block + tail, room)
+    prompt = make_prompt(length)
+    picked = draw(st.lists(st.sampled_from(choices), min_size=2, max_size=3, unique=True),
+                  label="isolation_tenants")
+    again = draw(st.sampled_from(picked), label="isolation_repeat")
+    budget = max(1, min(limits.long_budget, limits.max_model_len - len(prompt)))
+    params = SamplingParams(max_tokens=budget, logprobs=limits.logprobs,
+                            prompt_logprobs=limits.prompt_logprobs)
+    return [Request(prompt, params, request_id=f"r{start + i}", lora=t[0], cache_salt=t[1])
+            for i, t in enumerate([*picked, again])]
+
+
+@st.composite
+def with_tenants(draw: st.DrawFn, limits: EngineLimits, requests: list[Request],
+                 tokens: Callable[[int, int, int], tuple[int, ...]],
+                 max_size: int | None) -> list[Request]:
+    """`requests` each under a drawn tenant (the base one most often), and sometimes an
+    isolation group after them (where `max_size` leaves room), its prompt `tokens(seed, n,
+    vocab_size)`. Unchanged for an engine with no tenants to draw (nothing drawn)."""
+    if not has_tenants(limits):
+        return requests
+    choices = tenant_choices(limits)
+    out = []
+    for r in requests:
+        base = draw(st.integers(0, 2), label=f"{r.request_id}.base_tenant") == 0
+        tenant = choices[0] if base else draw(st.sampled_from(choices),
+                                              label=f"{r.request_id}.tenant")
+        out.append(_under(r, tenant))
+    room = limits.max_model_len - 1
+    fits = max_size is None or len(out) + 4 <= max_size
+    if fits and room > limits.block and draw(st.integers(0, 2), label="isolation_group_drawn") == 0:
+        seed = draw(st.integers(0, 2**16), label="isolation_prompt_seed")
+        out += draw(_group(limits, len(out), room,
+                           lambda n: tokens(seed, n, limits.vocab_size)),
+                    label="isolation_group")
+    return out
+
+
+def isolation_workload(limits: EngineLimits, req: Callable[..., Request],
+                       make_prompt: Callable[[int], tuple[int, ...]]) -> Workload | None:
+    """One prompt of two whole blocks and a tail under every kind of tenant: the base tenant
+    (the control), adapters, salts, both. First one request per tenant, each arriving a step
+    after the one before, running long; then each tenant's repeat, one a step, while every
+    first still runs (its prompt blocks cached and held): the repeats must share their own
+    tenant's blocks where the control's repeat shares the base tenant's, and nothing may be
+    shared across tenants. Last, once all of them finished, each tenant again in reverse
+    order (seats and adapter slots taken over by other tenants). None for an engine with no
+    tenants, or a context too short for it."""
+    if not has_tenants(limits):
+        return None
+    choices = tenant_choices(limits)
+    adapters = [None, *limits.loras]
+    salts = [None, *SALTS] if limits.salts else [None]
+    wanted = [(None, None), (adapters[1 % len(adapters)], None),
+              (None, salts[1 % len(salts)]), (adapters[1 % len(adapters)], salts[1 % len(salts)]),
+              (adapters[-1], salts[-1])]
+    tenants = list(dict.fromkeys(t for t in wanted if t in choices))
+    n = len(tenants)
+    length = 2 * limits.block + 3
+    first_budget = 4 * n + 8
+    if limits.max_model_len < length + first_budget + 1:
+        return None
+    prompt = make_prompt(length)
+    reqs: list[Request] = []
+    arrivals: list[int] = []
+    for i, t in enumerate(tenants):  # the firsts, a step apart
+        reqs.append(_under(req(len(reqs), prompt, first_budget), t))
+        arrivals.append(i)
+    for i, t in enumerate(tenants):  # the repeats, while the firsts run
+        reqs.append(_under(req(len(reqs), prompt, 3), t))
+        arrivals.append(n + i)
+    late = 2 * (2 * n + first_budget) + 8
+    for t in reversed(tenants):  # after all finished, in reverse order
+        reqs.append(_under(req(len(reqs), prompt, 3), t))
+        arrivals.append(late)
+    return Workload(tuple(reqs), tuple(arrivals), label="one prompt under every tenant")
