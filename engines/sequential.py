@@ -34,12 +34,12 @@ from engines.core.request_state import RequestState
 from engines.core.sampling import sample
 from engines.core.slots import BaseEngine
 from engines.models import long_rope_threshold
-from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, Request, StepOutput
+from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, TEXT_PARAMS, Request, StepOutput
 
 
 class SequentialEngine(BaseEngine):
     name = "sequential"
-    supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS
+    supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
                           | {"lora", "cache_salt", "prompt_logprobs"})
 
     def __init__(self, *args: Any, loras: Mapping[str, str | Path] | None = None,

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from engines.core.detokenize import IncrementalText, load_tokenizer
 from engines.core.guided import Grammars
 from engines.core.request_state import RequestState
 from engines.core.sampling import make_generator
@@ -27,7 +28,7 @@ from engines.models import (
     preset_max_model_len,
     preset_thresholds,
 )
-from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, Request, StepOutput
+from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, TEXT_PARAMS, Request, StepOutput
 from engines.threads import torch_threads
 from engines.tokenizer import tokenizer_for
 
@@ -40,8 +41,9 @@ class EngineCore(Generic[S]):
 
     name = "base"
     # Every token-choice field, per row (engines.core.sampling), and the constraints
-    # (engines.core.constraints; guided through engines.core.guided); top logprobs are raw.
-    supported_sampling: frozenset[str] = ALL_PARAMS | CONSTRAINT_PARAMS
+    # (engines.core.constraints; guided through engines.core.guided); stop strings and the
+    # streamed text (engines.core.detokenize); top logprobs are raw.
+    supported_sampling: frozenset[str] = ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
     logprobs_of = "raw"
     # Properties this engine knowingly breaks, with the reason: the suite makes them strict xfails.
     expected_failed_checks: Mapping[str, str] = {}
@@ -96,6 +98,9 @@ class EngineCore(Generic[S]):
         gen = make_generator(params.seed, self.device) if params.temperature > 0 else None
         seq = self._new_state(request, gen)
         seq.matcher = matcher
+        # Every request streams its text: the tokenizer is declared, so text is promised.
+        seq.detok = IncrementalText(load_tokenizer(self.tokenizer), params.stop,
+                                    params.include_stop_str_in_output)
         self._live[request.request_id] = seq
         self.waiting.append(seq)
 

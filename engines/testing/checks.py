@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from engines.protocol import PROMPT_LOGPROBS_FIELD, unknown_name
+from engines.protocol import PROMPT_LOGPROBS_FIELD, TEXT_PARAMS, unknown_name
 from engines.testing.check import Check, Draws, Given, Moment, Need, Property
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
@@ -32,11 +32,14 @@ from engines.testing.properties import (
     requests,
     seeds,
     slots,
+    stop_strings,
+    streamed_text,
 )
 
 __all__ = ["CHECKS", "KV", "LOAD", "PROMPT_LOGPROBS", "PROPERTIES", "REFERENCE", "REGISTRY",
            "SLOTS", "SLOT_CHECKS", "VARIANTS", "Applicability", "Check", "Draws", "Given",
            "Moment", "Need", "Property",
+           "STOP_STRINGS", "TOKENIZER",
            "applicability", "catalogue", "check_named", "draws_sampling", "known_checks",
            "summary_notes"]
 
@@ -54,6 +57,12 @@ PROMPT_LOGPROBS = Need("prompt logprobs",
                        lambda g: PROMPT_LOGPROBS_FIELD in g.limits.sampling_fields,
                        "{check} needs prompt_logprobs in supported_sampling (of the engine and "
                        "of every engine it is compared with)")
+TOKENIZER = Need("a tokenizer", lambda g: g.limits.tokenizer is not None,
+                 "{check} needs a declared tokenizer (engines.protocol.tokenizer_of): text is "
+                 "its decode")
+STOP_STRINGS = Need("stop strings", lambda g: TEXT_PARAMS <= g.limits.sampling_fields,
+                    "{check} needs stop and include_stop_str_in_output in supported_sampling "
+                    "(of the engine and of every engine it is compared with)")
 VARIANTS = Need("config variants", lambda g: g.variants,
                 "no config variant given (--engine-variant NAME=MODULE:CALLABLE)")
 
@@ -79,6 +88,10 @@ REGISTRY: tuple[Check, ...] = (
           tally=logprobs.TALLY),
     Check("prompt_logprobs", prompt_logprobs.check_prompt_logprobs, needs=(PROMPT_LOGPROBS,),
           draws=Draws(prompt_logprobs=LOGPROBS), tally=prompt_logprobs.TALLY),
+    Check("streamed_text", streamed_text.check_streamed_text, needs=(TOKENIZER,),
+          tally=streamed_text.TALLY),
+    Check("stop_strings", stop_strings.check_stop_strings, needs=(TOKENIZER, STOP_STRINGS),
+          tally=stop_strings.TALLY),
     Check("token_range", requests.check_token_range),
     BUDGET_FINISH,
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),

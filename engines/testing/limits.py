@@ -14,6 +14,7 @@ from engines.protocol import (
     max_concurrency,
     position_thresholds,
     supported_sampling,
+    tokenizer_of,
 )
 
 __all__ = ["DEFAULT_BLOCK", "DEFAULT_CONCURRENCY", "TIE_AWARE_WITHHELD", "EngineLimits"]
@@ -57,6 +58,7 @@ class EngineLimits:
     # seed workloads overflow each pool that can overflow (engines.testing.seed_workloads).
     variant_pools: tuple[tuple[int, int], ...] = ()
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
+    tokenizer: str | None = None  # the engine's declared tokenizer directory (stop strings)
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 
     @classmethod
@@ -75,6 +77,7 @@ class EngineLimits:
             "kv": kv,
             "load": isinstance(engine, LoadIntrospection),
             "sampling_fields": supported_sampling(engine),
+            "tokenizer": tokenizer_of(engine),
         }
         declared_thresholds = position_thresholds(engine)
         if declared_thresholds:

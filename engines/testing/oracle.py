@@ -32,6 +32,8 @@ class Alone:
     top_logprobs: tuple[Mapping[int, float], ...] | None
     # What the request's first output carried (params.prompt_logprobs > 0), else None.
     prompt_logprobs: tuple[Mapping[int, float] | None, ...] | None = None
+    # Its streamed text, the deltas concatenated (None: the engine returned none).
+    text: str | None = None
 
 
 class AloneOracle:
@@ -120,6 +122,7 @@ def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
     tokens: list[int] = []
     tops: list[Mapping[int, float]] | None = [] if params.logprobs else None
     prompt: tuple[Mapping[int, float] | None, ...] | None = None
+    text: list[str] = []
     bound = w.step_bound()
     where, only = "serving a request alone", lambda: f"only {render_request(request)}"
     call_engine(f"add_request({rid!r})", 0, partial(engine.add_request, request), deadline,
@@ -129,6 +132,8 @@ def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
             if out.request_id != rid:
                 continue
             tokens.extend(out.token_ids)
+            if out.text is not None:
+                text.append(out.text)
             if prompt is None and out.prompt_logprobs is not None:
                 prompt = tuple(out.prompt_logprobs)
             if tops is not None:
@@ -138,7 +143,8 @@ def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
                     tops.extend(out.top_logprobs)
             if out.finished:
                 return Alone(tuple(tokens), out.finish_reason,
-                             tuple(tops) if tops is not None else None, prompt)
+                             tuple(tops) if tops is not None else None, prompt,
+                             "".join(text) if text else None)
     raise EngineCrashed(f"served alone, {render_request(request)} did not finish within "
                         f"{bound} steps", call="step()", step=bound)
 

@@ -26,6 +26,7 @@ from engines.protocol import (
     StepOutput,
     kv_extra_blocks,
     load_settle_s,
+    tokenizer_of,
 )
 from engines.testing.crash import EngineCrashed, call_engine, step_deadline
 from engines.testing.workload import Abort, BadRequest, Workload
@@ -85,6 +86,7 @@ class Trace:
     load_after_drain: Load | None = None
     load_waited_s: float = 0.0
     exercised: dict[str, int] = field(default_factory=dict)  # engine counters' change
+    tokenizer: str | None = None  # the engine's declared tokenizer directory (text checks)
 
     def tokens(self, rid: Hashable) -> list[int]:
         return [t for _, out in self.outputs.get(rid, []) for t in out.token_ids]
@@ -110,7 +112,8 @@ class Recorder:
         self.kv = isinstance(engine, KVIntrospection)
         self.load = isinstance(engine, LoadIntrospection)
         size = int(engine.max_batch_size) if self.slots else None  # type: ignore[attr-defined]
-        self.trace = Trace(Workload((), ()), self.slots, size, int(engine.vocab_size))
+        self.trace = Trace(Workload((), ()), self.slots, size, int(engine.vocab_size),
+                           tokenizer=tokenizer_of(engine))
         self.serial = next(_serial)
         self.rt: dict[Hashable, Hashable] = {}  # display id -> runtime id
         self.to_display: dict[Hashable, Hashable] = {}

@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_requests_for
 from engines.testing.limits import EngineLimits
+from engines.testing.stop_draws import draws_stop_strings, stop_string_params
 from engines.testing.workload import Abort, Workload
 
 __all__ = [
@@ -311,6 +312,8 @@ def request_mixes(
                 early = [t for t in own[:params.min_tokens] if 0 <= t < limits.vocab_size]
                 stops = tuple(dict.fromkeys([*early[:1], *stops]))
             params = dataclasses.replace(params, stop_token_ids=stops)
+            if draws_stop_strings(limits):  # engines.testing.stop_draws
+                params = draw(stop_string_params(limits, own, prompt, params), label=f"r{i}.stop")
         out.append(Request(prompt, params, request_id=f"r{i}"))
     return out
 
