@@ -18,7 +18,7 @@ from engines.slot.static import StaticBatchEngine
 from engines.testing.limits import EngineLimits
 from engines.testing.stop_draws import stop_string_workload
 from engines.testing.text import decode, stop_tokens, tokenizer
-from tests.planted.harness import hunt
+from tests.planted.harness import hunt, pinned
 from tests.planted.text_bugs import TEXT_PLANTED
 
 
@@ -151,3 +151,11 @@ def test_suite_catches_text_bugs(bug: Any) -> None:
     caught = hunt(bug, settings=Settings(max_examples=1, phases=[Phase.explicit]))
     assert caught is not None and caught.prop == bug.caught_by, str(caught)
     assert "as a runnable script" in str(caught)
+
+
+@pytest.mark.parametrize("bug", TEXT_PLANTED, ids=lambda b: b.__name__)
+def test_the_search_alone_finds_text_bugs(bug: Any) -> None:
+    """Without the hand-picked workload the drawn stop strings and outputs find each too
+    (derandomized: a verdict must not be luck)."""
+    caught = hunt(bug, seeds=False, settings=pinned(60, shrink=False))
+    assert caught is not None and caught.prop == bug.caught_by, str(caught)
