@@ -30,6 +30,7 @@ class RequestState:
     # The streamed text and stop strings (engines.core.detokenize), for engines with a
     # tokenizer: every StepOutput then carries its delta.
     detok: IncrementalText | None = None
+    index: int = 0  # which child of its request (n > 1: engines.core.children)
 
     @property
     def finished(self) -> bool:
@@ -66,6 +67,7 @@ class RequestState:
             self.finish_reason,
             None if top is None else (top,),
             None if logprob is None else (logprob,),
+            index=self.index,
             prompt_logprobs=prompt,
             text=text,
         )
@@ -75,4 +77,5 @@ class RequestState:
         # What the stream held back (a cut character, a possible stop string's start) is
         # handed out: an aborted request's deltas still add up to the decode of its tokens.
         text = None if self.detok is None else self.detok.delta(final=True)
-        return StepOutput(self.request.request_id, (), FinishReason.ABORT, text=text)
+        return StepOutput(self.request.request_id, (), FinishReason.ABORT, index=self.index,
+                          text=text)

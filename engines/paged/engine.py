@@ -235,7 +235,7 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
                           max_rank=self.max_lora_rank, device=device, dtype=dtype)
 
     def remove_lora(self, name: str) -> None:
-        users = [s.request.request_id for s in self._live.values() if s.request.lora == name]
+        users = [s.request.request_id for s in self._states() if s.request.lora == name]
         self._loras.check_removable(name, users)
         assert self.runner.lora is not None
         self.runner.lora.unload(self._lora_slots.pop(name))

@@ -24,7 +24,7 @@ class _OwnText(ContinuousBatchEngine):
 
     def add_request(self, request: Request) -> None:
         super().add_request(request)
-        seq = self._live[request.request_id]
+        seq = self._live[request.request_id][0]
         assert seq.detok is not None
         seq.detok = self.detok(seq.detok._tok, request.params.stop,
                                request.params.include_stop_str_in_output)
