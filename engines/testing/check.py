@@ -58,6 +58,7 @@ class Draws:
     seed_groups: bool = False  # workloads carry one prompt under several distinct seeds
     logprobs: int = 0  # top logprobs every drawn request asks for, at least
     prompt_logprobs: int = 0  # prompt logprobs every drawn request asks for (if declared)
+    children: bool = False  # workloads carry requests with n > 1 (where n is declared)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from engines.testing.check import Check, Draws, Given, Moment, Need, Property
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
 from engines.testing.properties import (
+    children,
     drain,
     kv,
     logprobs,
@@ -39,7 +40,7 @@ from engines.testing.properties import (
 __all__ = ["CHECKS", "KV", "LOAD", "PROMPT_LOGPROBS", "PROPERTIES", "REFERENCE", "REGISTRY",
            "SLOTS", "SLOT_CHECKS", "VARIANTS", "Applicability", "Check", "Draws", "Given",
            "Moment", "Need", "Property",
-           "STOP_STRINGS", "TOKENIZER",
+           "CHILDREN", "STOP_STRINGS", "TOKENIZER",
            "applicability", "catalogue", "check_named", "draws_sampling", "known_checks",
            "summary_notes"]
 
@@ -63,6 +64,9 @@ TOKENIZER = Need("a tokenizer", lambda g: g.limits.tokenizer is not None,
 STOP_STRINGS = Need("stop strings", lambda g: TEXT_PARAMS <= g.limits.sampling_fields,
                     "{check} needs stop and include_stop_str_in_output in supported_sampling "
                     "(of the engine and of every engine it is compared with)")
+CHILDREN = Need("n > 1", lambda g: "n" in g.limits.sampling_fields,
+                "{check} needs n in supported_sampling (of the engine and of every engine it "
+                "is compared with)")
 VARIANTS = Need("config variants", lambda g: g.variants,
                 "no config variant given (--engine-variant NAME=MODULE:CALLABLE)")
 
@@ -92,6 +96,8 @@ REGISTRY: tuple[Check, ...] = (
           tally=streamed_text.TALLY),
     Check("stop_strings", stop_strings.check_stop_strings, needs=(TOKENIZER, STOP_STRINGS),
           tally=stop_strings.TALLY),
+    Check("children", children.check_children, needs=(CHILDREN,),
+          draws=Draws(children=True), tally=children.TALLY),
     Check("token_range", requests.check_token_range),
     BUDGET_FINISH,
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_requests_for
+from engines.testing.children_draws import draws_children, families
 from engines.testing.limits import EngineLimits
 from engines.testing.stop_draws import draws_stop_strings, stop_string_params
 from engines.testing.workload import Abort, Workload
@@ -370,6 +371,7 @@ def workloads(
     min_bad: int = 0,
     max_bad: int = 1,
     seed_group: bool = False,
+    children: bool = False,
 ) -> Workload:
     """A whole workload: a request mix (with a group of seeds, when `seed_group`), its arrival
     schedule, aborts (for Abortable engines, when `aborts`) and min_bad..max_bad bad
@@ -377,6 +379,8 @@ def workloads(
     reqs = draw(request_mixes(limits, alone=alone, min_size=min_requests, max_size=max_requests))
     if seed_group and limits.sampling:
         reqs += draw(seed_groups(limits, len(reqs)))
+    if children and draws_children(limits):  # engines.testing.children_draws
+        reqs += draw(families(limits, len(reqs)))
     idle = limits.max_tokens + 2
     arrivals = draw(arrival_schedules(len(reqs), idle_gap=idle))
     plan = draw(aborts_for(reqs, arrivals)) if aborts and limits.abortable else ()

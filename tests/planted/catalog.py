@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.planted.children_bugs import CHILDREN_PLANTED
 from tests.planted.continuous_bugs import CONTINUOUS_PLANTED
 from tests.planted.crash_bugs import CRASH_PLANTED
 from tests.planted.edge_bugs import CONTROLS, EDGE_PLANTED
@@ -14,6 +15,7 @@ from tests.planted.text_bugs import TEXT_PLANTED
 from tests.planted.toy_bugs import PLANTED
 
 ALL_PLANTED: list[Any] = [*PLANTED, *EDGE_PLANTED, *CRASH_PLANTED, *CONTINUOUS_PLANTED,
-                          *MODEL_PLANTED, *PAGED_PLANTED, *SAMPLING_PLANTED, *TEXT_PLANTED]
+                          *MODEL_PLANTED, *PAGED_PLANTED, *SAMPLING_PLANTED, *TEXT_PLANTED,
+                          *CHILDREN_PLANTED]
 # Correct engines the suite must pass (no false alarm).
 ALL_CONTROLS: list[Any] = [*CONTROLS]
