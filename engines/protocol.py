@@ -24,6 +24,7 @@ __all__ = [
     "LOGPROBS_OF",
     "OUTPUT_PARAMS",
     "REQUEST_FIELDS",
+    "TEXT_PARAMS",
     "WAVE4_FIELDS",
     "Abortable",
     "ArrivalTimes",
@@ -188,6 +189,8 @@ ALL_PARAMS = BASE_PARAMS | frozenset({"top_k", "top_p", "min_p", "repetition_pen
 CONSTRAINT_PARAMS = frozenset({"allowed_token_ids", "logit_bias", "bad_words", "guided"})
 OUTPUT_PARAMS = frozenset({"n", "beam_width", "length_penalty", "prompt_logprobs", "stop",
                            "include_stop_str_in_output"})
+# Of those, the stop strings (engines that declare a tokenizer).
+TEXT_PARAMS = frozenset({"stop", "include_stop_str_in_output"})
 # The field by its name, for code that must not spell a check's name (the prompt_logprobs
 # check is named after it; tests/test_layout.py keeps check names in the registry).
 PROMPT_LOGPROBS_FIELD = "prompt_logprobs"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,13 @@ from engines.core.request_state import RequestState
 from engines.core.sampling import sample
 from engines.core.slots import BaseEngine
 from engines.models import long_rope_threshold
-from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, Request, StepOutput
+from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, TEXT_PARAMS, Request, StepOutput
 
 
 class SequentialEngine(BaseEngine):
     name = "sequential"
-    supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS
-                          | {"lora", "cache_salt", "prompt_logprobs"})
+    supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
+                          | {"lora", "cache_salt", "prompt_logprobs", "n"})
 
     def __init__(self, *args: Any, loras: Mapping[str, str | Path] | None = None,
                  **kwargs: Any) -> None:
@@ -56,6 +56,10 @@ class SequentialEngine(BaseEngine):
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._cached = 0  # tokens whose KV is in self._kv
         self._recompute_at = long_rope_threshold(self.model.config)
+        # n > 1: a family's prefilled cache, its first logits, cached length and prompt
+        # logprobs, until its last waiting child has taken a copy.
+        self._forks: dict[Hashable, tuple[DynamicCache, torch.Tensor, int, tuple[Any, ...]]] = {}
+        self.forked_prefills = 0  # children that started from a sibling's prefill, ever
 
     def slot_lengths(self) -> list[int]:
         return [self._cached]
@@ -83,7 +87,7 @@ class SequentialEngine(BaseEngine):
         self._loras.paths[name] = str(path)
 
     def remove_lora(self, name: str) -> None:
-        users = [s.request.request_id for s in self._live.values() if s.request.lora == name]
+        users = [s.request.request_id for s in self._states() if s.request.lora == name]
         self._loras.check_removable(name, users)
         del self._loras.paths[name]
         if self._loras.paths:
@@ -120,14 +124,7 @@ class SequentialEngine(BaseEngine):
             seq = self.waiting.popleft()
             seq.slot = 0
             self.running.append(seq)
-            self._kv = DynamicCache(config=self.model.config)
-            k = seq.request.params.prompt_logprobs
-            if k:  # the whole prompt's logits, teacher-forced, in the same forward
-                every = self._forward(self._prompt_tensor(seq), every=True)
-                seq.prompt_logprobs = list(whole_prompt(every, seq.request.prompt_token_ids, k))
-                logits = every[-1:]
-            else:
-                logits = self._forward(self._prompt_tensor(seq))
+            logits = self._prefill(seq)
         elif self._cached == self._recompute_at:  # the sequence passes it with this token
             seq = self.running[0]
             self._kv = DynamicCache(config=self.model.config)
@@ -141,6 +138,35 @@ class SequentialEngine(BaseEngine):
         if seq.finished:
             self._retire()
         return outputs
+
+    def _prefill(self, seq: RequestState) -> torch.Tensor:
+        """The prompt's KV into a fresh cache, and the logits of its first token. A child of
+        an n > 1 request whose sibling prefilled already starts from a copy of that cache
+        (engines.core.children: the prompt is prefilled once per family)."""
+        rid = seq.request.request_id
+        self._forks = {r: f for r, f in self._forks.items() if r in self._live}  # aborted
+        fork = self._forks.get(rid)
+        siblings = any(s.request.request_id == rid for s in self.waiting)
+        if fork is not None:
+            kv, logits, cached, entries = fork
+            self._kv, self._cached = copy.deepcopy(kv), cached
+            seq.prompt_logprobs = list(entries)
+            self.forked_prefills += 1
+            if not siblings:
+                del self._forks[rid]
+            return logits.clone()  # each child's sampling gets its own
+        self._kv = DynamicCache(config=self.model.config)
+        k = seq.request.params.prompt_logprobs
+        if k:  # the whole prompt's logits, teacher-forced, in the same forward
+            every = self._forward(self._prompt_tensor(seq), every=True)
+            seq.prompt_logprobs = list(whole_prompt(every, seq.request.prompt_token_ids, k))
+            logits = every[-1:]
+        else:
+            logits = self._forward(self._prompt_tensor(seq))
+        if siblings:
+            self._forks[rid] = (copy.deepcopy(self._kv), logits, self._cached,
+                                tuple(seq.prompt_logprobs))
+        return logits
 
     def _emit(self, logits: torch.Tensor, seq: RequestState, outputs: list[StepOutput]) -> None:
         # The constraint mask built id by id for its one row (engines.core.constraints): the

@@ -102,8 +102,8 @@ def test_our_engines_refuse_what_they_do_not_serve_yet() -> None:
     from engines.sequential import SequentialEngine
 
     engine = SequentialEngine()
-    with pytest.raises(InvalidRequest, match="^n: 2 is not supported"):
-        engine.add_request(Request((1, 2), SamplingParams(n=2)))
+    with pytest.raises(InvalidRequest, match="^beam_width: 2 is not supported"):
+        engine.add_request(Request((1, 2), SamplingParams(beam_width=2)))
     assert not engine.has_work()
 
 

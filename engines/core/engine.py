@@ -16,6 +16,8 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from engines.core.children import child_requests
+from engines.core.detokenize import IncrementalText, load_tokenizer
 from engines.core.guided import Grammars
 from engines.core.request_state import RequestState
 from engines.core.sampling import make_generator
@@ -27,7 +29,7 @@ from engines.models import (
     preset_max_model_len,
     preset_thresholds,
 )
-from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, Request, StepOutput
+from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, TEXT_PARAMS, Request, StepOutput
 from engines.threads import torch_threads
 from engines.tokenizer import tokenizer_for
 
@@ -40,8 +42,9 @@ class EngineCore(Generic[S]):
 
     name = "base"
     # Every token-choice field, per row (engines.core.sampling), and the constraints
-    # (engines.core.constraints; guided through engines.core.guided); top logprobs are raw.
-    supported_sampling: frozenset[str] = ALL_PARAMS | CONSTRAINT_PARAMS
+    # (engines.core.constraints; guided through engines.core.guided); stop strings and the
+    # streamed text (engines.core.detokenize); top logprobs are raw.
+    supported_sampling: frozenset[str] = ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
     logprobs_of = "raw"
     # Properties this engine knowingly breaks, with the reason: the suite makes them strict xfails.
     expected_failed_checks: Mapping[str, str] = {}
@@ -83,7 +86,8 @@ class EngineCore(Generic[S]):
         self._grammar_compiler: Grammars | None = None
         self.waiting: deque[S] = deque()
         self.running: list[S] = []  # admitted, in admission order (slot engines: index == slot)
-        self._live: dict[Hashable, S] = {}  # every unfinished request
+        # Every unfinished request: its unfinished children (one, unless n > 1), by its id.
+        self._live: dict[Hashable, list[S]] = {}
         self._aborts = 0  # abort_pending requests not yet retired
 
     # --- Engine -------------------------------------------------------------------------------
@@ -92,12 +96,21 @@ class EngineCore(Generic[S]):
         self._check(request)
         params = request.params
         # Compiled before any state changes: a grammar that does not compile is bad input.
-        matcher = None if params.guided is None else self._grammars().matcher(params.guided)
-        gen = make_generator(params.seed, self.device) if params.temperature > 0 else None
-        seq = self._new_state(request, gen)
-        seq.matcher = matcher
-        self._live[request.request_id] = seq
-        self.waiting.append(seq)
+        matchers = [None if params.guided is None else self._grammars().matcher(params.guided)
+                    for _ in range(params.n)]
+        family = []
+        for index, child in enumerate(child_requests(request)):  # n > 1: engines.core.children
+            seed = child.params.seed
+            gen = make_generator(seed, self.device) if params.temperature > 0 else None
+            seq = self._new_state(child, gen)
+            seq.index = index
+            seq.matcher = matchers[index]
+            # Every request streams its text: the tokenizer is declared, so text is promised.
+            seq.detok = IncrementalText(load_tokenizer(self.tokenizer), params.stop,
+                                        params.include_stop_str_in_output)
+            family.append(seq)
+        self._live[request.request_id] = family
+        self.waiting.extend(family)
 
     def _check(self, request: Request) -> None:
         """Raise InvalidRequest for bad input, before any state changes."""
@@ -144,12 +157,13 @@ class EngineCore(Generic[S]):
 
     def abort_request(self, request_id: Hashable) -> None:
         try:
-            seq = self._live.get(request_id)
+            family = self._live.get(request_id, [])
         except TypeError:  # unhashable: cannot be a known id
             return
-        if seq is not None and not seq.abort_pending:
-            seq.abort_pending = True
-            self._aborts += 1
+        for seq in family:
+            if not seq.abort_pending:
+                seq.abort_pending = True
+                self._aborts += 1
 
     # --- shared mechanics ---------------------------------------------------------------------
 
@@ -160,7 +174,15 @@ class EngineCore(Generic[S]):
         return torch.tensor([seq.output[-1] for seq in seqs], dtype=torch.long, device=self.device)
 
     def _finish(self, seq: RequestState) -> None:
-        del self._live[seq.request.request_id]
+        rid = seq.request.request_id
+        family = self._live[rid]
+        family.remove(seq)  # type: ignore[arg-type]
+        if not family:
+            del self._live[rid]
+
+    def _states(self) -> list[S]:
+        """Every unfinished request's unfinished children."""
+        return [seq for family in self._live.values() for seq in family]
 
     def _take_aborts(self, outputs: list[StepOutput]) -> list[S]:
         """Emit ABORT for every pending abort; drop waiting ones; return those holding a slot."""

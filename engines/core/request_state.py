@@ -11,6 +11,7 @@ import torch
 from engines.protocol import FinishReason, Request, StepOutput
 
 if TYPE_CHECKING:
+    from engines.core.detokenize import IncrementalText
     from engines.core.guided import Matcher
 
 
@@ -26,6 +27,10 @@ class RequestState:
     # out once, on the request's first output (a preempted request's recompute adds none).
     prompt_logprobs: list[Mapping[int, float] | None] = field(default_factory=list)
     matcher: Matcher | None = None  # guided requests: the grammar's state after `output`
+    # The streamed text and stop strings (engines.core.detokenize), for engines with a
+    # tokenizer: every StepOutput then carries its delta.
+    detok: IncrementalText | None = None
+    index: int = 0  # which child of its request (n > 1: engines.core.children)
 
     @property
     def finished(self) -> bool:
@@ -46,19 +51,31 @@ class RequestState:
             prompt = tuple(self.prompt_logprobs)
         # A guided request ends (STOP) when its grammar can go no further.
         done = self.matcher is not None and self.matcher.advance(token)
+        # A stop string ends it too (STOP, even at the last budgeted token, as a stop id
+        # does); like a stop id, only from token min_tokens + 1 on.
+        held = len(self.output) <= params.min_tokens
+        if self.detok is not None and self.detok.add(token, check_stop=not held):
+            done = True
         if done or token in params.stop_token_ids and len(self.output) > params.min_tokens:
             self.finish_reason = FinishReason.STOP
         elif len(self.output) >= params.max_tokens:
             self.finish_reason = FinishReason.LENGTH
+        text = None if self.detok is None else self.detok.delta(final=self.finished)
         return StepOutput(
             self.request.request_id,
             (token,),
             self.finish_reason,
             None if top is None else (top,),
             None if logprob is None else (logprob,),
+            index=self.index,
             prompt_logprobs=prompt,
+            text=text,
         )
 
     def abort(self) -> StepOutput:
         self.finish_reason = FinishReason.ABORT
-        return StepOutput(self.request.request_id, (), FinishReason.ABORT)
+        # What the stream held back (a cut character, a possible stop string's start) is
+        # handed out: an aborted request's deltas still add up to the decode of its tokens.
+        text = None if self.detok is None else self.detok.delta(final=True)
+        return StepOutput(self.request.request_id, (), FinishReason.ABORT, index=self.index,
+                          text=text)

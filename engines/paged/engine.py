@@ -47,7 +47,14 @@ from engines.paged.forward import PagedForward, Row
 from engines.paged.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LoraStacks
 from engines.paged.schedule import PagedSchedule
 from engines.paged.state import PagedRequest
-from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, InvalidRequest, Request, StepOutput
+from engines.protocol import (
+    ALL_PARAMS,
+    CONSTRAINT_PARAMS,
+    TEXT_PARAMS,
+    InvalidRequest,
+    Request,
+    StepOutput,
+)
 
 DEFAULT_BLOCK_SIZE = 16
 # Seats, and the whole contexts of KV they share (kv_slots defaults to half the seats): the
@@ -82,7 +89,7 @@ DEFAULT_TOKEN_BUDGET = 96
 
 class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
     name = "paged"
-    supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS
+    supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
                           | {"lora", "cache_salt", "prompt_logprobs"})
 
     def __init__(
@@ -228,7 +235,7 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
                           max_rank=self.max_lora_rank, device=device, dtype=dtype)
 
     def remove_lora(self, name: str) -> None:
-        users = [s.request.request_id for s in self._live.values() if s.request.lora == name]
+        users = [s.request.request_id for s in self._states() if s.request.lora == name]
         self._loras.check_removable(name, users)
         assert self.runner.lora is not None
         self.runner.lora.unload(self._lora_slots.pop(name))

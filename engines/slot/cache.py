@@ -60,6 +60,12 @@ class SlotCache:
         self.num_active = last
         return moved
 
+    def copy(self, src: int, dst: int) -> None:
+        """Slot dst gets slot src's cached tokens (a forked child: engines.core.children)."""
+        n = self.lengths[src]
+        self.kv[:, :, dst, :, :n] = self.kv[:, :, src, :, :n]
+        self.lengths[dst] = n
+
     def reset(self) -> None:
         self.num_active = 0
         self.lengths = [0] * self.max_batch_size

@@ -16,11 +16,12 @@ from engines.slot.forward import SlotForward
 
 
 class SlotEngine(BaseEngine):
-    supported_sampling = BaseEngine.supported_sampling | {"prompt_logprobs"}
+    supported_sampling = BaseEngine.supported_sampling | {"prompt_logprobs", "n"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.runner = SlotForward(self.model)
+        self.forked_prefills = 0  # children that started from a sibling's prefill, ever
         param = next(self.model.parameters())
         self.cache = SlotCache(
             num_layers=self.runner.num_layers,
@@ -46,20 +47,39 @@ class SlotEngine(BaseEngine):
         return admitted
 
     def _forward(self, decoding: list[RequestState], admitted: list[RequestState]) -> torch.Tensor:
-        """Logits for each decoding row's next token, then each admitted prompt's first."""
+        """Logits for each decoding row's next token, then each admitted prompt's first.
+        Children of one request (n > 1) admitted together prefill once: the first one's KV
+        is copied into its siblings' slots, and they sample from its logits."""
         tokens = self._last_tokens(decoding)
         if not admitted:
             return self.runner.decode(tokens, self.cache)
-        prompts = [(seq.slot, self._prompt_tensor(seq)) for seq in admitted]
-        wanting = [seq for seq in admitted if seq.request.params.prompt_logprobs]
+        first: dict[object, RequestState] = {}
+        for seq in admitted:
+            first.setdefault(seq.request.request_id, seq)
+        leaders = list(first.values())
+        prompts = [(seq.slot, self._prompt_tensor(seq)) for seq in leaders]
+        wanting = [seq for seq in leaders if seq.request.params.prompt_logprobs]
         if not wanting:
-            return self.runner.mixed(tokens, prompts, self.cache)
-        every = dict.fromkeys((seq.slot for seq in wanting), torch.empty(0))
-        logits = self.runner.mixed(tokens, prompts, self.cache, every=every)
-        for seq in wanting:  # computed once, at the request's one prefill
-            seq.prompt_logprobs = list(whole_prompt(every[seq.slot], seq.request.prompt_token_ids,
-                                                    seq.request.params.prompt_logprobs))
-        return logits
+            logits = self.runner.mixed(tokens, prompts, self.cache)
+        else:
+            every = dict.fromkeys((seq.slot for seq in wanting), torch.empty(0))
+            logits = self.runner.mixed(tokens, prompts, self.cache, every=every)
+            for seq in wanting:  # computed once, at the request's one prefill
+                seq.prompt_logprobs = list(whole_prompt(
+                    every[seq.slot], seq.request.prompt_token_ids,
+                    seq.request.params.prompt_logprobs))
+        if len(leaders) == len(admitted):
+            return logits
+        row = {id(seq): len(decoding) + i for i, seq in enumerate(leaders)}
+        for seq in admitted:
+            lead = first[seq.request.request_id]
+            if lead is not seq:  # a sibling: the leader's prefill, copied
+                self.cache.copy(lead.slot, seq.slot)
+                seq.prompt_logprobs = list(lead.prompt_logprobs)
+                self.forked_prefills += 1
+        rows = list(range(len(decoding))) + [row[id(first[s.request.request_id])]
+                                             for s in admitted]
+        return logits[rows]
 
     def _emit(
         self, logits: torch.Tensor, seqs: list[RequestState], outputs: list[StepOutput]

@@ -41,6 +41,9 @@ PROCESSING_KINDS: dict[str, tuple[str, object]] = {
     "frequency_penalty below -2": ("frequency_penalty", -2.0 - 1e-6),
     "frequency_penalty NaN": ("frequency_penalty", float("nan")),
     "min_tokens above max_tokens": ("min_tokens", 2),
+    # Wave 4's output surface (vLLM refuses both too).
+    "n 0": ("n", 0),
+    "empty stop string": ("stop", ("",)),
 }
 
 

@@ -68,6 +68,7 @@ class Draws:
     # Requests drawn under LoRA adapters and cache salts, where the engine declares them
     # (engines.testing.tenant_draws); other checks draw base requests only.
     tenants: bool = False
+    children: bool = False  # workloads carry requests with n > 1 (where n is declared)
 
 
 @dataclass(frozen=True, slots=True)

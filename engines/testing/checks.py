@@ -19,12 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from engines.protocol import CONSTRAINT_PARAMS, PROMPT_LOGPROBS_FIELD, unknown_name
+from engines.protocol import CONSTRAINT_PARAMS, PROMPT_LOGPROBS_FIELD, TEXT_PARAMS, unknown_name
 from engines.testing.check import Check, Draws, Given, Moment, Need, Property
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
 from engines.testing.processing import declared_greedy_filters
 from engines.testing.properties import (
+    children,
     constraints,
     drain,
     greedy_filters,
@@ -36,6 +37,8 @@ from engines.testing.properties import (
     requests,
     seeds,
     slots,
+    stop_strings,
+    streamed_text,
     unseeded_draws,
 )
 from engines.testing.tenant_draws import has_tenants
@@ -44,6 +47,7 @@ from engines.testing.unseeded import DRAWS
 __all__ = ["CHECKS", "KV", "LOAD", "PROMPT_LOGPROBS", "PROPERTIES", "REFERENCE", "REGISTRY",
            "SLOTS", "SLOT_CHECKS", "VARIANTS", "Applicability", "Check", "Draws", "Given",
            "Moment", "Need", "Property",
+           "CHILDREN", "STOP_STRINGS", "TOKENIZER",
            "applicability", "catalogue", "check_named", "draws_sampling", "known_checks",
            "summary_notes"]
 
@@ -74,6 +78,15 @@ CONSTRAINTS = Need("constraint params",
                    "{check} needs allowed_token_ids, logit_bias, bad_words or guided in "
                    "supported_sampling (of the engine and of every engine it is compared "
                    "with; none is drawn under tie-aware parity)")
+TOKENIZER = Need("a tokenizer", lambda g: g.limits.tokenizer is not None,
+                 "{check} needs a declared tokenizer (engines.protocol.tokenizer_of): text is "
+                 "its decode")
+STOP_STRINGS = Need("stop strings", lambda g: TEXT_PARAMS <= g.limits.sampling_fields,
+                    "{check} needs stop and include_stop_str_in_output in supported_sampling "
+                    "(of the engine and of every engine it is compared with)")
+CHILDREN = Need("n > 1", lambda g: "n" in g.limits.sampling_fields,
+                "{check} needs n in supported_sampling (of the engine and of every engine it "
+                "is compared with)")
 VARIANTS = Need("config variants", lambda g: g.variants,
                 "no config variant given (--engine-variant NAME=MODULE:CALLABLE)")
 
@@ -116,6 +129,12 @@ REGISTRY: tuple[Check, ...] = (
           tally=unseeded_draws.TALLY),
     Check("constraints", constraints.check_constraints, needs=(CONSTRAINTS,),
           draws=Draws(constraints=True), tally=constraints.TALLY),
+    Check("streamed_text", streamed_text.check_streamed_text, needs=(TOKENIZER,),
+          tally=streamed_text.TALLY),
+    Check("stop_strings", stop_strings.check_stop_strings, needs=(TOKENIZER, STOP_STRINGS),
+          tally=stop_strings.TALLY),
+    Check("children", children.check_children, needs=(CHILDREN,),
+          draws=Draws(children=True), tally=children.TALLY),
     Check("token_range", requests.check_token_range),
     BUDGET_FINISH,
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),

@@ -34,6 +34,10 @@ class Alone:
     top_logprobs: tuple[Mapping[int, float], ...] | None
     # What the request's first output carried (params.prompt_logprobs > 0), else None.
     prompt_logprobs: tuple[Mapping[int, float] | None, ...] | None = None
+    # Its streamed text, the deltas concatenated (None: the engine returned none).
+    text: str | None = None
+    # n > 1: each child's tokens, by index (`tokens` is then child 0's).
+    children: tuple[tuple[int, ...], ...] | None = None
 
 
 class AloneOracle:
@@ -145,6 +149,10 @@ def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
     tokens: list[int] = []
     tops: list[Mapping[int, float]] | None = [] if params.logprobs else None
     prompt: tuple[Mapping[int, float] | None, ...] | None = None
+    text: list[str] = []
+    n = params.n if isinstance(params.n, int) and params.n > 1 else 1
+    kids: dict[int, list[int]] = {}
+    done: set[int] = set()
     bound = w.step_bound()
     where, only = "serving a request alone", lambda: f"only {render_request(request)}"
     call_engine(f"add_request({rid!r})", 0, partial(engine.add_request, request), deadline,
@@ -153,7 +161,16 @@ def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
         for out in call_engine("step()", k, engine.step, deadline, only, where):
             if out.request_id != rid:
                 continue
+            if n > 1:  # children: each its own stream, the request done when all are
+                kids.setdefault(out.index, []).extend(out.token_ids)
+                done |= {out.index} if out.finished else set()
+                if len(done) >= n:
+                    return Alone(tuple(kids.get(0, ())), out.finish_reason, None,
+                                 children=tuple(tuple(kids.get(i, ())) for i in range(n)))
+                continue
             tokens.extend(out.token_ids)
+            if out.text is not None:
+                text.append(out.text)
             if prompt is None and out.prompt_logprobs is not None:
                 prompt = tuple(out.prompt_logprobs)
             if tops is not None:
@@ -163,7 +180,8 @@ def _serve_alone(engine: Engine, w: Workload, deadline: float | None) -> Alone:
                     tops.extend(out.top_logprobs)
             if out.finished:
                 return Alone(tuple(tokens), out.finish_reason,
-                             tuple(tops) if tops is not None else None, prompt)
+                             tuple(tops) if tops is not None else None, prompt,
+                             "".join(text) if text else None)
     raise EngineCrashed(f"served alone, {render_request(request)} did not finish within "
                         f"{bound} steps", call="step()", step=bound)
 

@@ -126,6 +126,8 @@ class Recorder:
         self.aborts: list[Abort] = []
         self.bad: list[BadRequest] = []
         self.finished: set[Hashable] = set()
+        self.children: dict[Hashable, int] = {}  # display id -> params.n, where above 1
+        self.children_done: dict[Hashable, set[int]] = {}  # the children finished so far
         self.wasted0 = int(engine.wasted_slot_steps) if self.slots else 0  # type: ignore[attr-defined]
         self.holders: frozenset[Hashable] = frozenset()
         self.k = 0  # index of the next step() call
@@ -179,6 +181,8 @@ class Recorder:
 
     def add(self, r: Request) -> None:
         runtime = f"{r.request_id}#{self.serial}"
+        if isinstance(r.params.n, int) and r.params.n > 1:
+            self.children[r.request_id] = r.params.n
         self.rt[r.request_id] = runtime
         self.to_display[runtime] = r.request_id
         req = dataclasses.replace(r, request_id=runtime)
@@ -247,8 +251,12 @@ class Recorder:
             record.outputs.append(out)
             trace.outputs.setdefault(disp, []).append((k, out))
             if out.finished and disp not in self.finished:
-                self.finished.add(disp)
-                trace.finished_at[disp] = k
+                # n > 1: finished once every child has its finishing output.
+                done = self.children_done.setdefault(disp, set())
+                done.add(out.index)
+                if len(done) >= self.children.get(disp, 1):
+                    self.finished.add(disp)
+                    trace.finished_at[disp] = k
         if self.slots:
             eng: Any = self.engine
             record.table = self._table()

@@ -68,7 +68,8 @@ def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
 def strategy_for(ctx: SuiteContext, check: str) -> st.SearchStrategy[Workload]:
     draws = check_named(check).draws
     return workloads(limits_for(ctx, check), alone=ctx.oracle.tokens, min_bad=draws.bad[0],
-                     max_bad=draws.bad[1], seed_group=draws.seed_groups)
+                     max_bad=draws.bad[1], seed_group=draws.seed_groups,
+                     children=draws.children)
 
 
 def _stream_seed(ctx: SuiteContext, settings: Settings) -> int | None:

@@ -10,6 +10,7 @@ from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.constraint_seeds import constraint_workloads
 from engines.testing.limits import EngineLimits
 from engines.testing.revisits import again_after_finish, seeded
+from engines.testing.stop_draws import stop_string_workload
 from engines.testing.strategies import AloneFn, pseudo_tokens
 from engines.testing.tenant_draws import isolation_workload
 from engines.testing.unseeded import distribution_workload, greedy_filter_workload
@@ -90,6 +91,9 @@ def seed_workloads(
         out.append(Workload(tuple(burst), tuple(0 for _ in burst), aborts, label="aborts"))
     if alone is not None:
         out.append(_stop_edges(limits, alone, budget))
+        strings = stop_string_workload(limits, alone)  # engines.testing.stop_draws
+        if strings is not None:
+            out.append(strings)
     if limits.sampling:
         # The unseeded request first, so it shares the first step with seeded ones however
         # few slots the engine has; six distinct seeds and one repeated.

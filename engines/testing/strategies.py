@@ -33,9 +33,11 @@ from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_requests_for
+from engines.testing.children_draws import draws_children, families
 from engines.testing.constraint_draws import constrained
 from engines.testing.limits import EngineLimits
 from engines.testing.processing import GREEDY_FILTERS
+from engines.testing.stop_draws import draws_stop_strings, stop_string_params
 from engines.testing.tenant_draws import with_tenants
 from engines.testing.workload import Abort, Workload
 
@@ -332,6 +334,8 @@ def request_mixes(
                 early = [t for t in own[:params.min_tokens] if 0 <= t < limits.vocab_size]
                 stops = tuple(dict.fromkeys([*early[:1], *stops]))
             params = dataclasses.replace(params, stop_token_ids=stops)
+            if draws_stop_strings(limits):  # engines.testing.stop_draws
+                params = draw(stop_string_params(limits, own, prompt, params), label=f"r{i}.stop")
         out.append(Request(prompt, params, request_id=f"r{i}"))
     # Tenants (adapters, cache salts) for engines that declare them: engines.testing.tenant_draws.
     return draw(with_tenants(limits, out, pseudo_tokens, max_size), label="tenants")
@@ -389,6 +393,7 @@ def workloads(
     min_bad: int = 0,
     max_bad: int = 1,
     seed_group: bool = False,
+    children: bool = False,
 ) -> Workload:
     """A whole workload: a request mix (with a group of seeds, when `seed_group`), its arrival
     schedule, aborts (for Abortable engines, when `aborts`) and min_bad..max_bad bad
@@ -396,6 +401,8 @@ def workloads(
     reqs = draw(request_mixes(limits, alone=alone, min_size=min_requests, max_size=max_requests))
     if seed_group and limits.sampling:
         reqs += draw(seed_groups(limits, len(reqs)))
+    if children and draws_children(limits):  # engines.testing.children_draws
+        reqs += draw(families(limits, len(reqs)))
     idle = limits.max_tokens + 2
     arrivals = draw(arrival_schedules(len(reqs), idle_gap=idle))
     plan = draw(aborts_for(reqs, arrivals)) if aborts and limits.abortable else ()

@@ -27,6 +27,12 @@ __all__ = [
 ]
 
 
+
+def _children(r: Request) -> int:
+    """How many children the request has (n > 1), each served in full, perhaps in turn."""
+    n = r.params.n
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+
 @dataclass(frozen=True, slots=True)
 class Abort:
     step: int  # abort_request is called just before this step() call
@@ -72,8 +78,8 @@ class Workload:
         """Steps within which every request must finish: generous for any sane scheduler (one
         request at a time, its prompt prefilled 4 tokens a step, everything recomputed once
         after a preemption), so only a stuck engine exceeds it."""
-        work = sum(2 * (r.params.max_tokens + 2) + -(-len(r.prompt_token_ids) // 4)
-                   for r in self.requests)
+        work = sum((2 * (r.params.max_tokens + 2) + -(-len(r.prompt_token_ids) // 4))
+                   * _children(r) for r in self.requests)
         return self.last_event_step + work + 8
 
     def __repr__(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.planted.children_bugs import CHILDREN_PLANTED
 from tests.planted.constraint_bugs import CONSTRAINT_PLANTED
 from tests.planted.continuous_bugs import CONTINUOUS_PLANTED
 from tests.planted.crash_bugs import CRASH_PLANTED
@@ -11,9 +12,11 @@ from tests.planted.edge_bugs import CONTROLS, EDGE_PLANTED
 from tests.planted.model_bugs import MODEL_PLANTED
 from tests.planted.paged_bugs import PAGED_PLANTED
 from tests.planted.sampling_bugs import SAMPLING_PLANTED
+from tests.planted.text_bugs import TEXT_PLANTED
 from tests.planted.toy_bugs import PLANTED
 
 ALL_PLANTED: list[Any] = [*PLANTED, *EDGE_PLANTED, *CRASH_PLANTED, *CONTINUOUS_PLANTED,
-                          *MODEL_PLANTED, *PAGED_PLANTED, *SAMPLING_PLANTED, *CONSTRAINT_PLANTED]
+                          *MODEL_PLANTED, *PAGED_PLANTED, *SAMPLING_PLANTED, *TEXT_PLANTED,
+                          *CONSTRAINT_PLANTED, *CHILDREN_PLANTED]
 # Correct engines the suite must pass (no false alarm).
 ALL_CONTROLS: list[Any] = [*CONTROLS]

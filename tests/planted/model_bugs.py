@@ -65,7 +65,7 @@ class ConstantSeed(ContinuousBatchEngine):
 
     def add_request(self, request: Any) -> None:
         super().add_request(request)
-        seq = self._live[request.request_id]
+        seq = self._live[request.request_id][0]
         if seq.generator is not None:
             seq.generator = make_generator(0, self.device)
 

@@ -71,6 +71,8 @@ def check_budget_finish(check: Check, trace: Trace, judge: Judge) -> None:
             continue
         if ends_in_stop:  # STOP wins, even at the last budgeted token
             ok = reason == FinishReason.STOP
+        elif p.stop and reason == FinishReason.STOP:  # a stop string: stop_strings judges it
+            ok = True
             expected = "STOP (it ended on a stop token" + (
                 ", which wins over LENGTH at the last budgeted token)"
                 if len(toks) == p.max_tokens else ")")

@@ -1,0 +1,43 @@
+"""Hypothesis draws of requests with n > 1 (parallel samples of one prompt), for engines that
+declare `n`: seeded and unseeded sampled families (whose children must differ), greedy ones
+(whose children must agree), each asking for the sampled tokens' logprobs (which bound how
+likely identical children are by chance: properties/children.py).
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from engines.protocol import Request, SamplingParams
+from engines.testing.limits import EngineLimits
+
+__all__ = ["CHILD_BUDGET", "draws_children", "families"]
+
+# Tokens per child: enough that identical sampled children are implausible for a correct
+# engine (the property computes how implausible from the logprobs).
+CHILD_BUDGET = 8
+
+
+def draws_children(limits: EngineLimits) -> bool:
+    """Whether requests with n > 1 may be drawn: every engine compared declares `n`."""
+    return "n" in limits.sampling_fields
+
+
+@st.composite
+def families(draw: st.DrawFn, limits: EngineLimits, start: int) -> list[Request]:
+    """1..3 requests with 2..4 children each: sampled at temperature 1 (seeded or unseeded)
+    where the engine reproduces seeds, else greedy, or greedy by draw."""
+    out = []
+    for i in range(draw(st.integers(1, 3), label="families")):
+        cap = max(1, min(limits.short_prompt, limits.max_model_len - 2))
+        prompt = tuple(draw(st.lists(st.integers(0, limits.vocab_size - 1), min_size=1,
+                                     max_size=cap), label=f"family{i}.prompt"))
+        budget = max(1, min(CHILD_BUDGET, limits.max_model_len - len(prompt)))
+        kind = draw(st.sampled_from(["seeded", "unseeded", "greedy"]), label=f"family{i}.kind")
+        sampled = limits.sampling and kind != "greedy"
+        seed = draw(st.integers(0, 2**16), label=f"family{i}.seed") if kind == "seeded" else None
+        params = SamplingParams(max_tokens=budget, n=draw(st.integers(2, 4), label="n"),
+                                temperature=1.0 if sampled else 0.0,
+                                seed=seed if sampled else None, logprobs=max(1, limits.logprobs))
+        out.append(Request(prompt, params, request_id=f"r{start + i}"))
+    return out

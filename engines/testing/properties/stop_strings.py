@@ -1,0 +1,136 @@
+"""stop_strings: a request with stop strings ends at the token that completed the first one
+in its generated text (not its prompt), finish STOP, even at its last budgeted token; its
+streamed text ends at that stop string (cut before it, or after it with
+include_stop_str_in_output); one that completes none is served as if it had none. Judged
+against the tokenizer's plain decode of the tokens (engines.testing.text), and the text
+against the request's served alone. Catches a stop string spanning two tokens or two steps
+missed (vLLM PR #45636: the stop-string buffer split tokens), a stop string searched in the
+prompt, text streamed past the stop string, and a stop string and a stop id or the budget in
+one step (SGLang PR #28802) mishandled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from engines.protocol import FinishReason, Request
+from engines.testing.check import Check
+from engines.testing.coverage import Coverage, Tally
+from engines.testing.properties.base import Judge, describe, step_of_token
+from engines.testing.properties.streamed_text import _mismatch, streamed
+from engines.testing.recorder import Trace
+from engines.testing.text import StopAt, cuts, decode, stop_tokens, tokenizer, visible
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+__all__ = ["TALLY", "check_stop_strings"]
+
+
+def _about(r: Request) -> str:
+    p = r.params
+    return (f"stop strings {list(p.stop)}"
+            + (" (include_stop_str_in_output)" if p.include_stop_str_in_output else "")
+            + (f", min_tokens {p.min_tokens}" if p.min_tokens else ""))
+
+
+def _spans(tok: Tokenizer, toks: Sequence[int], at: StopAt, stop: Sequence[str]) -> bool:
+    """Whether the stop string that completed at token `at.earliest` began in an earlier
+    token's text (so that no one token's text holds it)."""
+    last = decode(tok, toks[at.earliest - 1:at.earliest])
+    return not any(s in last for s in stop)
+
+
+def _tokens(check: Check, trace: Trace, r: Request, tok: Tokenizer, at: StopAt | None) -> bool:
+    """Judge where the tokens end; True if a stop string ended the request."""
+    __tracebackhide__ = True
+    rid, p = r.request_id, r.params
+    toks = trace.tokens(rid)
+    reason = trace.finish_reason(rid)
+    ends = set() if at is None else {at.earliest, at.latest or at.earliest}
+    if at is not None and len(toks) > max(ends):
+        k = at.earliest
+        raise check.fail(
+            f"{describe(r, trace)} with {_about(r)}: its text "
+            f"{visible(decode(tok, toks[:k]))!r} holds a stop string once its token {k - 1} "
+            f"(step {step_of_token(trace, rid, k - 1)}) is out, but it went on to "
+            f"{len(toks)} tokens {toks}, finishing {reason}. Expected it to end there "
+            "with STOP" + (" (the stop string spans tokens)" if _spans(tok, toks, at, p.stop)
+                           else "") + ".")
+    by_id = bool(toks) and toks[-1] in p.stop_token_ids
+    if reason == FinishReason.STOP and not by_id and p.guided is None and len(toks) not in ends:
+        raise check.fail(
+            f"{describe(r, trace)} with {_about(r)} finished STOP after {len(toks)} tokens "
+            f"{toks}, whose generated text {decode(tok, toks)!r} completes no stop string "
+            "there and whose last token is no stop id. (Was the prompt searched, or text "
+            "from another request?)")
+    if len(toks) in ends and reason not in (FinishReason.STOP, FinishReason.ABORT):
+        raise check.fail(
+            f"{describe(r, trace)} with {_about(r)} completed a stop string with its last "
+            f"token {len(toks) - 1} but finished {reason}. Expected STOP (a stop string "
+            "wins over LENGTH at the last budgeted token, as a stop id does).")
+    return len(toks) in ends and reason == FinishReason.STOP
+
+
+def _add(coverage: Coverage, judged: tuple[int, int, int, int], check: str) -> None:
+    for key, n in zip(("ended by a stop string", "ended by a stop string spanning tokens",
+                       "with stop strings never completed", "with stop strings and no "
+                       "streamed text (tokens judged only)"), judged, strict=True):
+        coverage.counts[key] += n
+
+
+TALLY = Tally(_add)
+
+
+def check_stop_strings(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, int, int]:
+    """Every request with stop strings: its tokens end where the first one completed (or
+    where the text settles after it: engines.testing.text), finish STOP; its text is the
+    decode of its tokens cut at that stop string, or the whole decode if none completed (less
+    a stop id's text, where vLLM leaves it out); a prefix of it if aborted; and under exact
+    parity the same as served alone."""
+    __tracebackhide__ = True
+    assert trace.tokenizer is not None, f"{check.name} needs a declared tokenizer"
+    tok = tokenizer(trace.tokenizer)
+    hit = spanning = missed = no_text = 0
+    for r in trace.workload.requests:
+        rid, p = r.request_id, r.params
+        if not p.stop:
+            continue
+        toks = trace.tokens(rid)
+        at = stop_tokens(tok, toks, p.stop, min_tokens=p.min_tokens)
+        stopped = _tokens(check, trace, r, tok, at)
+        if stopped and at is not None:
+            hit += 1
+            spanning += _spans(tok, toks, at, p.stop)
+        elif rid in trace.finished_at:
+            missed += 1
+        got = streamed(trace, rid)
+        if got is None:
+            no_text += 1
+            continue
+        full = decode(tok, toks)
+        by_id = bool(toks) and toks[-1] in p.stop_token_ids
+        # A stop id on the same token may win (the whole decode, or vLLM's, without it).
+        allowed = {full, decode(tok, toks[:-1])} if by_id else set()
+        if stopped and at is not None:
+            before = len(visible(decode(tok, toks[:at.earliest - 1])))
+            allowed |= cuts(full, before, p.stop, p.include_stop_str_in_output)
+        elif not by_id:
+            allowed.add(full)
+        if rid in trace.aborted_at or rid not in trace.finished_at:
+            if not full.startswith(got):
+                raise check.fail(_mismatch(r, trace, got, full, "a prefix of the decode of "
+                                           "its tokens (it was aborted or cut off)"))
+            continue
+        if got not in allowed:
+            expected = min(allowed, key=len) if stopped else full
+            raise check.fail(_mismatch(r, trace, got, expected, (
+                f"the decode of its tokens cut at the stop string ({_about(r)})" if stopped
+                else f"the decode of its tokens ({_about(r)}, none completed)")))
+        if judge.parity == "exact" and judge.comparable(p):
+            alone = judge.oracle(r.prompt_token_ids, p)
+            if alone.text is not None and alone.tokens == tuple(toks) and alone.text != got:
+                raise check.fail(_mismatch(r, trace, got, alone.text,
+                                           f"its text served alone ({_about(r)})"))
+    return hit, spanning, missed, no_text
