@@ -5,7 +5,7 @@ rejected drafts leave no block held, and drafts really are verified and accepted
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 
 import pytest
 import torch
@@ -14,10 +14,10 @@ from engines.paged.drafters import prompt_lookup
 from engines.paged.engine import PagedEngine
 from engines.paged.forward import Row
 from engines.paged.speculate import Speculation
-from engines.paged.state import PagedRequest
 from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
 from tests.helpers import make_prompts
 from tests.kv_checks import drain_checked
+from tests.spec_drafts import scripted
 
 NGRAM = Speculation("ngram", num_tokens=3)
 DRAFT = Speculation("draft", num_tokens=3)
@@ -132,29 +132,8 @@ def test_rows_with_and_without_drafts_share_one_forward() -> None:
                and any(len(r.tokens) == 1 for r in rows) for rows in seen)
 
 
-class KnownDrafter:
-    """Drafts from a known continuation per prompt (the plain engine's tokens, or any
-    tokens): with the right one every draft is accepted, so runs of k + 1 tokens are
-    certain, whatever the model."""
-
-    def __init__(self, continuations: dict[tuple[int, ...], list[int]]) -> None:
-        self.continuations = continuations
-
-    def _next(self, seq: PagedRequest) -> list[int]:
-        known = self.continuations[seq.request.prompt_token_ids]
-        return known[len(seq.output) : len(seq.output) + 3]
-
-    def wants(self, seq: PagedRequest, k: int) -> int:
-        return min(k, len(self._next(seq)))
-
-    def propose(self, counts: Mapping[PagedRequest, int]) -> dict[PagedRequest, list[int]]:
-        return {seq: self._next(seq)[:n] for seq, n in counts.items()}
-
-
 def _known(drafts: dict[tuple[int, ...], list[int]]) -> PagedEngine:
-    engine = PagedEngine(speculation=NGRAM)
-    engine.drafter = KnownDrafter(drafts)
-    return engine
+    return scripted(PagedEngine, drafts)
 
 
 def test_right_drafts_are_all_accepted_and_wrong_ones_none() -> None:

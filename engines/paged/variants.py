@@ -20,7 +20,7 @@ from engines.paged.speculate import Speculation
 
 __all__ = ["VARIANTS", "budget_8", "compiled_graphs", "compiled_step", "equal_memory",
            "no_prefix_caching", "one_at_a_time", "small_pool", "speculative_draft",
-           "speculative_ngram"]
+           "speculative_ngram", "speculative_self"]
 
 
 def no_prefix_caching() -> PagedEngine:
@@ -89,6 +89,15 @@ def speculative_draft() -> PagedEngine:
     return PagedEngine(speculation=Speculation("draft", num_tokens=3))
 
 
+def speculative_self() -> PagedEngine:
+    """The target model drafting for itself (`draft_model="tiny"`): no speed-up (a draft
+    costs a target forward), but every greedy draft is accepted and a sampled one with the
+    target's own probability, so every workload has long accepted runs: stop ids, budgets and
+    min_tokens reached inside them, bonus tokens, blocks crossed by a run. The other two
+    drafters' drafts are accepted rarely on the tiny preset's continuations (~2-4%)."""
+    return PagedEngine(speculation=Speculation("draft", num_tokens=3, draft_model="tiny"))
+
+
 VARIANTS = {
     "no_prefix_caching": no_prefix_caching,
     "budget_8": budget_8,
@@ -99,4 +108,5 @@ VARIANTS = {
     "compiled_graphs": compiled_graphs,
     "speculative_ngram": speculative_ngram,
     "speculative_draft": speculative_draft,
+    "speculative_self": speculative_self,
 }

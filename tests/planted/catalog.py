@@ -10,9 +10,10 @@ from tests.planted.edge_bugs import CONTROLS, EDGE_PLANTED
 from tests.planted.model_bugs import MODEL_PLANTED
 from tests.planted.paged_bugs import PAGED_PLANTED
 from tests.planted.sampling_bugs import SAMPLING_PLANTED
+from tests.planted.spec_bugs import SPEC_SEARCHED
 from tests.planted.toy_bugs import PLANTED
 
 ALL_PLANTED: list[Any] = [*PLANTED, *EDGE_PLANTED, *CRASH_PLANTED, *CONTINUOUS_PLANTED,
-                          *MODEL_PLANTED, *PAGED_PLANTED, *SAMPLING_PLANTED]
+                          *MODEL_PLANTED, *PAGED_PLANTED, *SAMPLING_PLANTED, *SPEC_SEARCHED]
 # Correct engines the suite must pass (no false alarm).
 ALL_CONTROLS: list[Any] = [*CONTROLS]
