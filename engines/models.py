@@ -163,6 +163,22 @@ PRESETS.update({
         thresholds=(ZOO_ROPE_THRESHOLD,),
     ),
 })
+# The draft model of speculative decoding (engines.paged.drafters): the tiny preset cut to
+# its first two layers. Its weights are the tiny preset's own first two layers, embedding and
+# head, not a coincidence: _seeded_init walks the parameters in name order with one
+# generator, and a model with the same shapes and fewer layers draws the same values for
+# every parameter it shares (lm_head, embed_tokens, layers.0, layers.1), and ones for the
+# final norm. So it is a seeded model of its own and an early exit of the tiny one (as
+# LayerSkip's self-speculation drafts), whose greedy tokens agree with the target's often
+# enough for drafts to be accepted; a draft of independent random weights would almost never
+# agree with it. Not in ZOO (no architecture feature of its own to cross).
+PRESETS["tiny-draft"] = Preset(
+    {**_TINY_SHAPES, "num_hidden_layers": 2},
+    weight_std=0.15,
+    max_model_len=512,
+    purpose="speculative decoding's draft model: the tiny preset's first 2 of 4 layers "
+            "(same vocabulary, same seeded weights)",
+)
 ZOO = ("tiny-llama-rope", "tiny-mistral-swa", "tiny-gemma-mixed", "tiny-moe",
        "tiny-phi3-longrope")
 

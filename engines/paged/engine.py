@@ -46,6 +46,7 @@ from engines.paged.blocks import BlockKey, BlockPool
 from engines.paged.forward import PagedForward, Row
 from engines.paged.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LoraStacks
 from engines.paged.schedule import PagedSchedule
+from engines.paged.speculate import Speculation, SpeculativeSteps
 from engines.paged.state import PagedRequest
 from engines.protocol import (
     ALL_PARAMS,
@@ -87,7 +88,7 @@ DEFAULT_MAX_BATCH_SIZE = 16
 DEFAULT_TOKEN_BUDGET = 96
 
 
-class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
+class PagedEngine(SpeculativeSteps, PagedSchedule, EngineCore[PagedRequest]):
     name = "paged"
     supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
                           | {"lora", "cache_salt", "prompt_logprobs"})
@@ -111,6 +112,7 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         loras: Mapping[str, str | Path] | None = None,  # adapter name -> PEFT directory
         max_loras: int = DEFAULT_MAX_LORAS,  # adapters served at once
         max_lora_rank: int = DEFAULT_MAX_LORA_RANK,
+        speculation: Speculation | None = None,  # engines.paged.speculate; None: off
     ) -> None:
         super().__init__(model, device=device, dtype=dtype, max_batch_size=max_batch_size,
                          max_model_len=max_model_len, seed=seed)
@@ -154,6 +156,11 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         self._load_serial = itertools.count(1)
         for name, path in (loras or {}).items():
             self.add_lora(name, str(path))
+        param = next(self.model.parameters())
+        self._init_speculation(speculation, vocab_size=self.vocab_size, num_blocks=num_blocks,
+                               block_size=block_size, max_model_len=self.max_model_len,
+                               seats=max_batch_size, seed=seed, device=param.device,
+                               dtype=param.dtype)
 
     @property
     def execution(self) -> str:
@@ -178,6 +185,9 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         if self.runner.compiled.enabled:  # which steps the compiled graph ran
             counts["compiled_steps"] = self.runner.graph_steps
             counts["compiled_fallback_steps"] = self.runner.graph_fallbacks
+        if self.drafter is not None:  # engines.paged.speculate
+            counts["spec_draft_tokens"] = self.spec_draft_tokens
+            counts["spec_accepted_tokens"] = self.spec_accepted_tokens
         return counts
 
     # --- KVIntrospection ----------------------------------------------------------------------
@@ -262,8 +272,22 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
         plan = self._schedule()
         if not plan:
             return outputs
+        if self.drafter is not None:
+            return self._spec_step(outputs, plan)
         rows = [self._row(seq, n) for seq, n in plan.items()]
         logits = self._take_prompt_logprobs(plan, rows, self.runner.forward(rows))
+        ready = self._advance(plan)
+        tokens, tops, logprobs = sample(logits, ready)
+        for seq, token, top, logprob in zip(ready, tokens, tops, logprobs, strict=True):
+            outputs.append(seq.append(token, top, logprob))
+            if seq.finished:
+                self._finish(seq)
+                self._retire(seq)
+        return outputs
+
+    def _advance(self, plan: dict[PagedRequest, int]) -> list[PagedRequest]:
+        """Count each row's computed tokens; the requests whose span reached their end
+        (their next token is sampled now), in plan order."""
         ready = []
         for seq, n in plan.items():
             if n < seq.num_pending and not seq.chunked:
@@ -273,13 +297,7 @@ class PagedEngine(PagedSchedule, EngineCore[PagedRequest]):
             self._cache_full_blocks(seq)
             if seq.num_computed == seq.num_tokens:
                 ready.append(seq)
-        tokens, tops, logprobs = sample(logits, ready)
-        for seq, token, top, logprob in zip(ready, tokens, tops, logprobs, strict=True):
-            outputs.append(seq.append(token, top, logprob))
-            if seq.finished:
-                self._finish(seq)
-                self._retire(seq)
-        return outputs
+        return ready
 
     def _row(self, seq: PagedRequest, n: int) -> Row:
         start = seq.num_computed

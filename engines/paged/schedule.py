@@ -59,6 +59,7 @@ class PagedSchedule:
                   else self.max_prefill_only_tokens)
         for seq in decoding:
             self._take(seq, budget, plan)
+        self._add_drafts(decoding, plan, budget)  # speculation (engines.paged.speculate)
         # Fewest tokens left first: each prompt that completes starts decoding a step sooner
         # (the bench's 200-request draw, all queued: 527 steps instead of 541 oldest first at
         # a budget of 96), and the queue's head goes before any running prompt with more
@@ -69,6 +70,10 @@ class PagedSchedule:
             self._take(seq, budget, plan)
         self._admit(plan, budget)
         return plan
+
+    def _add_drafts(self, decoding: list[PagedRequest], plan: dict[PagedRequest, int],
+                    budget: int) -> None:
+        """Speculation's hook: decoding rows may take draft tokens to verify (none here)."""
 
     def _take(self, seq: PagedRequest, budget: int, plan: dict[PagedRequest, int]) -> None:
         room = budget - sum(plan.values())
@@ -148,7 +153,7 @@ class PagedSchedule:
         self.running.remove(seq)
         self._unseat(seq)
         self._release_blocks(seq)
-        seq.num_computed = seq.num_registered = 0
+        seq.num_computed = seq.num_registered = seq.draft_computed = 0
         self.waiting.appendleft(seq)
         self.preemptions += 1
 

@@ -26,6 +26,9 @@ class PagedRequest(RequestState):
     # must not be shared across (its adapter, its cache salt); None for neither.
     root: BlockKey | None = None
     lora_slot: int = 0  # its adapter's slot in the forward's LoRA stacks (0: base)
+    # Speculation's draft model (engines.paged.drafters): positions whose draft KV is in
+    # the draft pool. Truncated with num_computed, reset by preemption.
+    draft_computed: int = 0
 
     @property
     def num_tokens(self) -> int:

@@ -6,7 +6,8 @@ the default engine.
         --engine-variant no_prefix_caching=engines.paged.variants:no_prefix_caching \\
         --engine-variant budget_8=engines.paged.variants:budget_8 \\
         --engine-variant small_pool=engines.paged.variants:small_pool \\
-        --engine-variant one_at_a_time=engines.paged.variants:one_at_a_time
+        --engine-variant one_at_a_time=engines.paged.variants:one_at_a_time \\
+        --engine-variant speculative_ngram=engines.paged.variants:speculative_ngram
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import Any
 
 from engines.models import DEFAULT_PRESET, preset_max_model_len
 from engines.paged.engine import DEFAULT_BLOCK_SIZE, PagedEngine
+from engines.paged.speculate import Speculation
 
 __all__ = ["VARIANTS", "budget_8", "compiled_graphs", "compiled_step", "equal_memory",
-           "no_prefix_caching", "one_at_a_time", "small_pool"]
+           "no_prefix_caching", "one_at_a_time", "small_pool", "speculative_draft",
+           "speculative_ngram", "speculative_self"]
 
 
 def no_prefix_caching() -> PagedEngine:
@@ -71,6 +74,30 @@ def compiled_graphs() -> PagedEngine:
     return PagedEngine(compiled="graphs")
 
 
+def speculative_ngram() -> PagedEngine:
+    """Speculative decoding by prompt lookup (engines.paged.speculate): up to 3 drafts a row,
+    the continuation of the latest earlier occurrence of the last 3, 2 or 1 tokens. Greedy
+    and seeded tokens are those of the default engine: drafts change how many tokens a step
+    emits, not which."""
+    return PagedEngine(speculation=Speculation("ngram", num_tokens=3))
+
+
+def speculative_draft() -> PagedEngine:
+    """Speculative decoding with the `tiny-draft` model (the tiny preset's first two
+    layers): 3 greedy drafts a row, verified in one forward; the same tokens as the
+    default engine."""
+    return PagedEngine(speculation=Speculation("draft", num_tokens=3))
+
+
+def speculative_self() -> PagedEngine:
+    """The target model drafting for itself (`draft_model="tiny"`): no speed-up (a draft
+    costs a target forward), but every greedy draft is accepted and a sampled one with the
+    target's own probability, so every workload has long accepted runs: stop ids, budgets and
+    min_tokens reached inside them, bonus tokens, blocks crossed by a run. The other two
+    drafters' drafts are accepted rarely on the tiny preset's continuations (~2-4%)."""
+    return PagedEngine(speculation=Speculation("draft", num_tokens=3, draft_model="tiny"))
+
+
 VARIANTS = {
     "no_prefix_caching": no_prefix_caching,
     "budget_8": budget_8,
@@ -79,4 +106,7 @@ VARIANTS = {
     "equal_memory": equal_memory,
     "compiled_step": compiled_step,
     "compiled_graphs": compiled_graphs,
+    "speculative_ngram": speculative_ngram,
+    "speculative_draft": speculative_draft,
+    "speculative_self": speculative_self,
 }
