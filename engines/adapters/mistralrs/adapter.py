@@ -23,8 +23,9 @@ Translations (where the library's semantics differ from the protocol):
   the first stop id generated ends the request with STOP (kept in the output); the stream is
   dropped and whatever the library produced after it is discarded.
 - abort: the request's thread stops reading and drops the stream; the adapter emits ABORT.
-- sampling: temperature (0: greedy), top_k (0 or -1: off), top_p, min_p, repetition,
-  presence and frequency penalties map to the request's fields of the same names. With the
+- sampling: temperature (0: greedy), top_k (0 or -1: off), top_p, repetition, presence and
+  frequency penalties map to the request's fields of the same names; min_p is refused by
+  name (report 27: min_p = 1.0 did not keep the most likely token). With the
   prefix cache on (prefix_cache_n > 0) repetition_penalty is refused by name: the adapter's
   author saw the penalty leave out the prompt tokens a cache hit reused, so that a request's
   tokens depended on what ran before it; no standalone repro has reached it since
@@ -72,8 +73,10 @@ from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput  
 __all__ = ["SEEDS_LIMIT", "SLIDING_WINDOW_PANICS", "SUPPORTED_SAMPLING",
            "MistralRsEngine", "make_engine", "mistralrs_engine"]
 
+# min_p is refused by name: mistral.rs 0.9.5 sampled past min_p = 1.0, which keeps only the
+# most likely token (docs/findings.md report 27).
 SUPPORTED_SAMPLING = frozenset({"max_tokens", "stop_token_ids", "temperature", "top_k", "top_p",
-                                "min_p", "repetition_penalty", "presence_penalty",
+                                "repetition_penalty", "presence_penalty",
                                 "frequency_penalty", "logprobs"})
 SEEDS_LIMIT = ("mistral.rs has no per-request seed (its Runner's seed is engine-wide, and "
                "Runner(seed=) fails on the CPU: docs/findings.md report 26); seeded requests "
@@ -251,7 +254,6 @@ class MistralRsEngine:
             messages=[{"role": "user", "content": text}], model="default",
             max_tokens=int(p.max_tokens), temperature=float(p.temperature),
             top_k=top_k, top_p=float(p.top_p) if p.top_p < 1.0 else None,
-            min_p=float(p.min_p) if p.min_p > 0.0 else None,
             repetition_penalty=(float(p.repetition_penalty) if p.repetition_penalty != 1.0
                                 else None),
             presence_penalty=float(p.presence_penalty) if p.presence_penalty else None,

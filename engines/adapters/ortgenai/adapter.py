@@ -83,7 +83,10 @@ class TurnFailed(RuntimeError):
 def _turn_options(req: Any, p: SamplingParams, budget: int, vocab_size: int) -> Any:
     opts = og.TurnOptions(req)
     opts.set_max_generated_tokens(int(budget))
-    if p.temperature > 0:
+    # top_k 1 keeps the most likely token whatever the temperature, and onnxruntime-genai
+    # 0.18.0 refuses a temperature beside it ("the resolved turn policy selects the top
+    # logit"): served greedily, the same tokens.
+    if p.temperature > 0 and p.top_k != 1:
         opts.set_do_sample(True)
         opts.set_temperature(float(p.temperature))
         # Set both always: the built config's search defaults include top_k 50. "Off" is the
