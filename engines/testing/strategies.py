@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_requests_for
-from engines.testing.constraint_draws import constrained
+from engines.testing.constraint_draws import constrained, satisfiable
 from engines.testing.limits import EngineLimits
 from engines.testing.workload import Abort, Workload
 
@@ -314,7 +314,7 @@ def request_mixes(
                 # A stop id min_tokens must hold back: one the request would generate early.
                 early = [t for t in own[:params.min_tokens] if 0 <= t < limits.vocab_size]
                 stops = tuple(dict.fromkeys([*early[:1], *stops]))
-            params = dataclasses.replace(params, stop_token_ids=stops)
+            params = satisfiable(dataclasses.replace(params, stop_token_ids=stops))
         out.append(Request(prompt, params, request_id=f"r{i}"))
     return out
 
