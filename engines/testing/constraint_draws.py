@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 from engines.protocol import CONSTRAINT_PARAMS, GUIDED_KINDS, Guided, GuidedKind, SamplingParams
 from engines.testing.limits import EngineLimits
 
-__all__ = ["CHOICES", "GRAMMARS", "JSON_SCHEMAS", "REGEXES", "constrained", "guided_specs"]
+__all__ = ["CHOICES", "GRAMMARS", "JSON_SCHEMAS", "REGEXES", "constrained", "guided_specs",
+           "satisfiable"]
 
 # Serves (prompt, params) alone and returns the generated token ids (AloneOracle.tokens).
 Alone = Callable[[Sequence[int], SamplingParams], Sequence[int]]
@@ -150,7 +151,9 @@ def constrained(draw: st.DrawFn, limits: EngineLimits, prompt: Sequence[int],
         budget = min(room, max(params.max_tokens,
                                draw(st.integers(1, 16), label="guided_budget")))
         change["max_tokens"] = budget
-        change["min_tokens"] = min(params.min_tokens, budget)
+        # No min_tokens: stop ids held back could be all the grammar allows at some point,
+        # and what an engine samples from nothing means nothing.
+        change["min_tokens"] = 0
     # A sampled row always gets a bias beside its mask: where a bias goes among temperature,
     # penalties and filters shows only there.
     if bias and (family == "none" or params.temperature > 0
@@ -165,3 +168,14 @@ def constrained(draw: st.DrawFn, limits: EngineLimits, prompt: Sequence[int],
             change["repetition_penalty"] = draw(st.sampled_from(PENALTIES),
                                                 label="bias_with_penalty")
     return dataclasses.replace(params, **change)  # type: ignore[arg-type]
+
+
+def satisfiable(params: SamplingParams) -> SamplingParams:
+    """`params` once its stop ids are drawn, without a min_tokens that would hold back every
+    allowed id (all of them stop ids): no token could be sampled then, and a correct engine
+    may emit anything."""
+    allowed = params.allowed_token_ids
+    if (allowed is not None and params.min_tokens
+            and set(allowed) <= set(params.stop_token_ids)):
+        return dataclasses.replace(params, min_tokens=0)
+    return params

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_requests_for
 from engines.testing.children_draws import draws_children, families
-from engines.testing.constraint_draws import constrained
+from engines.testing.constraint_draws import constrained, satisfiable
 from engines.testing.limits import EngineLimits
 from engines.testing.processing import GREEDY_FILTERS
 from engines.testing.stop_draws import draws_stop_strings, stop_string_params
@@ -333,7 +333,7 @@ def request_mixes(
                 # A stop id min_tokens must hold back: one the request would generate early.
                 early = [t for t in own[:params.min_tokens] if 0 <= t < limits.vocab_size]
                 stops = tuple(dict.fromkeys([*early[:1], *stops]))
-            params = dataclasses.replace(params, stop_token_ids=stops)
+            params = satisfiable(dataclasses.replace(params, stop_token_ids=stops))
             if draws_stop_strings(limits):  # engines.testing.stop_draws
                 params = draw(stop_string_params(limits, own, prompt, params), label=f"r{i}.stop")
         out.append(Request(prompt, params, request_id=f"r{i}"))
