@@ -162,3 +162,20 @@ def test_draws_judged_only_with_enough_of_them() -> None:
     trace = run_workload(SequentialEngine(), few)
     assert check_sampling_distribution(check_named("sampling_distribution"), trace,
                                        ctx.judge)[:3] == (0, 0, 0)
+
+
+class _Seedless(SequentialEngine):
+    """Declares seeds broken (as mistral.rs does): the checks of unseeded sampling still
+    judge its sampling path."""
+
+    expected_failed_checks = {"seeds": "no per-request seed"}
+
+
+def test_an_engine_without_seeds_is_judged_on_unseeded_sampling() -> None:
+    ctx = build_context(_Seedless, name="seedless",
+                        options=SuiteOptions(reference=SequentialEngine))
+    assert not ctx.limits.sampling  # every other check draws greedy requests only
+    for check, key in (("greedy_filters", "greedy-filter requests judged"),
+                       ("sampling_distribution", "unseeded draw groups judged")):
+        coverage = search(ctx, check, settings=pinned(4, shrink=False))
+        assert coverage.counts[key] > 0, (check, coverage.counts)

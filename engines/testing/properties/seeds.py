@@ -189,7 +189,9 @@ def _notes(data: Mapping[str, int], name: str) -> list[str]:
     if data.get(f"max {GREEDY_ONLY}"):
         out.append(f"sampling: no check but `{name}` drew a sampled request (temperature > 0): "
                    f"the engine declares `{name}` broken (expected_failed_checks), so every "
-                   "other check judged greedy requests only")
+                   "other check judged greedy requests only (the checks of unseeded sampling "
+                   "aside: filters that leave one token, and the distribution of unseeded "
+                   "draws where a reference engine is given)")
     whys: dict[str, Why] = {"no logprobs": _no_logprobs, "too few seeds": _too_few,
                             "certain": _certain}
     for fate, template in _REASONS.items():
