@@ -69,16 +69,17 @@ def check_budget_finish(check: Check, trace: Trace, judge: Judge) -> None:
                 raise check.fail(f"{describe(r, trace)} finished with ABORT in step "
                                  f"{fin_step}, but it was never aborted.")
             continue
+        expected = ""
         if ends_in_stop:  # STOP wins, even at the last budgeted token
             ok = reason == FinishReason.STOP
-        elif p.stop and reason == FinishReason.STOP:  # a stop string: stop_strings judges it
-            ok = True
             expected = "STOP (it ended on a stop token" + (
                 ", which wins over LENGTH at the last budgeted token)"
                 if len(toks) == p.max_tokens else ")")
         elif p.guided is not None and reason == FinishReason.STOP:
             # Its grammar ended it, matched in full: the `constraints` check judges the match.
             ok, expected = True, ""
+        elif p.stop and reason == FinishReason.STOP:  # a stop string: stop_strings judges it
+            ok = True
         else:
             ok = reason == FinishReason.LENGTH and len(toks) == p.max_tokens
             expected = f"LENGTH after exactly {p.max_tokens} tokens"
