@@ -10,7 +10,7 @@ args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--hypothesis-profile=batching-ci)
 variants=()
 # Not equal_memory: at its default 8 it is the engine's own default configuration.
-for v in no_prefix_caching budget_8 small_pool one_at_a_time; do
+for v in no_prefix_caching budget_8 small_pool one_at_a_time speculative_ngram speculative_self; do
     variants+=(--engine-variant "$v=engines.paged.variants:$v")
 done
 python -m pytest --pyargs engines.testing.conformance -p no:cacheprovider -q \

@@ -72,6 +72,9 @@ def test_variant_gives_the_default_engines_tokens(name: str, default_tokens: dic
         assert engine.max_num_batched_tokens == 8
     elif name == "one_at_a_time":
         assert widest[0] == 1
+    elif name.startswith("speculative_"):  # drafts verified, some accepted
+        counts = engine.exercised()
+        assert counts["spec_draft_tokens"] > counts["spec_accepted_tokens"] > 0
     elif name.startswith("compiled_"):  # the graph ran, and not for every step
         counts = engine.exercised()
         assert 0 < counts["compiled_steps"] < steps[0]

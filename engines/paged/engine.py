@@ -23,6 +23,10 @@ together: each row carries its adapter's slot and the forward adds every token's
 and which load of it: a name removed and added again is other weights) and its cache salt,
 so requests differing in either never share a block.
 
+Speculative decoding (`speculation=Speculation(...)`, off by default; engines.paged
+.speculate): a prompt-lookup or draft-model drafter proposes up to k tokens per decoding
+request, verified in the step's one forward; a request's tokens are the same as without it.
+
 Not SlotIntrospection: requests have no slots that stay compact (`max_concurrency` says how
 many run at once); KVIntrospection describes the pool instead.
 """
