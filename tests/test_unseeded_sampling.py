@@ -150,7 +150,8 @@ def test_distribution_check_runs_its_seed_workloads_only() -> None:
     ctx = _ours(OURS[1])
     limits = limits_for(ctx, "sampling_distribution")
     seeds = seed_workloads(limits, alone=ctx.oracle.tokens)
-    assert len(seeds[-1].requests) == 2 * DRAWS
+    (draws,) = [w for w in seeds if w.label == "unseeded draws of two prompts"]
+    assert len(draws.requests) == 2 * DRAWS
     coverage = search(ctx, "sampling_distribution", settings=pinned(50, shrink=False))
     assert coverage.counts["workloads"] == len(seeds)
 

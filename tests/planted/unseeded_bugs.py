@@ -159,3 +159,4 @@ class _Params:
     def __init__(self, seq: RequestState, params: SamplingParams) -> None:
         self.request = dataclasses.replace(seq.request, params=params)
         self.generator, self.output = seq.generator, seq.output
+        self.matcher = seq.matcher  # guided rows: the constraint mask reads their grammar

@@ -1,7 +1,8 @@
 """Constraints (engines.protocol's CONSTRAINT_PARAMS) kept in every output, judged from the
 request and the tokens alone: no emitted id outside `allowed_token_ids`; no `bad_words`
 sequence completed; every guided output accepted by its grammar, in full where the grammar
-ended it (finish STOP, not on a stop id), as a prefix where its budget or an abort did.
+ended it (finish STOP, not on a stop id or a stop string), as a prefix where its budget, an
+abort or a stop string did.
 
 Grammars are judged with llguidance over the engine's declared tokenizer (the directory
 holding tokenizer.json, engines.protocol.tokenizer_of), built here from the request's spec and
@@ -184,8 +185,10 @@ def _judge(check: Check, r: Request, trace: Trace, judged: Judged) -> None:
         return
     stopped_by_id = (reason == FinishReason.STOP and bool(tokens)
                      and tokens[-1] in p.stop_token_ids and len(tokens) > p.min_tokens)
+    # A stop string may end it mid-grammar: where it did is the stop_strings check's to judge.
+    stopped_by_text = reason == FinishReason.STOP and bool(p.stop)
     full = grammar.m.is_accepting() or ended and _accepting(grammar, tokens[:-1])
-    if reason == FinishReason.STOP and not stopped_by_id and not full:
+    if reason == FinishReason.STOP and not stopped_by_id and not stopped_by_text and not full:
         text = grammar.tok.decode_str(list(tokens))
         raise check.fail(f"{describe(r, trace)} finished with STOP after {tokens} ({text!r}), "
                          f"not on a stop id, but that is not a whole match of its "
