@@ -20,7 +20,7 @@ def importable_examples(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_engine_option_runs_the_suite_with_readable_ids(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(*SUITE, "--engine", "examples.toy_engine:ToyEngine", "-v")
-    result.assert_outcomes(passed=13, skipped=5)  # drain, prompt_logprobs: not declared
+    result.assert_outcomes(passed=13, skipped=6)  # drain, prompt_logprobs, isolation: not declared
     result.stdout.fnmatch_lines([
         "batching-engines: engine examples.toy_engine:ToyEngine, parity exact, *",
         "*test_conformance[[]ToyEngine-parity[]] PASSED*",
@@ -56,7 +56,7 @@ def test_fixture_override_pulls_the_suite_in(pytester: pytest.Pytester) -> None:
     )
     pytester.makepyfile(test_mine="from engines.testing.conformance import *  # noqa: F403\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "--hypothesis-profile=batching-dev")
-    result.assert_outcomes(passed=13, skipped=5)  # drain, prompt_logprobs: not declared
+    result.assert_outcomes(passed=13, skipped=6)  # drain, prompt_logprobs, isolation: not declared
 
 
 def test_declared_expected_failures_are_strict_xfails(pytester: pytest.Pytester) -> None:
@@ -93,7 +93,7 @@ def test_an_engine_that_declares_seeds_unsupported(pytester: pytest.Pytester) ->
                 super().add_request(request)
     """)
     result = pytester.runpytest(*SUITE, "--engine", "noseeds:NoSeeds", "-rxX")
-    result.assert_outcomes(passed=12, skipped=5, xfailed=1)
+    result.assert_outcomes(passed=12, skipped=6, xfailed=1)
     result.stdout.fnmatch_lines(["*NoSeeds-seeds*refuses seeded sampling*"])
 
 
