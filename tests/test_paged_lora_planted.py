@@ -22,6 +22,7 @@ from tests.planted.lora_bugs import (
     ScalingTwice,
     SlotReused,
     StaleIndex,
+    TenantsNeverCached,
 )
 
 pytest.importorskip("peft")
@@ -85,7 +86,8 @@ def reuse_probe(make: Callable[..., PagedEngine]) -> str | None:
 PROBES = {"parity": parity_probe, "isolation": isolation_probe, "reuse": reuse_probe}
 PLANTED: dict[type[PagedEngine], str] = {
     ScalingTwice: "parity", BaseRowsGetADelta: "parity", StaleIndex: "parity",
-    KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", SlotReused: "reuse"}
+    KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", TenantsNeverCached: "isolation",
+    SlotReused: "reuse"}
 
 
 @pytest.mark.parametrize("probe", sorted(PROBES))

@@ -1,6 +1,7 @@
 """Planted LoRA and tenant bugs in the paged engine (built with `loras=`): PEFT's scaling
 applied twice, a base row given an adapter's delta, an adapter index kept per seat, a prefix
-key that ignores the adapter or the salt, a removed adapter's slot reused with its weights.
+key that ignores the adapter or the salt, tenants' blocks never shared (isolation by caching
+nothing), a removed adapter's slot reused with its weights.
 
 LORA_PLANTED names the suite check that catches each (tests/test_lora_suite_planted.py runs
 it on the engine built with the zoo's adapters); tests/test_paged_lora_planted.py catches
@@ -20,7 +21,7 @@ from engines.paged.state import PagedRequest
 from engines.protocol import Request
 
 __all__ = ["LORA_PLANTED", "BaseRowsGetADelta", "KeyIgnoresAdapter", "SaltIgnored",
-           "ScalingTwice", "SlotReused", "StaleIndex"]
+           "ScalingTwice", "SlotReused", "StaleIndex", "TenantsNeverCached"]
 
 
 class _TwiceScaled(LoraStacks):
@@ -85,8 +86,17 @@ class SaltIgnored(PagedEngine):
                                          request.request_id, request.lora, None))
 
 
+class TenantsNeverCached(PagedEngine):
+    def _key_root(self, request: Request) -> BlockKey | None:
+        root = super()._key_root(request)
+        # planted: isolation by caching nothing: a request under an adapter or a salt keys its
+        # blocks under its own id, so no other request, its own tenant's included, shares them
+        return root if root is None else root + repr(request.request_id).encode()
+
+
 # Each bug -> the suite check that catches it ("stateful": the state machine, whose
 # swap_adapter rule removes an adapter and adds another).
 LORA_PLANTED: dict[type[PagedEngine], str] = {
     ScalingTwice: "reference_parity", BaseRowsGetADelta: "parity", StaleIndex: "parity",
-    KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", SlotReused: "stateful"}
+    KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", TenantsNeverCached: "isolation",
+    SlotReused: "stateful"}
