@@ -158,10 +158,13 @@ class Table:
         self.flat = flat  # top_at: 50 candidates of 2% each (a sampler's worth of doubt)
         self.served = 0
 
-    def __call__(self, prompt: Sequence[int], params: SamplingParams) -> Alone:
-        return self.serve(tuple(prompt), params)
+    def __call__(self, prompt: Sequence[int], params: SamplingParams, *,
+                 lora_path: str | None = None) -> Alone:
+        return self.serve(tuple(prompt), params, lora_path=lora_path)
 
-    def serve(self, prompt: tuple[int, ...], params: SamplingParams) -> Alone:
+    def serve(self, prompt: tuple[int, ...], params: SamplingParams, *,
+              lora_path: str | None = None) -> Alone:
+        assert lora_path is None, "the table holds base-model answers only"
         self.served += 1
         if params.temperature > 0:
             tokens = tuple((hash((prompt, params.seed, i)) % 97) for i in

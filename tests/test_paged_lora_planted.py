@@ -9,82 +9,23 @@ import random
 from collections.abc import Callable
 
 import pytest
-import torch
 
-from engines.core.lora import LoraWeights
 from engines.loras import lora_dir, zoo_loras
 from engines.paged import PagedEngine
-from engines.paged.blocks import BlockKey
-from engines.paged.forward import Row
-from engines.paged.lora import LoraStacks
-from engines.paged.state import PagedRequest
 from engines.protocol import Request, SamplingParams
 from engines.sequential import SequentialEngine
 from tests.helpers import run_tokens
+from tests.planted.lora_bugs import (
+    BaseRowsGetADelta,
+    KeyIgnoresAdapter,
+    SaltIgnored,
+    ScalingTwice,
+    SlotReused,
+    StaleIndex,
+    TenantsNeverCached,
+)
 
 pytest.importorskip("peft")
-
-
-class _TwiceScaled(LoraStacks):
-    def scaled_b(self, weights: LoraWeights, b: torch.Tensor) -> torch.Tensor:
-        return b * weights.scaling * weights.scaling  # planted: PEFT's scaling applied twice
-
-
-class _StaleSlot(LoraStacks):
-    def load(self, weights: LoraWeights) -> int:
-        reused = self.free[0] in getattr(self, "used", set())
-        if not reused:
-            return super().load(weights)
-        return self.free.pop(0)  # planted: a reused slot keeps the removed adapter's weights
-
-    def unload(self, slot: int) -> None:
-        self.used = getattr(self, "used", set()) | {slot}
-        self.free.append(slot)  # (and not zeroed)
-        self.free.sort()
-
-
-class ScalingTwice(PagedEngine):
-    def _lora_stacks(self, device: torch.device, dtype: torch.dtype) -> LoraStacks:
-        return _TwiceScaled(self.runner.lora_shapes(), max_loras=self.max_loras,
-                            max_rank=self.max_lora_rank, device=device, dtype=dtype)
-
-
-class SlotReused(PagedEngine):
-    def _lora_stacks(self, device: torch.device, dtype: torch.dtype) -> LoraStacks:
-        return _StaleSlot(self.runner.lora_shapes(), max_loras=self.max_loras,
-                          max_rank=self.max_lora_rank, device=device, dtype=dtype)
-
-
-class BaseRowsGetADelta(PagedEngine):
-    def _row(self, seq: PagedRequest, n: int) -> Row:
-        row = super()._row(seq, n)
-        # planted: a base row in a batch with adapters takes the first adapter's slot
-        others = [s.lora_slot for s in self.running if s.lora_slot]
-        return row if row.lora or not others else Row(row.tokens, row.start, row.blocks,
-                                                      row.wants_logits, seat=row.seat,
-                                                      lora=others[0])
-
-
-class StaleIndex(PagedEngine):
-    def _row(self, seq: PagedRequest, n: int) -> Row:
-        # planted: the adapter index kept per seat, set when the seat is first taken and not
-        # refreshed when another request takes it over
-        seats: dict[int, int] = self.__dict__.setdefault("_seat_lora", {})
-        row = super()._row(seq, n)
-        slot = seats.setdefault(seq.seat, seq.lora_slot)
-        return Row(row.tokens, row.start, row.blocks, row.wants_logits, seat=row.seat, lora=slot)
-
-
-class KeyIgnoresAdapter(PagedEngine):
-    def _key_root(self, request: Request) -> BlockKey | None:
-        return super()._key_root(Request(request.prompt_token_ids, request.params,
-                                         request.request_id, None, request.cache_salt))
-
-
-class SaltIgnored(PagedEngine):
-    def _key_root(self, request: Request) -> BlockKey | None:
-        return super()._key_root(Request(request.prompt_token_ids, request.params,
-                                         request.request_id, request.lora, None))
 
 
 def parity_probe(make: Callable[..., PagedEngine]) -> str | None:
@@ -145,7 +86,8 @@ def reuse_probe(make: Callable[..., PagedEngine]) -> str | None:
 PROBES = {"parity": parity_probe, "isolation": isolation_probe, "reuse": reuse_probe}
 PLANTED: dict[type[PagedEngine], str] = {
     ScalingTwice: "parity", BaseRowsGetADelta: "parity", StaleIndex: "parity",
-    KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", SlotReused: "reuse"}
+    KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", TenantsNeverCached: "isolation",
+    SlotReused: "reuse"}
 
 
 @pytest.mark.parametrize("probe", sorted(PROBES))

@@ -72,7 +72,8 @@ def test_seeds_reproducible_and_sensitive() -> None:
 
 def test_seeds_insensitive_is_caught_only_past_the_false_alarm_bound() -> None:
     class ConstantSampler(Table):  # reproducible, and the seed changes nothing
-        def serve(self, prompt: tuple[int, ...], params: SamplingParams) -> Alone:
+        def serve(self, prompt: tuple[int, ...], params: SamplingParams, *,
+                  lora_path: str | None = None) -> Alone:
             self.served += 1
             return Alone((3, 4), FinishReason.LENGTH, None)
 

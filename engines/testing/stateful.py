@@ -28,11 +28,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from engines.protocol import Engine, Request
+from engines.protocol import Engine, Request, loras
 from engines.testing.bad_requests import bad_kinds, bad_request
-from engines.testing.checks import Check, Moment, catalogue
+from engines.testing.checks import VARIANTS, Check, Moment, catalogue
 from engines.testing.context import SuiteContext, build_context
 from engines.testing.crash import EngineCrashed
+from engines.testing.lora_swaps import adapter_swaps, swappable, swaps_note
 from engines.testing.properties import Violation
 from engines.testing.recorder import Recorder
 from engines.testing.report import crash_finding, explain
@@ -65,6 +66,9 @@ class EngineMachine(RuleBasedStateMachine):
             and self.ctx.checks[c.name].status == "run"]
         self.n_requests = 0
         self.n_bad = 0
+        # Adapters swapped (engines.testing.lora_swaps), before which step: no variant is
+        # judged after one, and a report names them (its script does not replay them).
+        self.swaps: list[tuple[int, str]] = []
         self.ok = False
         self.failed = False  # a rule already failed: teardown must not report a second bug
 
@@ -78,9 +82,13 @@ class EngineMachine(RuleBasedStateMachine):
         failure = None
         try:
             for check in self.judged:
+                if self.swaps and VARIANTS in check.needs:
+                    continue  # the variants serve the adapters they were built with
                 if (moment is None or moment in check.machine) and check.prop is not None:
                     check(trace, self.ctx.judge)
         except AssertionError as exc:
+            if self.swaps and isinstance(exc, Violation):
+                exc = Violation(exc.prop, f"{exc}\n\n{swaps_note(self.swaps)}")
             failure = explain(self.ctx, Failure(exc, len(trace.steps)), trace.workload)
         finally:
             trace.stalled = stalled
@@ -145,6 +153,27 @@ class EngineMachine(RuleBasedStateMachine):
         note(f"before step {self.rec.k}: abort {rid}")
         self._engine(lambda: self.rec.abort(rid))
 
+    @precondition(lambda self: swappable(self.engine, self.limits))
+    @rule(data=st.data())
+    def swap_adapter(self, data: st.DataObject) -> None:
+        """Remove an idle adapter, add another directory under a new name (or the same name
+        again), and add a request under it: it must get that adapter's tokens."""
+        in_use = {r.lora for r in self.rec.requests if r.request_id in self.rec.unfinished}
+        swap = data.draw(adapter_swaps(self.engine, in_use), label="swap")
+        if swap is None:
+            return
+        note(f"before step {self.rec.k}: {swap}")
+        self._engine(lambda: swap.apply(self.engine))
+        self.swaps.append((self.rec.k, str(swap)))
+        self.limits = dataclasses.replace(self.limits, loras=tuple(sorted(loras(self.engine))))
+        (req,) = self._engine(lambda: data.draw(request_mixes(
+            self.limits, alone=self.ctx.oracle.tokens, min_size=1, max_size=1),
+            label="request"))
+        req = dataclasses.replace(req, request_id=f"r{self.n_requests}", lora=swap.added)
+        self.n_requests += 1
+        note(f"before step {self.rec.k}: add {req}")
+        self._engine(lambda: self.rec.add(req))
+
     @rule()
     def step(self) -> None:
         record = self._engine(self.rec.step)
@@ -167,7 +196,8 @@ class EngineMachine(RuleBasedStateMachine):
             self._judge(None, partial=False)
             self.ok = True
         finally:
-            self.ctx.pool.release(self.engine, ok=self.ok)
+            # An engine serving other adapters than its factory's is not reused.
+            self.ctx.pool.release(self.engine, ok=self.ok and not self.swaps)
 
 
 def engine_machine(ctx_or_factory: SuiteContext | Callable[[], Engine]) -> type[EngineMachine]:

@@ -103,7 +103,10 @@ def _params_src(p: SamplingParams) -> str:
 
 
 def render_request(r: Request) -> str:
-    return f"Request({r.prompt_token_ids!r}, {_params_src(r.params)}, request_id={r.request_id!r})"
+    tenant = (f", lora={r.lora!r}" if r.lora is not None else "") + (
+        f", cache_salt={r.cache_salt!r}" if r.cache_salt is not None else "")
+    return (f"Request({r.prompt_token_ids!r}, {_params_src(r.params)}, "
+            f"request_id={r.request_id!r}{tenant})")
 
 
 def factory_source(factory: Callable[..., Any], spec: str | None) -> str:

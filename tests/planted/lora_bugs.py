@@ -1,0 +1,102 @@
+"""Planted LoRA and tenant bugs in the paged engine (built with `loras=`): PEFT's scaling
+applied twice, a base row given an adapter's delta, an adapter index kept per seat, a prefix
+key that ignores the adapter or the salt, tenants' blocks never shared (isolation by caching
+nothing), a removed adapter's slot reused with its weights.
+
+LORA_PLANTED names the suite check that catches each (tests/test_lora_suite_planted.py runs
+it on the engine built with the zoo's adapters); tests/test_paged_lora_planted.py catches
+each with a hand-written probe as well.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engines.core.lora import LoraWeights
+from engines.paged import PagedEngine
+from engines.paged.blocks import BlockKey
+from engines.paged.forward import Row
+from engines.paged.lora import LoraStacks
+from engines.paged.state import PagedRequest
+from engines.protocol import Request
+
+__all__ = ["LORA_PLANTED", "BaseRowsGetADelta", "KeyIgnoresAdapter", "SaltIgnored",
+           "ScalingTwice", "SlotReused", "StaleIndex", "TenantsNeverCached"]
+
+
+class _TwiceScaled(LoraStacks):
+    def scaled_b(self, weights: LoraWeights, b: torch.Tensor) -> torch.Tensor:
+        return b * weights.scaling * weights.scaling  # planted: PEFT's scaling applied twice
+
+
+class _StaleSlot(LoraStacks):
+    def load(self, weights: LoraWeights) -> int:
+        reused = self.free[0] in getattr(self, "used", set())
+        if not reused:
+            return super().load(weights)
+        return self.free.pop(0)  # planted: a reused slot keeps the removed adapter's weights
+
+    def unload(self, slot: int) -> None:
+        self.used = getattr(self, "used", set()) | {slot}
+        self.free.append(slot)  # (and not zeroed)
+        self.free.sort()
+
+
+class ScalingTwice(PagedEngine):
+    def _lora_stacks(self, device: torch.device, dtype: torch.dtype) -> LoraStacks:
+        return _TwiceScaled(self.runner.lora_shapes(), max_loras=self.max_loras,
+                            max_rank=self.max_lora_rank, device=device, dtype=dtype)
+
+
+class SlotReused(PagedEngine):
+    def _lora_stacks(self, device: torch.device, dtype: torch.dtype) -> LoraStacks:
+        return _StaleSlot(self.runner.lora_shapes(), max_loras=self.max_loras,
+                          max_rank=self.max_lora_rank, device=device, dtype=dtype)
+
+
+class BaseRowsGetADelta(PagedEngine):
+    def _row(self, seq: PagedRequest, n: int) -> Row:
+        row = super()._row(seq, n)
+        # planted: a base row in a batch with adapters takes the first adapter's slot
+        others = [s.lora_slot for s in self.running if s.lora_slot]
+        return row if row.lora or not others else Row(row.tokens, row.start, row.blocks,
+                                                      row.wants_logits, seat=row.seat,
+                                                      lora=others[0])
+
+
+class StaleIndex(PagedEngine):
+    def _row(self, seq: PagedRequest, n: int) -> Row:
+        # planted: the adapter index kept per seat, set when the seat is first taken and not
+        # refreshed when another request takes it over
+        seats: dict[int, int] = self.__dict__.setdefault("_seat_lora", {})
+        row = super()._row(seq, n)
+        slot = seats.setdefault(seq.seat, seq.lora_slot)
+        return Row(row.tokens, row.start, row.blocks, row.wants_logits, seat=row.seat, lora=slot)
+
+
+class KeyIgnoresAdapter(PagedEngine):
+    def _key_root(self, request: Request) -> BlockKey | None:
+        return super()._key_root(Request(request.prompt_token_ids, request.params,
+                                         request.request_id, None, request.cache_salt))
+
+
+class SaltIgnored(PagedEngine):
+    def _key_root(self, request: Request) -> BlockKey | None:
+        return super()._key_root(Request(request.prompt_token_ids, request.params,
+                                         request.request_id, request.lora, None))
+
+
+class TenantsNeverCached(PagedEngine):
+    def _key_root(self, request: Request) -> BlockKey | None:
+        root = super()._key_root(request)
+        # planted: isolation by caching nothing: a request under an adapter or a salt keys its
+        # blocks under its own id, so no other request, its own tenant's included, shares them
+        return root if root is None else root + repr(request.request_id).encode()
+
+
+# Each bug -> the suite check that catches it ("stateful": the state machine, whose
+# swap_adapter rule removes an adapter and adds another).
+LORA_PLANTED: dict[type[PagedEngine], str] = {
+    ScalingTwice: "reference_parity", BaseRowsGetADelta: "parity", StaleIndex: "parity",
+    KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", TenantsNeverCached: "isolation",
+    SlotReused: "stateful"}
