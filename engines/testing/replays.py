@@ -21,7 +21,7 @@ from hypothesis.control import current_build_context
 
 from engines.testing.checks import Check, catalogue
 from engines.testing.context import SuiteContext
-from engines.testing.crash import EngineCrashed
+from engines.testing.crash import EngineCrashed, StepTimeout
 from engines.testing.pool import EnginePool
 from engines.testing.properties import Judge
 from engines.testing.recorder import Trace, run_workload
@@ -88,7 +88,10 @@ def reproduces(ctx: SuiteContext, w: Workload, error: AssertionError) -> bool:
 def replay_count(ctx: SuiteContext, w: Workload, error: AssertionError,
                  n: int | None = None) -> tuple[int, int]:
     """(replays that failed, replays made) on fresh engines."""
-    n = n if n is not None else (REPLAYS if ctx.pool.cheap else REPLAYS_SLOW)
+    if n is None:
+        n = REPLAYS if ctx.pool.cheap else REPLAYS_SLOW
+        if isinstance(error, EngineCrashed) and isinstance(error.exception, StepTimeout):
+            n = 1  # a call that hung: each replay waits out the step timeout again
     return sum(reproduces(ctx, w, error) for _ in range(n)), n
 
 
