@@ -53,12 +53,15 @@ def _fresh_variant(ctx: SuiteContext, variant: str) -> Callable[[Workload], Trac
 
 
 def _replay_judge(ctx: SuiteContext, variant: str | None) -> Judge:
-    """The suite's judge, where a variant's runs come from fresh engines of that variant only
-    (the variant runner keeps runs: it would hand back the failing trace itself)."""
-    if variant is None or variant not in ctx.options.variants:
+    """The suite's judge, where variants' runs come from fresh engines of their own (the
+    variant runners keep runs: they would hand back the failing traces themselves): only
+    the failing variant's, where one is named."""
+    names: list[str] = ([variant] if variant is not None and variant in ctx.options.variants
+                        else list(ctx.options.variants))
+    if not names:
         return ctx.judge
-    kv = {n: s for n, s in ctx.judge.kv_variants.items() if n == variant}
-    return dataclasses.replace(ctx.judge, variants={variant: _fresh_variant(ctx, variant)},
+    kv = {n: s for n, s in ctx.judge.kv_variants.items() if n in names}
+    return dataclasses.replace(ctx.judge, variants={n: _fresh_variant(ctx, n) for n in names},
                                kv_variants=kv)
 
 
