@@ -21,7 +21,7 @@ from hypothesis.control import current_build_context
 
 from engines.testing.checks import Check, catalogue
 from engines.testing.context import SuiteContext
-from engines.testing.crash import EngineCrashed
+from engines.testing.crash import EngineCrashed, StepTimeout
 from engines.testing.pool import EnginePool
 from engines.testing.properties import Judge
 from engines.testing.recorder import Trace, run_workload
@@ -53,12 +53,15 @@ def _fresh_variant(ctx: SuiteContext, variant: str) -> Callable[[Workload], Trac
 
 
 def _replay_judge(ctx: SuiteContext, variant: str | None) -> Judge:
-    """The suite's judge, where a variant's runs come from fresh engines of that variant only
-    (the variant runner keeps runs: it would hand back the failing trace itself)."""
-    if variant is None or variant not in ctx.options.variants:
+    """The suite's judge, where variants' runs come from fresh engines of their own (the
+    variant runners keep runs: they would hand back the failing traces themselves): only
+    the failing variant's, where one is named."""
+    names: list[str] = ([variant] if variant is not None and variant in ctx.options.variants
+                        else list(ctx.options.variants))
+    if not names:
         return ctx.judge
-    kv = {n: s for n, s in ctx.judge.kv_variants.items() if n == variant}
-    return dataclasses.replace(ctx.judge, variants={variant: _fresh_variant(ctx, variant)},
+    kv = {n: s for n, s in ctx.judge.kv_variants.items() if n in names}
+    return dataclasses.replace(ctx.judge, variants={n: _fresh_variant(ctx, n) for n in names},
                                kv_variants=kv)
 
 
@@ -88,7 +91,10 @@ def reproduces(ctx: SuiteContext, w: Workload, error: AssertionError) -> bool:
 def replay_count(ctx: SuiteContext, w: Workload, error: AssertionError,
                  n: int | None = None) -> tuple[int, int]:
     """(replays that failed, replays made) on fresh engines."""
-    n = n if n is not None else (REPLAYS if ctx.pool.cheap else REPLAYS_SLOW)
+    if n is None:
+        n = REPLAYS if ctx.pool.cheap else REPLAYS_SLOW
+        if isinstance(error, EngineCrashed) and isinstance(error.exception, StepTimeout):
+            n = 1  # a call that hung: each replay waits out the step timeout again
     return sum(reproduces(ctx, w, error) for _ in range(n)), n
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import time
 import weakref
@@ -280,22 +279,16 @@ class HTTPEngine:
     def _step(self, wait: float, partial: bool = False) -> list[StepOutput]:
         outputs = self._book.take_aborts()
         self._times = {}
-        arrivals: list[Arrival] = []
-        if not outputs and self._book.live():
-            try:
-                arrivals.append(self._client.arrivals.get(timeout=wait))
-            except queue.Empty:
-                silent = time.perf_counter() - self._heard
-                if not partial or silent > self.stall_timeout:
-                    raise ServerStalled(
-                        f"{self.url}: nothing arrived for {silent:.1f} s while "
-                        f"{len(self._book.live())} request(s) are unfinished"
-                        f"{self._log_hint()}") from None
-        while True:
-            try:
-                arrivals.append(self._client.arrivals.get_nowait())
-            except queue.Empty:
-                break
+        # Wait for a first message only when nothing else is owed and a stream is open.
+        waiting = not outputs and bool(self._book.live())
+        arrivals: list[Arrival] = self._client.arrivals.take(wait if waiting else 0)
+        if waiting and not arrivals:
+            silent = time.perf_counter() - self._heard
+            if not partial or silent > self.stall_timeout:
+                raise ServerStalled(
+                    f"{self.url}: nothing arrived for {silent:.1f} s while "
+                    f"{len(self._book.live())} request(s) are unfinished"
+                    f"{self._log_hint()}")
         if arrivals:
             self._heard = time.perf_counter()
         for arrival in arrivals:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import threading
 import time
 from collections.abc import Mapping
@@ -20,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from engines.adapters.common.inbox import Inbox
 
 __all__ = ["Arrival", "Opened", "StreamClient", "loop"]
 
@@ -65,7 +66,7 @@ class StreamClient:
 
     def __init__(self, base_url: str, *, connect_timeout: float, stall_timeout: float) -> None:
         self.base_url = base_url.rstrip("/")
-        self.arrivals: queue.Queue[Arrival] = queue.Queue()
+        self.arrivals: Inbox[Arrival] = Inbox()  # taken by HTTPEngine.step (the lockstep)
         # read: the longest silence a stream may keep (a stalled server fails, never hangs).
         self._timeout = httpx.Timeout(stall_timeout, connect=connect_timeout)
         self._tasks: dict[str, asyncio.Task[None]] = {}
