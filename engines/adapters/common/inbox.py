@@ -8,10 +8,11 @@ queued meanwhile. So a step is what the library produced since the previous one:
 handed out when they exist (the bench's TTFT and ITL are the library's own), step() never
 spins, and an engine that produces nothing is noticed within `wait`.
 
-Used by the HTTP adapter (engines/adapters/http/stream.py and adapter.py). The mistral.rs and
-CTranslate2 adapters wrote the same loop before this existed and keep their own (their
-libraries are not installed where this was written, so they were left untouched: see
-docs/engines.md, "Writing an adapter").
+Used by the HTTP adapter (engines/adapters/http/stream.py and adapter.py) and the mistral.rs
+adapter (a reader thread per streamed request). The CTranslate2 adapter needs the other
+lockstep, a gate: its library's per-token callback blocks its worker thread until step()
+lets one more decoding iteration run (engines/adapters/ct2/adapter.py), so that a step is
+exactly one iteration.
 """
 
 from __future__ import annotations

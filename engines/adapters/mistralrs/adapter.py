@@ -9,9 +9,10 @@ sequences, a sequence-level prefix cache of `prefix_cache_n` entries).
 
 The lockstep pattern: its Python API takes one request at a time and streams chunks back.
 So each request is a streamed ChatCompletionRequest whose one message is the prompt's text,
-consumed by a thread of its own into one queue; `step()` waits until at least one event is
-queued, then drains what is queued. A step is what the library produced meanwhile: tokens
-are returned when they exist, so the bench's TTFT and ITL are the library's own.
+consumed by a thread of its own into one Inbox (engines.adapters.common.inbox); `step()`
+waits until at least one event is queued, then takes what is queued. A step is what the
+library produced meanwhile: tokens are returned when they exist, so the bench's TTFT and ITL
+are the library's own.
 
 Translations (where the library's semantics differ from the protocol):
 - prompts: the text of the ids (convert.encode); each is tokenized back by the library's own
@@ -52,7 +53,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import threading
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +66,7 @@ os.environ.setdefault("MISTRALRS_CPU_KV_F32", "1")
 import mistralrs  # noqa: E402
 
 from engines.adapters.common.book import Live, RequestBook  # noqa: E402
+from engines.adapters.common.inbox import Inbox  # noqa: E402
 from engines.adapters.mistralrs.convert import encode, mistralrs_dir, token_of  # noqa: E402
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, preset_max_model_len  # noqa: E402
 from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput  # noqa: E402
@@ -155,7 +156,7 @@ class MistralRsEngine:
         self._lock = threading.Lock()
         self._book = RequestBook()
         self._streams: dict[str, _Stream] = {}
-        self._events: queue.Queue[_Event] = queue.Queue()
+        self._events: Inbox[_Event] = Inbox()
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -187,12 +188,7 @@ class MistralRsEngine:
         outputs = self._book.take_aborts()
         if not self._streams:
             return outputs
-        events = [self._events.get()]  # the library computes meanwhile, on its own threads
-        while True:
-            try:
-                events.append(self._events.get_nowait())
-            except queue.Empty:
-                break
+        events = self._events.take(None)  # the library computes meanwhile, on its own threads
         touched: dict[str, _Stream] = {}
         for key, kind, payload in events:
             stream = self._streams.get(key)
