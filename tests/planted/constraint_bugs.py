@@ -12,7 +12,7 @@ the search on each and on the correct engines.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -22,30 +22,9 @@ from engines.core.constraints import batch_mask
 from engines.core.request_state import RequestState
 from engines.paged.engine import PagedEngine
 from engines.paged.state import PagedRequest
-from engines.protocol import StepOutput
 from engines.sequential import SequentialEngine
 from engines.slot.continuous import ContinuousBatchEngine
-
-Sampled = tuple[list[int], list[Mapping[int, float] | None], list[float | None]]
-
-
-class _Rows(ContinuousBatchEngine):
-    """A continuous engine whose sampling one override changes (`_sample`)."""
-
-    def __init__(self, **kw: Any) -> None:
-        kw.setdefault("max_batch_size", 4)
-        super().__init__(**kw)
-
-    def _sample(self, logits: torch.Tensor, seqs: list[RequestState]) -> Sampled:
-        raise NotImplementedError
-
-    def _emit(self, logits: torch.Tensor, seqs: list[RequestState],
-              outputs: list[StepOutput]) -> None:
-        tokens, tops, logprobs = self._sample(logits, seqs)
-        for seq, token, top, logprob in zip(seqs, tokens, tops, logprobs, strict=True):
-            outputs.append(seq.append(token, top, logprob))
-            if seq.finished:
-                self._finish(seq)
+from tests.planted.sampler import Sampled, SamplerEngine
 
 
 class _Params:
@@ -58,7 +37,7 @@ class _Params:
         self.generator, self.output, self.matcher = seq.generator, seq.output, seq.matcher
 
 
-class MaskRowStaleAfterCompaction(_Rows):
+class MaskRowStaleAfterCompaction(SamplerEngine):
     """Constraint masks are kept per slot as admitted, not moved with a compacted row."""
 
     # The row moved into a freed slot is masked with the finished request's constraints
@@ -77,7 +56,7 @@ class MaskRowStaleAfterCompaction(_Rows):
         return sampling.sample(logits, seqs, masks=stale)
 
 
-class UnguidedRowsMasked(_Rows):
+class UnguidedRowsMasked(SamplerEngine):
     """Rows without constraints get the first guided row's grammar mask."""
 
     # One bitmask computed per batch, broadcast where a per-row one belongs.
@@ -97,7 +76,7 @@ class UnguidedRowsMasked(_Rows):
         return sampling.sample(logits, seqs, masks=broadcast)
 
 
-class BiasAfterTemperature(_Rows):
+class BiasAfterTemperature(SamplerEngine):
     """logit_bias is added last, after the repetition penalty and the temperature."""
 
     # The protocol adds it to the raw logit (OpenAI's and vLLM's place): a penalty divides
@@ -124,7 +103,7 @@ class BiasAfterTemperature(_Rows):
         return sampling.sample(logits, seqs)
 
 
-class AllowedIdsLeakInSlot(_Rows):
+class AllowedIdsLeakInSlot(SamplerEngine):
     """A slot's allowed ids are not cleared for the next request in that slot."""
 
     # The next request in the slot (or a row compacted into it) samples from the previous

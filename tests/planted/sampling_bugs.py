@@ -7,53 +7,25 @@ declares every SamplingParams field).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from engines.core import sampling
 from engines.core.request_state import RequestState
-from engines.protocol import SamplingParams, StepOutput
+from engines.protocol import SamplingParams
 from engines.sequential import SequentialEngine
-from engines.slot.continuous import ContinuousBatchEngine
-
-Sampled = tuple[list[int], list[Mapping[int, float] | None], list[float | None]]
-
-
-class _Row:
-    """A row's request state, with the sampling parameters the bug gives it."""
-
-    def __init__(self, seq: RequestState, params: SamplingParams) -> None:
-        self.seq, self.request = seq, dataclasses.replace(seq.request, params=params)
-        self.generator, self.output = seq.generator, seq.output
-        self.matcher = seq.matcher  # guided rows: the constraint mask reads their grammar
+from tests.planted.sampler import Row, Sampled, SamplerEngine
 
 
 def _sample_as(logits: torch.Tensor, seqs: Sequence[RequestState],
                params_of: Callable[[int, RequestState], SamplingParams]) -> Sampled:
-    rows: list[Any] = [_Row(s, params_of(i, s)) for i, s in enumerate(seqs)]
+    rows: list[Any] = [Row(s, params_of(i, s)) for i, s in enumerate(seqs)]
     return sampling.sample(logits, rows)
 
 
-class _Sampler(ContinuousBatchEngine):
-    def __init__(self, **kw: Any) -> None:
-        kw.setdefault("max_batch_size", 4)
-        super().__init__(**kw)
-
-    def _sample(self, logits: torch.Tensor, seqs: list[RequestState]) -> Sampled:
-        raise NotImplementedError
-
-    def _emit(self, logits: torch.Tensor, seqs: list[RequestState],
-              outputs: list[StepOutput]) -> None:
-        tokens, tops, logprobs = self._sample(logits, seqs)
-        for seq, token, top, logprob in zip(seqs, tokens, tops, logprobs, strict=True):
-            outputs.append(seq.append(token, top, logprob))
-            if seq.finished:
-                self._finish(seq)
-
-
-class PenaltiesFromFirstRow(_Sampler):
+class PenaltiesFromFirstRow(SamplerEngine):
     """The penalty parameters of the batch come from its first row (vLLM #5607: tensors sized
     from the first request): a row beside a penalized first row is penalized too, and a
     penalized row beside an unpenalized first one is not. Alone, every row is its own first."""
@@ -67,7 +39,7 @@ class PenaltiesFromFirstRow(_Sampler):
             frequency_penalty=first.frequency_penalty, presence_penalty=first.presence_penalty))
 
 
-class TopKFromFirstRow(_Sampler):
+class TopKFromFirstRow(SamplerEngine):
     """Every sampled row draws under the first row's top_k (a per-batch scalar where a
     per-row tensor belongs)."""
 
@@ -79,7 +51,7 @@ class TopKFromFirstRow(_Sampler):
                           lambda _, s: dataclasses.replace(s.request.params, top_k=first.top_k))
 
 
-class LastParamsForAll(_Sampler):
+class LastParamsForAll(SamplerEngine):
     """The last row's parameters are applied to the whole batch, budget and stops aside
     (lmms-eval #1325)."""
 
@@ -92,7 +64,7 @@ class LastParamsForAll(_Sampler):
             stop_token_ids=s.request.params.stop_token_ids, logprobs=s.request.params.logprobs))
 
 
-class PresenceOverPrompt(_Sampler):
+class PresenceOverPrompt(SamplerEngine):
     """presence_penalty counts the prompt's tokens as well as the output's (vllm-metal #69
     mixed the two up). Alone it is just as wrong: only a reference engine sees it."""
 
@@ -109,7 +81,7 @@ class PresenceOverPrompt(_Sampler):
         return sampling.sample(logits, seqs)
 
 
-class MinTokensIgnoredMidBatch(_Sampler):
+class MinTokensIgnoredMidBatch(SamplerEngine):
     """min_tokens holds back stop ids only for a request that starts in an idle engine; one
     admitted into a running batch may stop before it (its mask set up with the batch's, not
     its own). Alone, every request starts in an idle engine."""
@@ -133,7 +105,7 @@ class MinTokensIgnoredMidBatch(_Sampler):
         return _sample_as(logits, seqs, params_of)
 
 
-class NeighboursLogprobs(_Sampler):
+class NeighboursLogprobs(SamplerEngine):
     """Each row returns the top logprobs of the row before it (a shifted gather): the tokens
     are right, the values RL and evaluation users read are another request's."""
 

@@ -13,30 +13,11 @@ import torch
 
 from engines.core import sampling
 from engines.core.request_state import RequestState
-from engines.protocol import SamplingParams, StepOutput
 from engines.sequential import SequentialEngine
-from engines.slot.continuous import ContinuousBatchEngine
-from tests.planted.sampling_bugs import Sampled
+from tests.planted.sampler import Row, Sampled, SamplerEngine
 
 __all__ = ["DoubleTemperatureUnseeded", "GreedyWhenUnseeded", "ProcessedLogprobs",
            "ProcessedLogprobsOff", "TopKIgnored", "WrongRowUnseeded"]
-
-
-class _Sampler(ContinuousBatchEngine):
-    def __init__(self, **kw: Any) -> None:
-        kw.setdefault("max_batch_size", 4)
-        super().__init__(**kw)
-
-    def _sample(self, logits: torch.Tensor, seqs: list[RequestState]) -> Sampled:
-        return sampling.sample(logits, seqs)
-
-    def _emit(self, logits: torch.Tensor, seqs: list[RequestState],
-              outputs: list[StepOutput]) -> None:
-        tokens, tops, logprobs = self._sample(logits, seqs)
-        for seq, token, top, logprob in zip(seqs, tokens, tops, logprobs, strict=True):
-            outputs.append(seq.append(token, top, logprob))
-            if seq.finished:
-                self._finish(seq)
 
 
 def _processed_tops(logits: torch.Tensor, seqs: Sequence[RequestState], tokens: Sequence[int],
@@ -64,7 +45,7 @@ def _processed_tops(logits: torch.Tensor, seqs: Sequence[RequestState], tokens: 
     return tops, chosen
 
 
-class ProcessedLogprobs(_Sampler):
+class ProcessedLogprobs(SamplerEngine):
     """Correct: its top logprobs are of the processed distribution, and it says so
     (`logprobs_of = "processed"`). Against a raw reference they differ wherever a penalty,
     temperature or filter applies; the logprobs check must compare only where none does."""
@@ -88,7 +69,7 @@ class ProcessedLogprobsOff(ProcessedLogprobs):
     shift = 0.01
 
 
-class GreedyWhenUnseeded(_Sampler):
+class GreedyWhenUnseeded(SamplerEngine):
     """An unseeded request at temperature > 0 is served greedily (a sampler that draws only
     where a generator was seeded): seeded requests are right, so `seeds` passes."""
 
@@ -96,12 +77,12 @@ class GreedyWhenUnseeded(_Sampler):
     reference = SequentialEngine
 
     def _sample(self, logits: torch.Tensor, seqs: list[RequestState]) -> Sampled:
-        rows: list[Any] = [_Params(s, dataclasses.replace(s.request.params, temperature=0.0))
+        rows: list[Any] = [Row(s, dataclasses.replace(s.request.params, temperature=0.0))
                            if s.request.params.seed is None else s for s in seqs]
         return sampling.sample(logits, rows)
 
 
-class DoubleTemperatureUnseeded(_Sampler):
+class DoubleTemperatureUnseeded(SamplerEngine):
     """Unseeded rows divide their logits by the temperature twice (once in a pre-scaling path
     and again in the sampler): right at temperature 1, too sharp below it."""
 
@@ -117,7 +98,7 @@ class DoubleTemperatureUnseeded(_Sampler):
         return sampling.sample(scaled, seqs)
 
 
-class WrongRowUnseeded(_Sampler):
+class WrongRowUnseeded(SamplerEngine):
     """An unseeded sampled row draws from the next row's distribution (a shifted gather of the
     probabilities): alone it is right, in a batch of different prompts it is not."""
 
@@ -141,22 +122,15 @@ class WrongRowUnseeded(_Sampler):
         return tokens, tops, chosen
 
 
-class TopKIgnored(_Sampler):
+class TopKIgnored(SamplerEngine):
     """top_k is ignored for unseeded requests (the filter read from a per-seed config): a
     top_k=1 draw at temperature > 0 is a full draw, not the greedy token."""
 
     caught_by = "greedy_filters"
 
     def _sample(self, logits: torch.Tensor, seqs: list[RequestState]) -> Sampled:
-        rows: list[Any] = [_Params(s, dataclasses.replace(s.request.params, top_k=0))
+        rows: list[Any] = [Row(s, dataclasses.replace(s.request.params, top_k=0))
                            if s.request.params.seed is None else s for s in seqs]
         return sampling.sample(logits, rows)
 
 
-class _Params:
-    """A row's request state with other sampling parameters (its generator and output kept)."""
-
-    def __init__(self, seq: RequestState, params: SamplingParams) -> None:
-        self.request = dataclasses.replace(seq.request, params=params)
-        self.generator, self.output = seq.generator, seq.output
-        self.matcher = seq.matcher  # guided rows: the constraint mask reads their grammar
