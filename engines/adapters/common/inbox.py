@@ -10,9 +10,9 @@ spins, and an engine that produces nothing is noticed within `wait`.
 
 Used by the HTTP adapter (engines/adapters/http/stream.py and adapter.py) and the mistral.rs
 adapter (a reader thread per streamed request). The CTranslate2 adapter needs the other
-lockstep, a gate: its library's per-token callback blocks its worker thread until step()
-lets one more decoding iteration run (engines/adapters/ct2/adapter.py), so that a step is
-exactly one iteration.
+lockstep, engines.adapters.common.gate.Gate: its library's per-token callback blocks its
+worker thread until step() lets one more decoding iteration run, so that a step is exactly
+one iteration.
 """
 
 from __future__ import annotations

@@ -61,6 +61,7 @@ from typing import Any
 import ctranslate2
 
 from engines.adapters.common.book import Live, RequestBook
+from engines.adapters.common.gate import Gate
 from engines.adapters.ct2.convert import ct2_dir, vocabulary
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
 from engines.protocol import FinishReason, Request, StepOutput
@@ -96,17 +97,14 @@ def _batch_key(request: Request) -> tuple[float, int, float, bool]:
 
 @dataclass
 class _Batch:
-    """One `generate_batch` call in its worker thread, and the gate between it and step()."""
+    """One `generate_batch` call in its worker thread, and the gate between it and step()
+    (engines.adapters.common.gate: one decoding iteration a step)."""
 
     lives: list[Live]
-    allowed: int = 0  # decoding iterations step() has let the worker run
-    round: int = 0  # the iteration the worker is calling back for (0: the first)
     seen: set[int] = field(default_factory=set)  # batch indexes called back this iteration
     tokens: list[list[int]] = field(default_factory=list)  # per index, generated so far
     stopped: list[bool] = field(default_factory=list)  # per index: ended or aborted
-    done: bool = False
-    error: BaseException | None = None
-    cond: threading.Condition = field(default_factory=threading.Condition)
+    gate: Gate = field(default_factory=Gate)
 
     def __post_init__(self) -> None:
         self.tokens = [[] for _ in self.lives]
@@ -118,13 +116,11 @@ class _Batch:
     def callback(self, result: Any) -> bool:
         """The library's per-token callback, on its own worker thread: True stops the index."""
         i = int(result.batch_id)
-        with self.cond:
+        with self.gate.cond:
             if i in self.seen:  # a new decoding iteration: the previous one is complete
                 self.seen.clear()
-                self.round += 1
-                self.cond.notify_all()
-            while self.allowed <= self.round:  # until step() lets this iteration run
-                self.cond.wait()
+                self.gate.next_round()
+            self.gate.wait_turn()  # until step() lets this iteration run
             self.seen.add(i)
             if self.stopped[i]:
                 return True
@@ -136,10 +132,9 @@ class _Batch:
             return self.stopped[i]
 
     def cancel(self) -> None:
-        with self.cond:
+        with self.gate.cond:
             self.stopped = [True] * len(self.lives)
-            self.allowed = 1 << 62
-            self.cond.notify_all()
+        self.gate.cancel()
 
 
 class CT2Engine:
@@ -186,7 +181,7 @@ class CT2Engine:
                 return
         batch = self._batch
         if batch is not None:
-            with batch.cond:
+            with batch.gate.cond:
                 for i, live in enumerate(batch.lives):
                     if live.key == key:
                         batch.stopped[i] = True
@@ -201,19 +196,14 @@ class CT2Engine:
         batch = self._batch
         if batch is None:
             return outputs
-        with batch.cond:
-            batch.allowed += 1
-            batch.cond.notify_all()
-            while not batch.done and batch.round < batch.allowed:
-                batch.cond.wait()
-            if batch.error is not None:
-                raise batch.error
+        with batch.gate.cond:
+            batch.gate.run_one()
             snapshot = [(list(t), s) for t, s in zip(batch.tokens, batch.stopped, strict=True)]
         for live, (tokens, stopped) in zip(batch.lives, snapshot, strict=True):
             if self._book.get(live.key) is None:  # aborted (its ABORT is owed) or finished
                 continue
             finish = None
-            if stopped or batch.done:
+            if stopped or batch.gate.done:
                 last = tokens[-1] if tokens else None
                 finish = (FinishReason.STOP if last in live.request.params.stop_token_ids
                           else FinishReason.LENGTH)
@@ -222,7 +212,7 @@ class CT2Engine:
                 out = replace(out, top_logprobs=None, logprobs=None)  # none from the library
             if out is not None:
                 outputs.append(out)
-        if batch.done:
+        if batch.gate.done:
             assert self._thread is not None
             self._thread.join()
             self._batch = self._thread = None
@@ -249,13 +239,12 @@ class CT2Engine:
         prompts = [[self._words[t] for t in live.request.prompt_token_ids] for live in lives]
 
         def run() -> None:
+            error: BaseException | None = None
             try:
                 self._gen.generate_batch(prompts, **options)
             except BaseException as exc:  # step() raises it on the caller's thread
-                batch.error = exc
-            with batch.cond:
-                batch.done = True
-                batch.cond.notify_all()
+                error = exc
+            batch.gate.finish(error)
 
         self._batch = batch
         _open_batches.add(batch)
