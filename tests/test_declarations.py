@@ -49,7 +49,7 @@ def test_every_declaration_has_its_default_where_nothing_is_declared() -> None:
 
 class Declares:
     supported_sampling = frozenset({"top_k", "lora"})
-    expected_failed_checks = {"seeds": "no seeds"}
+    expected_failed_checks = {"seeds": "no per-request seed"}
     logprobs_of = "processed"
     max_concurrency = 4
     kv_extra_blocks = 1
@@ -66,7 +66,7 @@ class Declares:
 def test_what_is_declared_is_read_back() -> None:
     eng = Declares()
     assert supported_sampling(eng) == {"top_k", "lora", "max_tokens"}
-    assert expected_failed_checks(eng) == {"seeds": "no seeds"}
+    assert expected_failed_checks(eng) == {"seeds": "no per-request seed"}
     assert (logprobs_of(eng), max_concurrency(eng)) == ("processed", 4)
     assert (protocol.kv_extra_blocks(eng), load_settle_s(eng)) == (1, 2.0)
     assert tokenizer_of(eng) == "/tmp/tok"
