@@ -1,8 +1,8 @@
 """children: a request with n > 1 gets n children, each its own stream (StepOutput.index
 0..n-1) with one finishing output and its own budget; each child equals the same child of
 the request served alone (greedy, or seeded under exact parity: the per-child seeds an
-engine derives are reproducible); greedy children agree; sampled children are not all identical, unless
-that is plausible by chance (below). Catches children overwriting each other (vLLM PR
+engine derives are reproducible); greedy children agree; sampled children are not all
+identical, unless that is plausible by chance (below). Catches children overwriting each other (vLLM PR
 #16863), the parent's seed copied to every child (vLLM PR #10980, llama.cpp PR #18700:
 identical samples), a child lost or finished twice.
 
