@@ -2,9 +2,9 @@
 0..n-1) with one finishing output and its own budget; each child equals the same child of
 the request served alone (greedy, or seeded under exact parity: the per-child seeds an
 engine derives are reproducible); greedy children agree; sampled children are not all
-identical, unless that is plausible by chance (below). Catches children overwriting each other (vLLM PR
-#16863), the parent's seed copied to every child (vLLM PR #10980, llama.cpp PR #18700:
-identical samples), a child lost or finished twice.
+identical, unless that is plausible by chance (below). Catches children overwriting each
+other (vLLM PR #16863), the parent's seed copied to every child (vLLM PR #10980, llama.cpp
+PR #18700: identical samples), a child lost or finished twice.
 
 Identical sampled children: if the children were independent draws, the chance that n - 1 of
 them repeat child 0's tokens is the product over its tokens of p(token) ** (n - 1), p from
