@@ -24,6 +24,7 @@ from engines.paged.engine import PagedEngine
 from engines.paged.state import PagedRequest
 from engines.sequential import SequentialEngine
 from engines.slot.continuous import ContinuousBatchEngine
+from tests.planted.paged_bugs import SmallPool
 from tests.planted.sampler import Sampled, SamplerEngine
 
 
@@ -124,19 +125,13 @@ class AllowedIdsLeakInSlot(SamplerEngine):
         return sampling.sample(logits, rows)
 
 
-class MatcherNotResetOnRecompute(PagedEngine):
+class MatcherNotResetOnRecompute(SmallPool):
     """A preempted request's grammar is replayed over its tokens without a reset first."""
 
     # The grammar then has its tokens twice: it is in error (masking nothing) or elsewhere
-    # in its language, and the resumed request leaves it. Alone, nothing is preempted.
+    # in its language, and the resumed request leaves it. Alone, nothing is preempted; in
+    # the small pool guided requests are preempted while decoding.
     caught_by = "constraints"
-
-    def __init__(self, **kw: Any) -> None:
-        # A pool of 8 blocks for a context of 128 tokens: the requests it runs at once
-        # overflow it within a few tokens each, so guided ones are preempted while decoding.
-        kw.setdefault("max_model_len", 128)
-        kw.setdefault("num_blocks", 8)
-        super().__init__(**kw)
 
     def _preempt(self, seq: PagedRequest) -> None:
         super()._preempt(seq)

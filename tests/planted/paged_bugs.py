@@ -45,19 +45,23 @@ class FreesSharedBlocks(PagedEngine):
         seq.blocks = []
 
 
-class RepeatsTokenOnResume(PagedEngine):
-    """Preemption drops the last sampled token to recompute it, though it was already sent."""
-
-    # Its KV was never computed, so "the recompute will produce it": it does, and the client
-    # gets it twice (max_tokens + 1 tokens in all). Needs a preemption, so it is planted in
-    # a pool of 8 blocks for a context of 128 tokens (the largest request still fits alone):
-    # requests sharing a prefix while one decodes a long budget run out of blocks.
-    caught_by = "budget_finish"
+class SmallPool(PagedEngine):
+    """A pool of 8 blocks for a context of 128 tokens (the largest request still fits alone),
+    for bugs that need a preemption: requests sharing a prefix while one decodes a long
+    budget run out of blocks within a few tokens each."""
 
     def __init__(self, **kw: Any) -> None:
         kw.setdefault("max_model_len", 128)
         kw.setdefault("num_blocks", 8)
         super().__init__(**kw)
+
+
+class RepeatsTokenOnResume(SmallPool):
+    """Preemption drops the last sampled token to recompute it, though it was already sent."""
+
+    # Its KV was never computed, so "the recompute will produce it": it does, and the client
+    # gets it twice (max_tokens + 1 tokens in all).
+    caught_by = "budget_finish"
 
     def _preempt(self, seq: PagedRequest) -> None:
         super()._preempt(seq)
