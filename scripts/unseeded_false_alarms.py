@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -31,22 +32,46 @@ from engines.testing.recorder import run_workload
 from engines.testing.search import limits_for
 from engines.testing.unseeded import distribution_workload
 
+Key = tuple[tuple[int, ...], float]
+
+
+def reference_tops(ctx: Any, w: Any) -> dict[Key, Mapping[int, float]]:
+    """The reference's whole first-token distribution (logprobs) at each group's prompt."""
+    tops: dict[Key, Mapping[int, float]] = {}
+    for r in w.requests:
+        key = (r.prompt_token_ids, r.params.temperature)
+        if key not in tops:
+            top = ctx.judge.reference(key[0], SamplingParams(max_tokens=1,
+                                                             logprobs=ctx.limits.vocab_size))
+            assert top.top_logprobs is not None
+            tops[key] = top.top_logprobs[0]
+    return tops
+
+
+def tempered_probs(tops: dict[Key, Mapping[int, float]]) -> dict[Key, Any]:
+    """Each group's distribution at its own temperature."""
+    probs = {}
+    for key, top in tops.items():
+        found = tempered(top, key[1])
+        assert found is not None
+        probs[key] = found
+    return probs
+
+
+def report(name: str, runs: int, tvs: list[float]) -> None:
+    alarms = sum(tv > THRESHOLD for tv in tvs)
+    print(f"{name}: {runs} runs, {len(tvs)} groups, {alarms} alarms; binned TV max "
+          f"{max(tvs):.3f}, mean {statistics.fmean(tvs):.3f}; over 0.15: "
+          f"{sum(tv > 0.15 for tv in tvs)}, over 0.20: {sum(tv > 0.20 for tv in tvs)}",
+          flush=True)
+
 
 def measure(spec: str, runs: int) -> None:
     ctx = build_context(load_factory(spec), name=spec, spec=spec,
                         options=SuiteOptions(reference=SequentialEngine))
     assert ctx.judge.reference is not None
     w = distribution_workload(limits_for(ctx, "sampling_distribution"))
-    probs = {}
-    for r in w.requests:
-        key = (r.prompt_token_ids, r.params.temperature)
-        if key not in probs:
-            top = ctx.judge.reference(key[0], SamplingParams(max_tokens=1,
-                                                             logprobs=ctx.limits.vocab_size))
-            assert top.top_logprobs is not None
-            found = tempered(top.top_logprobs[0], key[1])
-            assert found is not None
-            probs[key] = found
+    probs = tempered_probs(reference_tops(ctx, w))
     engine = ctx.pool.fresh()
     tvs: list[float] = []
     for _ in range(runs):
@@ -56,11 +81,7 @@ def measure(spec: str, runs: int) -> None:
             draws[(r.prompt_token_ids, r.params.temperature)].append(
                 trace.tokens(r.request_id)[0])
         tvs += [tv_test(d, probs[k]).tv for k, d in draws.items()]
-    alarms = sum(tv > THRESHOLD for tv in tvs)
-    print(f"{spec}: {runs} runs, {len(tvs)} groups, {alarms} alarms; binned TV max "
-          f"{max(tvs):.3f}, mean {statistics.fmean(tvs):.3f}; over 0.15: "
-          f"{sum(tv > 0.15 for tv in tvs)}, over 0.20: {sum(tv > 0.20 for tv in tvs)}",
-          flush=True)
+    report(spec, runs, tvs)
 
 
 class _Row:
@@ -76,20 +97,14 @@ def measure_sampler(runs: int) -> None:
                         options=SuiteOptions(reference=SequentialEngine))
     assert ctx.judge.reference is not None
     w = distribution_workload(limits_for(ctx, "sampling_distribution"))
-    logits, probs = {}, {}
-    for r in w.requests:
-        key = (r.prompt_token_ids, r.params.temperature)
-        if key not in probs:
-            top = ctx.judge.reference(key[0], SamplingParams(max_tokens=1,
-                                                             logprobs=ctx.limits.vocab_size))
-            assert top.top_logprobs is not None
-            row = torch.full((ctx.limits.vocab_size,), float("-inf"))
-            for t, v in top.top_logprobs[0].items():
-                row[t] = v
-            logits[key] = row
-            found = tempered(top.top_logprobs[0], key[1])
-            assert found is not None
-            probs[key] = found
+    tops = reference_tops(ctx, w)
+    probs = tempered_probs(tops)
+    logits = {}
+    for key, top in tops.items():
+        row = torch.full((ctx.limits.vocab_size,), float("-inf"))
+        for t, v in top.items():
+            row[t] = v
+        logits[key] = row
     keys = [(r.prompt_token_ids, r.params.temperature) for r in w.requests]
     batch = torch.stack([logits[k] for k in keys])
     tvs: list[float] = []
@@ -100,11 +115,7 @@ def measure_sampler(runs: int) -> None:
         for k, t in zip(keys, tokens, strict=True):
             draws[k].append(t)
         tvs += [tv_test(d, probs[k]).tv for k, d in draws.items()]
-    alarms = sum(tv > THRESHOLD for tv in tvs)
-    print(f"sampler: {runs} runs, {len(tvs)} groups, {alarms} alarms; binned TV max "
-          f"{max(tvs):.3f}, mean {statistics.fmean(tvs):.3f}; over 0.15: "
-          f"{sum(tv > 0.15 for tv in tvs)}, over 0.20: {sum(tv > 0.20 for tv in tvs)}",
-          flush=True)
+    report("sampler", runs, tvs)
 
 
 if __name__ == "__main__":
