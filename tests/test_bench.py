@@ -16,9 +16,10 @@ from engines.bench import capacity, disturbance, draws, traces
 from engines.bench.config import QUICK_SEARCH_TIE, Config
 from engines.bench.doubles.fake import FakeEngine, LoggedEngine, VirtualClock
 from engines.bench.metrics import requests_frame, summarize, tokens_frame
-from engines.bench.paired import EngineClock, run_closed_paired, run_paired
+from engines.bench.paired import EngineClock, run_paired
 from engines.bench.probes import MAX_GROWTH
 from engines.bench.replay import run_closed, run_trace
+from engines.bench.run_context import RunContext
 from engines.bench.slo import SLO
 from engines.bench.table import TIE
 from engines.bench.yardstick import MIN_DECODES, MIN_PREFILLS
@@ -117,8 +118,8 @@ def test_paired_search_brackets_each_engine_as_a_solo_search_does() -> None:
     engines = {"fast": FakeEngine(max_batch_size=1, base_s=0.1, clock=clocks["fast"]),
                "slow": FakeEngine(max_batch_size=1, base_s=0.2, clock=clocks["slow"])}
     results = capacity.search_many(
-        engines, _items(300, max_tokens=1), start_rates={"fast": 10.0, "slow": 5.0},
-        iterations=3, clocks=clocks)
+        RunContext(clocks=clocks), engines, _items(300, max_tokens=1),
+        start_rates={"fast": 10.0, "slow": 5.0}, iterations=3)
     # Each bracket holds its engine's true rate (within the rule's 5% of growth).
     assert 8.0 <= results["fast"].low <= 10.5 and 10.0 <= results["fast"].high <= 12.0
     assert 4.0 <= results["slow"].low <= 5.25 and 5.0 <= results["slow"].high <= 6.0
@@ -165,9 +166,9 @@ def test_a_retry_reruns_only_the_engines_that_failed() -> None:
     engines = {"spell": _SlowSpell(spell=150, max_batch_size=1, base_s=0.1,
                                    clock=clocks["spell"]),
                "steady": FakeEngine(max_batch_size=1, base_s=0.1, clock=clocks["steady"])}
-    results = capacity.search_many(engines, _items(300, max_tokens=1),
+    results = capacity.search_many(RunContext(clocks=clocks), engines, _items(300, max_tokens=1),
                                    start_rates=dict.fromkeys(engines, 8.0 / 1.2), iterations=0,
-                                   max_expand=0, clocks=clocks, retries=1)
+                                   max_expand=0, retries=1)
     assert [p.stable for p in results["spell"].probes] == [False, True]
     assert [p.stable for p in results["steady"].probes] == [True]
     assert results["spell"].low == results["steady"].low == pytest.approx(8.0)
@@ -190,7 +191,7 @@ def test_closed_runs_pair_engines_run_by_run() -> None:
     log: list[str] = []
     engines = {name: LoggedEngine(name, FakeEngine(max_batch_size=1, base_s=1e-4), log)
                for name in ("a", "b")}
-    runs = run_closed_paired(engines, traces.closed(_items(1, max_tokens=2)), warmup=1, runs=2)
+    runs = RunContext().closed(engines, traces.closed(_items(1, max_tokens=2)), warmup=1, runs=2)
     assert [len(r) for r in runs.values()] == [2, 2]
     assert log == ["a", "b"] * 6  # 3 runs of 2 steps each, alternating step by step
 
@@ -440,19 +441,19 @@ def test_the_reference_run_says_when_the_host_moved_under_it(
     engines: dict[str, Any] = {"continuous": FakeEngine(max_batch_size=4, base_s=0.001,
                                                         machine=machine)}
     yardstick = Yardstick(FakeTimer(step_s=0.01, machine=machine))
-    replay = reference.run_paired
+    replay = traces.poisson
 
     def slowed_down(*args: Any, **kwargs: Any) -> Any:
         machine.factor = slowdown  # from the reference run's start: the re-timing was quiet
         return replay(*args, **kwargs)
 
-    monkeypatch.setattr(reference, "run_paired", slowed_down)
+    monkeypatch.setattr(traces, "poisson", slowed_down)
     closed = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=3, vocab_size=100))
     items = draws.uniform(6, prompt_len=4, max_tokens=3, vocab_size=100)
     bar = Progress(False)
     bar.stage("reference run", reference.stages(Config()))
-    found = reference.run_reference(engines, closed, items, Config(), replica=0, seed=0,
-                                    sync=None, bar=bar, yardstick=yardstick)
+    found = reference.run_reference(RunContext(bar=bar), engines, closed, items, Config(),
+                                    replica=0, yardstick=yardstick)
     assert found.drift == pytest.approx(slowdown)
     line = reference.drift_line([found.drift])
     assert f"took {slowdown:.2f}x as long" in line
@@ -513,8 +514,8 @@ def test_a_given_reference_rate_spends_no_yardstick_turns() -> None:
     bar.stage("reference run", reference.stages(config))
     closed = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=3, vocab_size=100))
     found = reference.run_reference(
-        {"continuous": FakeEngine(max_batch_size=4, base_s=0.001)}, closed,
-        draws.uniform(6, prompt_len=4, max_tokens=3, vocab_size=100), config, replica=0,
-        seed=0, sync=None, bar=bar, yardstick=Yardstick(timer))
+        RunContext(bar=bar), {"continuous": FakeEngine(max_batch_size=4, base_s=0.001)},
+        closed, draws.uniform(6, prompt_len=4, max_tokens=3, vocab_size=100), config,
+        replica=0, yardstick=Yardstick(timer))
     assert math.isnan(found.drift) and timer.calls == 0
     assert found.runs["continuous"].trace.rate == pytest.approx(50.0)

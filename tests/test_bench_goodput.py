@@ -10,10 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from engines.bench import capacity, disturbance, draws, probes, traces
+from engines.bench import capacity, disturbance, draws, probes, rate_profiles, traces
 from engines.bench.doubles.fake import FakeEngine, FakeTimer, VirtualClock
 from engines.bench.doubles.slowdown import SlowedEngine, planted
 from engines.bench.paired import run_paired
+from engines.bench.run_context import RunContext
 from engines.bench.slo import SLO, HardwareTimes, PairedSLO, derive
 from engines.protocol import Request, StepOutput
 
@@ -45,9 +46,9 @@ def test_queue_wait_alone_would_pass_a_probe_past_capacity() -> None:
     # At 1.5x its capacity the engine still admits within a step: queue wait hardly grows, so
     # a queue-wait rule passes it. Its TTFT and end-to-end latency grow, and the rule sees it.
     clock = VirtualClock()
-    probe = probes.probe_paired({"greedy": _admit_everyone(clock)}, _items(300, TOKENS),
-                                {"greedy": 1.5 * TRUE_RATE}, seed=0,
-                                clocks={"greedy": clock})["greedy"]
+    probe = probes.probe_paired(RunContext(clocks={"greedy": clock}),
+                                {"greedy": _admit_everyone(clock)}, _items(300, TOKENS),
+                                {"greedy": 1.5 * TRUE_RATE})["greedy"]
     assert probe.summary["wait_slope"] <= probes.MAX_GROWTH
     assert probe.summary["e2e_slope"] > probes.MAX_GROWTH and not probe.stable
 
@@ -58,15 +59,15 @@ def _fifo() -> tuple[dict[str, FakeEngine], dict[str, VirtualClock], capacity.Ca
     # Built and searched once; a drained engine serves every later search.
     clocks = {"fifo": VirtualClock()}
     engines = {"fifo": FakeEngine(max_batch_size=1, base_s=0.1, clock=clocks["fifo"])}
-    caps = capacity.search_many(engines, _items(200, 1), start_rates={"fifo": 7.0},
-                                iterations=4, clocks=clocks)
+    caps = capacity.search_many(RunContext(clocks=clocks), engines, _items(200, 1),
+                                start_rates={"fifo": 7.0}, iterations=4)
     return engines, clocks, caps["fifo"]
 
 
 def _fifo_search(slo: SLO) -> tuple[capacity.Capacity, capacity.Capacity]:
     engines, clocks, cap = _fifo()
-    goods = capacity.goodput_many(engines, _items(200, 1), capacities={"fifo": cap}, slo=slo,
-                                  iterations=5, clocks=clocks)
+    goods = capacity.goodput_many(RunContext(clocks=clocks), engines, _items(200, 1),
+                                  capacities={"fifo": cap}, slo=slo, iterations=5)
     return cap, goods["fifo"]
 
 
@@ -93,10 +94,11 @@ def test_the_capacity_searchs_slo_verdicts_narrow_the_goodput_search() -> None:
     _, plain = _fifo_search(slo)
     clocks = {"fifo": VirtualClock()}
     engines = {"fifo": FakeEngine(max_batch_size=1, base_s=0.1, clock=clocks["fifo"])}
-    cap = capacity.search_many(engines, _items(200, 1), start_rates={"fifo": 7.0},
-                               iterations=4, clocks=clocks, slo=slo)["fifo"]
-    seeded = capacity.goodput_many(engines, _items(200, 1), capacities={"fifo": cap},
-                                   slo=slo, iterations=5, clocks=clocks)["fifo"]
+    ctx = RunContext(clocks=clocks)
+    cap = capacity.search_many(ctx, engines, _items(200, 1), start_rates={"fifo": 7.0},
+                               iterations=4, slo=slo)["fifo"]
+    seeded = capacity.goodput_many(ctx, engines, _items(200, 1), capacities={"fifo": cap},
+                                   slo=slo, iterations=5)["fifo"]
     assert len(seeded.probes) < len(plain.probes)
     assert seeded.high / seeded.low <= 1.03, seeded.bracket()
     for p in (*cap.probes, *seeded.probes):  # every verdict agrees with the bracket
@@ -106,7 +108,7 @@ def test_the_capacity_searchs_slo_verdicts_narrow_the_goodput_search() -> None:
 
 def test_a_narrow_bracket_is_bisected_only_to_the_width_asked_for() -> None:
     # 5 steps leave a factor-2 bracket 2.2% wide; one already 1.3x wide needs 4.
-    plan = capacity._bisect(100.0, 130.0, 5)
+    plan = rate_profiles.bisect(100.0, 130.0, 5)
     rates = [next(plan)]
     for _ in range(10):
         try:

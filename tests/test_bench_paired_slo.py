@@ -10,6 +10,7 @@ from engines.bench import capacity, draws, traces
 from engines.bench.doubles.fake import FakeEngine, FakeTimer, LoggedEngine, Machine, VirtualClock
 from engines.bench.paired import run_paired
 from engines.bench.probes import Probe
+from engines.bench.run_context import RunContext
 from engines.bench.slo import SLO, PairedSLO, derive
 from engines.bench.yardstick import MIN_DECODES, MIN_PREFILLS, Yardstick
 
@@ -38,9 +39,9 @@ def test_targets_move_with_the_machine_mid_run() -> None:
     def slow_down_after_first_round(probe: Probe) -> None:
         machine.factor = 3.0  # another tenant starts: everything takes 3x as long
 
-    caps = capacity.search_many(engines, _items(), start_rates={"static": 30, "continuous": 40},
-                                iterations=2, clocks=clocks, slo=slo,
-                                on_probe=slow_down_after_first_round)
+    caps = capacity.search_many(RunContext(clocks=clocks), engines, _items(),
+                                start_rates={"static": 30, "continuous": 40}, iterations=2,
+                                slo=slo, on_probe=slow_down_after_first_round)
     first, *later = slo.rounds
     assert later, "the search ran one round only"
     assert first.slo.itl_s == pytest.approx(5 * STEP_S)
@@ -63,11 +64,12 @@ def _goodputs(slow_from_goodput: float, *, paired: bool) -> dict[str, float]:
     # did before): the slow spell never reaches them.
     slo: SLO | PairedSLO = (PairedSLO(Yardstick(timer), "tiny") if paired
                             else derive(Yardstick(timer).take(), "tiny"))
-    caps = capacity.search_many(engines, _items(120), iterations=2, clocks=clocks, slo=slo,
+    ctx = RunContext(clocks=clocks)
+    caps = capacity.search_many(ctx, engines, _items(120), iterations=2, slo=slo,
                                 start_rates={"static": 30, "continuous": 40})
     machine.factor = slow_from_goodput
-    goods = capacity.goodput_many(engines, _items(120), capacities=caps, slo=slo,
-                                  iterations=3, clocks=clocks)
+    goods = capacity.goodput_many(ctx, engines, _items(120), capacities=caps, slo=slo,
+                                  iterations=3)
     return {name: found.low for name, found in goods.items()}
 
 

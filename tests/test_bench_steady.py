@@ -11,7 +11,6 @@ import pytest
 from engines.bench import comparison, draws, traces
 from engines.bench.config import Config
 from engines.bench.doubles.fake import FakeEngine, FakeTimer, Machine
-from engines.bench.paired import run_paired
 from engines.bench.steady import SteadyTime
 
 
@@ -90,8 +89,8 @@ def test_a_paired_run_gives_the_gauge_its_turns() -> None:
     steady = SteadyTime(gauge, raw=time.perf_counter, window=1)
     before = gauge.calls
     trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
-    run_paired({"e": FakeEngine(max_batch_size=2, base_s=0.001)}, {"e": trace},
-               time_source=steady)
+    ctx = comparison.context(Config(clock="steady"), steady=steady)
+    ctx.paired({"e": FakeEngine(max_batch_size=2, base_s=0.001)}, {"e": trace})
     assert gauge.calls > before
 
 
@@ -124,7 +123,8 @@ def test_the_baseline_is_settled_after_the_warm_up_runs() -> None:
     steady = SteadyTime(SlowWhileWarmingUp(), raw=time.perf_counter, window=1, settle_turns=2)
     trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
     config = Config(warmup=2, runs=2, clock="steady")
-    comparison.closed_stage({"e": FakeEngine(max_batch_size=2, base_s=0.001)}, trace, config,
-                            bar=bar, source=steady)
+    ctx = comparison.context(config, bar=bar, steady=steady)
+    comparison.closed_stage(ctx, {"e": FakeEngine(max_batch_size=2, base_s=0.001)}, trace,
+                            config)
     assert bar.ticks == 4  # the warm-ups and the recorded runs, each once
     assert steady.settled and steady.baseline_s == pytest.approx(0.001)

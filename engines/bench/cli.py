@@ -217,7 +217,8 @@ def cmd_closed(args: argparse.Namespace) -> int:
     with (progress(not args.no_progress) as bar,
           priority.stepping_priority(args.priority, config.clock) as scheduling):
         print(f"  scheduling: {scheduling.note}", file=sys.stderr)
-        results = comparison.closed_stage(engines, trace, config, bar=bar)
+        results = comparison.closed_stage(comparison.context(config, bar=bar), engines, trace,
+                                          config)
     rows = []
     for name, result in results.items():
         rates = [s["output_tokens_per_s"] for s in result.closed_summaries]

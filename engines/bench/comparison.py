@@ -36,11 +36,11 @@ from engines.bench.capacity import Capacity
 from engines.bench.clocks import TimeSource
 from engines.bench.config import Config, EngineFactory
 from engines.bench.describe import EngineDescription, describe
-from engines.bench.devices import Sync, synchronizer
+from engines.bench.devices import synchronizer
 from engines.bench.metrics import summarize
-from engines.bench.paired import run_closed_paired, run_paired
 from engines.bench.progress import Progress, progress
 from engines.bench.replay import Run
+from engines.bench.run_context import RunContext
 from engines.bench.slo import SLO, HardwareTimes, PairedSLO, Targets, TimingSource
 from engines.bench.steady import SteadyTime
 from engines.bench.yardstick import Timer, Yardstick
@@ -179,36 +179,43 @@ def headline(slo: Targets) -> tuple[SLO, HardwareTimes | None]:
     return slo, None
 
 
-def _replica(engines: dict[str, Engine], results: dict[str, EngineResult], config: Config,
-             slo: Targets, mixed: functools.partial[list[draws.WorkItem]],
-             closed_trace: traces.ArrivalTrace, replica: int, sync: Sync | None,
-             bar: Progress, source: TimeSource) -> float:
+def context(config: Config, *, bar: Progress | None = None,
+            steady: SteadyTime | None = None) -> RunContext:
+    """The run context of a comparison under `config`: its device's sync, its clock, and the
+    steady clock's gauge as the hook between steps when that clock is chosen."""
+    source = time_source(config, steady)
+    return RunContext(sync=synchronizer(config.device), time_source=source,
+                      hook=source.turn if isinstance(source, SteadyTime) else None, bar=bar,
+                      seed=config.seed)
+
+
+def _replica(ctx: RunContext, engines: dict[str, Engine], results: dict[str, EngineResult],
+             config: Config, slo: Targets, mixed: functools.partial[list[draws.WorkItem]],
+             closed_trace: traces.ArrivalTrace, replica: int) -> float:
     """One replica's searches and reference run; returns the reference run's drift
     (engines.bench.reference)."""
-    seed = config.seed + 10 * replica
-    items = mixed(config.capacity_requests, seed=seed + 1)
+    ctx = ctx.with_(seed=config.seed + 10 * replica)
+    items = mixed(config.capacity_requests, seed=ctx.seed + 1)
     of = f"replica {replica + 1}/{config.replicas}"
+    bar = ctx.bar or Progress(False)
     bar.stage(f"capacity rounds ({of})",
               capacity.planned_rounds(config.iterations, config.retries), unit="round")
     caps = capacity.search_many(
-        engines, items, start_rates={n: reference.closed_rps(r.closed) for n, r in results.items()},
-        seed=seed, iterations=config.iterations, slo=slo, retries=config.retries, sync=sync,
-        tag=f"r{replica}c", bar=bar, time_source=source)
+        ctx.with_(tag=f"r{replica}c"), engines, items,
+        start_rates={n: reference.closed_rps(r.closed) for n, r in results.items()},
+        iterations=config.iterations, slo=slo, retries=config.retries)
     bar.stage(f"goodput rounds ({of})",
               capacity.planned_rounds(config.goodput_iterations, config.retries), unit="round")
-    goods = capacity.goodput_many(engines, items, capacities=caps, slo=slo, seed=seed,
+    goods = capacity.goodput_many(ctx.with_(tag=f"r{replica}g"), engines, items,
+                                  capacities=caps, slo=slo,
                                   iterations=config.goodput_iterations,
-                                  max_expand=config.goodput_halvings, retries=config.retries,
-                                  sync=sync, tag=f"r{replica}g", bar=bar,
-                                  time_source=source)
+                                  max_expand=config.goodput_halvings, retries=config.retries)
     bar.stage(f"reference run ({of})", reference.stages(config))
     # Twice a probe's requests unless given: a p95 of 400 requests rests on 20 of them, not 10.
     reference_items = mixed(config.reference_requests or 2 * config.capacity_requests,
-                            seed=seed + 4)
-    ref = reference.run_reference(
-        engines, closed_trace, reference_items, config, replica=replica, seed=seed, sync=sync,
-        bar=bar, yardstick=_yardstick_of(slo),
-        time_source=source)
+                            seed=ctx.seed + 4)
+    ref = reference.run_reference(ctx, engines, closed_trace, reference_items, config,
+                                  replica=replica, yardstick=_yardstick_of(slo))
     for name, result in results.items():
         result.capacities.append(caps[name])
         result.goodputs.append(goods[name])
@@ -222,33 +229,31 @@ def _drawable(engine: Engine) -> bool:
     return isinstance(slots, int) and 0 < slots <= MAX_DRAWN_SLOTS
 
 
-def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
-                 config: Config, mixed: functools.partial[list[draws.WorkItem]],
-                 max_model_len: int, vocab_size: int, sync: Sync | None,
-                 bar: Progress, source: TimeSource,
-                 yardstick: TimingSource | None) -> HardwareTimes | None:
+def _disturbance(ctx: RunContext, engines: dict[str, Engine],
+                 results: dict[str, EngineResult], config: Config,
+                 mixed: functools.partial[list[draws.WorkItem]], max_model_len: int,
+                 vocab_size: int, yardstick: TimingSource | None) -> HardwareTimes | None:
     """The spikes and slot timelines into `results`; returns the yardstick's timings over the
     disturbance run, if there is one. A spike is an admitting step's gap over a decode step's,
     and on a VM the host's prefill and decode speeds move apart between runs
     (docs/benchmarks.md, how stable a quick run is): the output states the host's own ratio
     over the same steps, so that runs are compared at the same one."""
+    bar = ctx.bar or Progress(False)
     bar.stage("admission disturbance, slot timeline", 2)
     items = draws.admissions(config.admissions_per_class, max_model_len=max_model_len,
                              vocab_size=vocab_size, slots=config.max_batch_size,
                              seed=config.seed + 2)
-    dist = run_paired(engines, dict.fromkeys(engines, traces.closed(items, tag="dist")),
-                      sync=sync, time_source=source,
+    dist = ctx.paired(engines, dict.fromkeys(engines, traces.closed(items, tag="dist")),
                       between=yardstick.turn if yardstick is not None else None)
     times = yardstick.take() if yardstick is not None else None
-    bar.tick()
+    ctx.tick()
     timeline_trace = traces.closed(mixed(2 * config.max_batch_size, seed=config.seed + 3),
                                    tag="timeline")
     # Only engines with a slot table small enough to draw.
     slotted = {name: engine for name, engine in engines.items()
                if callable(getattr(engine, "slot_table", None)) and _drawable(engine)}
-    timelines = run_paired(slotted, dict.fromkeys(slotted, timeline_trace), sync=sync,
-                           record_slots=True, time_source=source)
-    bar.tick()
+    timelines = ctx.paired(slotted, dict.fromkeys(slotted, timeline_trace), record_slots=True)
+    ctx.tick()
     for name, result in results.items():
         result.disturbance = dist[name]
         result.spikes = disturbance.spikes(dist[name], seed=config.seed)[1]
@@ -256,37 +261,34 @@ def _disturbance(engines: dict[str, Engine], results: dict[str, EngineResult],
     return times
 
 
-def settle(engines: dict[str, Engine], trace: traces.ArrivalTrace, source: TimeSource,
-           sync: Sync | None) -> None:
+def settle(ctx: RunContext, engines: dict[str, Engine], trace: traces.ArrivalTrace) -> None:
     """Unrecorded paired runs of `trace` until a steady clock's baseline comes from its
     gauge's turns between the engines' steps (engines.bench.steady); each run gives the gauge
     at least one turn. Nothing to do on the other clocks."""
     runs = 0
+    source = ctx.time_source
     while isinstance(source, SteadyTime) and not source.settled:
-        run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"settle#{runs}",
-                   sync=sync, time_source=source)
+        ctx.paired(engines, dict.fromkeys(engines, trace), id_suffix=f"settle#{runs}")
         runs += 1
 
 
-def closed_stage(engines: dict[str, Engine], trace: traces.ArrivalTrace, config: Config, *,
-                 bar: Progress, sync: Sync | None = None,
-                 source: TimeSource | None = None) -> dict[str, EngineResult]:
+def closed_stage(ctx: RunContext, engines: dict[str, Engine], trace: traces.ArrivalTrace,
+                 config: Config) -> dict[str, EngineResult]:
     """The closed protocol, paired: `config.warmup` unrecorded runs of `trace`, then
     `config.runs` recorded ones; the first stage of a comparison and all of `closed`."""
-    source = source or time_source(config)
-    bar.stage("closed runs", config.warmup + config.runs)
+    if ctx.bar is not None:
+        ctx.bar.stage("closed runs", config.warmup + config.runs)
     warmup = config.warmup
+    source = ctx.time_source
     if isinstance(source, SteadyTime):
         # The steady clock's baseline from turns after the warm-ups, not among fresh
         # engines' first steps, whose one-off costs (allocations, first shapes) are no part
         # of the host's speed.
-        run_closed_paired(engines, trace, warmup=warmup, runs=0, on_run=bar.tick, sync=sync,
-                          time_source=source, tag="w")
+        ctx.with_(tag="w").closed(engines, trace, warmup=warmup, runs=0)
         source.resettle()
-        settle(engines, trace, source, sync)
+        settle(ctx, engines, trace)
         warmup = 0
-    closed = run_closed_paired(engines, trace, warmup=warmup, runs=config.runs,
-                               on_run=bar.tick, sync=sync, time_source=source)
+    closed = ctx.closed(engines, trace, warmup=warmup, runs=config.runs)
     return {name: EngineResult(name, runs, closed_summaries=[summarize(r) for r in runs])
             for name, runs in closed.items()}
 
@@ -304,23 +306,21 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
     """Benchmark built engines (drained) on the same draws and traces, paired. `timer`
     replaces the preset's forward as the SLO's yardstick, `steady` the steady clock (tests:
     modelled ones)."""
-    bar = bar or Progress(False)
     max_model_len, vocab_size = scale(engines)
-    sync = synchronizer(config.device)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
-    source = time_source(config, steady)
-    slo = targets(config, max_model_len, timer, source)
+    ctx = context(config, bar=bar, steady=steady)
+    slo = targets(config, max_model_len, timer, ctx.time_source)
     closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")
-    results = closed_stage(engines, closed_trace, config, bar=bar, sync=sync, source=source)
-    drifts = [_replica(engines, results, config, slo, mixed, closed_trace, replica, sync, bar,
-                       source)
+    results = closed_stage(ctx, engines, closed_trace, config)
+    drifts = [_replica(ctx, engines, results, config, slo, mixed, closed_trace, replica)
               for replica in range(config.replicas)]
-    mix = _disturbance(engines, results, config, mixed, max_model_len, vocab_size, sync, bar,
-                       source, _yardstick_of(slo))
+    mix = _disturbance(ctx, engines, results, config, mixed, max_model_len, vocab_size,
+                       _yardstick_of(slo))
     top, hardware = headline(slo)
     for result in results.values():
         result.reference_summaries = [summarize(r, slo=top) for r in result.references
                                       if r is not None]
+    source = ctx.time_source
     gauged = source if isinstance(source, SteadyTime) else None
     return Comparison(config, top, hardware, results, slo,
                       {name: describe(name, engine) for name, engine in engines.items()},

@@ -8,8 +8,8 @@ jumps over idle gaps, and the engines alternate step by step: a slow spell lands
 them alike, and each engine's timeline is still open-loop (requests join when their arrival
 time has passed on it, however busy the engine is). `between` gets a turn after every cycle of
 steps, on no engine's clock: the SLO's yardstick (engines.bench.yardstick) times the
-hardware there, so its timings meet the same slow spells as the engines' steps. A steady time
-source (engines.bench.steady) gets its gauge's turn there too.
+hardware there, so its timings meet the same slow spells as the engines' steps; the noisy-host
+kit's gauge (engines.bench.host) turns there too, when it is on (engines.bench.run_context).
 
 Not a server: an engine that streams (engines.bench.streaming: it computes on its own clock and
 reports when tokens arrived) keeps computing while a paused EngineClock says no time passes,
@@ -25,7 +25,6 @@ from collections.abc import Callable, Generator, Mapping
 from engines.bench.clocks import TimeSource
 from engines.bench.devices import Sync
 from engines.bench.replay import Clock, Run, WallClock, drive, gc_paused
-from engines.bench.steady import SteadyTime
 from engines.bench.streaming import streams
 from engines.bench.traces import ArrivalTrace
 from engines.protocol import Engine
@@ -76,8 +75,7 @@ def run_paired(
     clocks: one per engine (default: a fresh EngineClock each); an EngineClock runs only
     during its engine's turn. Tests pass VirtualClocks that their fake engines advance.
     between: called before every cycle (each unfinished engine stepped once).
-    time_source: what the default EngineClocks count (wall time unless given); a SteadyTime
-    times its gauge before every cycle as well.
+    time_source: what the default EngineClocks count (wall time unless given).
     """
     alone = {name for name, engine in engines.items() if streams(engine)} if clocks is None \
         else set()
@@ -90,16 +88,8 @@ def run_paired(
         for name, engine in engines.items()
     }
     done: dict[str, Run] = {}
-    turns = [turn for turn in (between, time_source.turn if isinstance(time_source, SteadyTime)
-                               else None) if turn is not None]
-
-    def cycle() -> None:
-        for turn in turns:
-            turn()
-
     with gc_paused():
-        _alternate({n: r for n, r in runs.items() if n not in alone}, clocks, done,
-                   cycle if turns else None)
+        _alternate({n: r for n, r in runs.items() if n not in alone}, clocks, done, between)
         for name in alone:
             _alternate({name: runs[name]}, clocks, done, None)
     return {name: done[name] for name in engines}
@@ -122,30 +112,3 @@ def _alternate(runs: dict[str, Generator[None, None, Run]], clocks: Mapping[str,
             finally:
                 if isinstance(clock, EngineClock):
                     clock.pause()
-
-
-def run_closed_paired(
-    engines: Mapping[str, Engine],
-    trace: ArrivalTrace,
-    *,
-    warmup: int = 2,
-    runs: int = 5,
-    on_run: Callable[[], None] | None = None,
-    sync: Sync | None = None,
-    time_source: TimeSource | None = None,
-    tag: str = "",
-    between: Callable[[], None] | None = None,
-) -> dict[str, list[Run]]:
-    """The closed protocol (docs/references.md: `warmup` unrecorded runs, then `runs` recorded
-    ones), every engine's run i paired with the others'. `tag` keeps request ids unique when
-    the same trace is run closed again; `between` as run_paired's."""
-    recorded: dict[str, list[Run]] = {name: [] for name in engines}
-    for i in range(warmup + runs):
-        paired = run_paired(engines, dict.fromkeys(engines, trace), id_suffix=f"{tag}#{i}",
-                            sync=sync, time_source=time_source, between=between)
-        if i >= warmup:
-            for name, run in paired.items():
-                recorded[name].append(run)
-        if on_run is not None:
-            on_run()
-    return recorded

@@ -31,12 +31,10 @@ from typing import Any
 import numpy as np
 
 from engines.bench import traces
-from engines.bench.clocks import TimeSource
-from engines.bench.devices import Sync
 from engines.bench.draws import WorkItem
 from engines.bench.metrics import requests_frame, slo_met, summarize
-from engines.bench.paired import run_paired
-from engines.bench.replay import Clock, Run
+from engines.bench.replay import Run
+from engines.bench.run_context import RunContext
 from engines.bench.slo import SLO, PairedSLO, Targets
 from engines.protocol import Engine
 
@@ -93,21 +91,19 @@ def verdict(run: Run, rate: float, n: int, *, max_growth: float = MAX_GROWTH,
     return Probe(rate, stable, growth, attainment, summary, run, slo)
 
 
-def probe_paired(engines: Mapping[str, Engine], items: list[WorkItem],
-                 rates: Mapping[str, float], *, seed: int, max_growth: float = MAX_GROWTH,
-                 queue_bound_s: float | None = None, slo: Targets | None = None,
-                 clocks: Mapping[str, Clock] | None = None, sync: Sync | None = None,
-                 tag: str = "", time_source: TimeSource | None = None) -> dict[str, Probe]:
-    """One probe per engine, each at its own rate, run paired (engines.bench.paired); with
-    a PairedSLO, its yardstick takes turns between the steps and the round's targets judge
-    every probe of the round."""
-    trace = {name: traces.poisson(items, rate, seed=seed, tag=f"p{tag}{rate:.6g}")
+def probe_paired(ctx: RunContext, engines: Mapping[str, Engine], items: list[WorkItem],
+                 rates: Mapping[str, float], *, max_growth: float = MAX_GROWTH,
+                 queue_bound_s: float | None = None,
+                 slo: Targets | None = None) -> dict[str, Probe]:
+    """One probe per engine, each at its own rate, run paired (engines.bench.paired) on
+    `ctx`'s seed and tag; with a PairedSLO, its yardstick takes turns between the steps and
+    the round's targets judge every probe of the round."""
+    trace = {name: traces.poisson(items, rate, seed=ctx.seed, tag=f"p{ctx.tag}{rate:.6g}")
              for name, rate in rates.items()}
     paired = slo if isinstance(slo, PairedSLO) else None
-    runs = run_paired({name: engines[name] for name in rates}, trace, clocks=clocks, sync=sync,
+    runs = ctx.paired({name: engines[name] for name in rates}, trace,
                       give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()},
-                      between=paired.turn if paired is not None else None,
-                      time_source=time_source)
+                      between=paired.turn if paired is not None else None)
     judged = paired.close_round() if paired is not None else (
         slo if isinstance(slo, SLO) else None)
     return {name: verdict(run, rates[name], len(items), max_growth=max_growth,

@@ -22,14 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engines.bench import clocks, traces
-from engines.bench.clocks import TimeSource
+from engines.bench import traces
 from engines.bench.config import Config
-from engines.bench.devices import Sync
 from engines.bench.draws import WorkItem
-from engines.bench.paired import run_closed_paired, run_paired
-from engines.bench.progress import Progress
 from engines.bench.replay import Run
+from engines.bench.run_context import RunContext
 from engines.bench.slo import TimingSource
 from engines.protocol import Engine
 
@@ -54,35 +51,30 @@ def stages(config: Config) -> int:
     return (0 if config.reference_rps else RETIME_RUNS) + 1
 
 
-def run_reference(engines: dict[str, Engine], closed_trace: traces.ArrivalTrace,
-                  items: list[WorkItem], config: Config, *, replica: int, seed: int,
-                  sync: Sync | None, bar: Progress,
-                  yardstick: TimingSource | None = None,
-                  time_source: TimeSource | None = None) -> Reference:
+def run_reference(ctx: RunContext, engines: dict[str, Engine],
+                  closed_trace: traces.ArrivalTrace, items: list[WorkItem], config: Config, *,
+                  replica: int, yardstick: TimingSource | None = None) -> Reference:
     """Re-time the closed rates (unless --rate gives one), then replay `items` open-loop at
-    the reference rates, paired; `yardstick` (the PairedSLO's) times the host in both.
-    time_source: the engines' (default: config.clock's plain one)."""
-    source = time_source or clocks.source(config.clock)
+    the reference rates, paired, on `ctx`'s seed; `yardstick` (the PairedSLO's) times the
+    host in both."""
     between = yardstick.turn if yardstick is not None else None
     if config.reference_rps:
         basis = dict.fromkeys(engines, float("nan"))
         before = None
     else:
-        retimed = run_closed_paired(engines, closed_trace, warmup=0, runs=RETIME_RUNS,
-                                    on_run=bar.tick, sync=sync, tag=f"r{replica}retime",
-                                    time_source=source, between=between)
+        retimed = ctx.with_(tag=f"r{replica}retime").closed(
+            engines, closed_trace, warmup=0, runs=RETIME_RUNS, between=between)
         basis = {name: closed_rps(runs) for name, runs in retimed.items()}
         before = yardstick.take() if yardstick is not None else None
     rates = {name: config.reference_rps or config.reference_load * basis[name]
              for name in engines}
     live = {name: rate for name, rate in rates.items() if rate > 0}
     # Timed during the run only against a re-timing: with --rate there is none to compare.
-    runs = run_paired({n: engines[n] for n in live},
-                      {n: traces.poisson(items, rate, seed=seed, tag=f"ref{replica}")
+    runs = ctx.paired({n: engines[n] for n in live},
+                      {n: traces.poisson(items, rate, seed=ctx.seed, tag=f"ref{replica}")
                        for n, rate in live.items()},
-                      sync=sync, time_source=source,
                       between=between if before is not None else None)
-    bar.tick()
+    ctx.tick()
     drift = float("nan")
     if yardstick is not None and before is not None:
         drift = yardstick.take().step_s / before.step_s
