@@ -49,7 +49,7 @@ def setup_cache() -> Samples:
         # Imported here, not at the top: asv runs every track_ below in a process of its own,
         # and those only read the cache (the comparison's imports, torch and transformers,
         # are most of a track_'s time otherwise).
-        from engines.bench import comparison, summary
+        from engines.bench import comparison, output
         from engines.bench.config import default_engines
 
         cfg = config()
@@ -58,7 +58,7 @@ def setup_cache() -> Samples:
         # place (the same stage/tick interface), as asv would keep a bar's output to itself.
         with mock.patch.object(comparison, "progress", lambda enabled: nullcontext(watch)):
             result = comparison.compare(default_engines(cfg), cfg, show_progress=True)
-    return {name: summary.samples(r) for name, r in result.results.items()}
+    return output.report(result).samples  # the run's one report (engines.bench.run_report)
 
 
 setup_cache.timeout = 1800  # type: ignore[attr-defined]  # a GPU comparison takes minutes

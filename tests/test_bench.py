@@ -293,6 +293,14 @@ def test_cli_quick_writes_consistent_tables_and_plots(
         assert len(pd.read_csv(tmp_path / f"{name}.csv")) > 0
     for png in ("rate", "goodput", "itl_timeline", "slot_timeline"):
         assert (tmp_path / f"{png}.png").stat().st_size > 0
+    # One report per run, and everything renders from it: the saved report gives the same
+    # closing text (table included) and the same summary.csv again.
+    written = (tmp_path / "summary.csv").read_text()
+    (tmp_path / "summary.csv").unlink()
+    assert cli.main(["render", "--out", str(tmp_path), "--no-plots"]) == 0
+    rendered = capsys.readouterr().out
+    assert rendered.splitlines() == out.splitlines()[:-1]  # all but "wrote DIR/ in N s"
+    assert (tmp_path / "summary.csv").read_text() == written
 
 
 def test_cli_names_a_bad_engine_spec(capsys: pytest.CaptureFixture[str]) -> None:

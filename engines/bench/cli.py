@@ -3,6 +3,7 @@
   batching-bench [compare] [--quick] [--engine [label=]module:callable ...] [--out DIR]
   batching-bench closed [--preset tiny]     # the 32-request closed mix, incl. HF generate
   batching-bench replay --engine ... --rates 1,2  # each engine alone at given rates (servers)
+  batching-bench render [--out DIR]  # the table, CSVs and plots again from DIR/report.json
 
 Without --engine, compare runs the default engines ({defaults}) on --preset. With --engine,
 only the engines given run; --preset then sets only the model the SLO targets are timed on
@@ -23,12 +24,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.bench import clocks, comparison, draws, output, priority, rates, summary, traces
+from engines.bench import clocks, comparison, draws, output, priority, rates, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
 from engines.bench.describe import banner, describe, unequal_threads
 from engines.bench.devices import default_device
 from engines.bench.metrics import write_csv
 from engines.bench.progress import progress
+from engines.bench.run_report import FILE, Report
 from engines.bench.streaming import streams
 from engines.bench.table import fmt
 from engines.factories import EngineSpecError, load_factory, load_labeled
@@ -50,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     doc = (__doc__ or "").format(defaults=defaults)
     p = argparse.ArgumentParser(prog="batching-bench", description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", nargs="?", choices=["compare", "closed", "replay"], default="compare")
+    p.add_argument("command", nargs="?", choices=["compare", "closed", "replay", "render"],
+                   default="compare")
     p.add_argument("--engine", action="append", default=[], metavar="[LABEL=]MODULE:CALLABLE",
                    help="a zero-argument callable returning a fresh engine (repeatable); "
                         f"default: the default engines, {defaults}, on --preset")
@@ -166,11 +169,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
               file=sys.stderr)
         print(f"  scheduling: {scheduling.note}", file=sys.stderr)
         result = comparison.run(engines, config, bar=bar)
-    table = summary.summary(result)
-    output.write(result, table, args.out, plots=not args.no_plots)
-    print(output.closing_text(result, table))
-    print(f"scheduling: {scheduling.note}")
+    found = output.write(result, args.out, plots=not args.no_plots, scheduling=scheduling.note)
+    print(found.text())
     print(f"wrote {args.out}/ in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    """The table, CSVs and plots again from a saved report (--out DIR/report.json)."""
+    path = args.out / FILE
+    if not path.is_file():
+        raise ValueError(f"render: no {FILE} in {args.out} (--out names a compare run's folder)")
+    found = Report.load(path)
+    output.render(found, args.out, plots=not args.no_plots)
+    print(found.text())
     return 0
 
 
@@ -252,7 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # that a comparison with them is at equal cores.
         os.environ[THREADS_ENV] = str(args.threads)
     try:
-        commands = {"closed": cmd_closed, "replay": cmd_replay, "compare": cmd_compare}
+        commands = {"closed": cmd_closed, "replay": cmd_replay, "compare": cmd_compare,
+                    "render": cmd_render}
         return commands[args.command](args)
     except (EngineSpecError, ValueError) as exc:  # bad input: say which and why, no traceback
         parser.error(str(exc))

@@ -1,8 +1,11 @@
-"""What a comparison leaves behind: CSV tables, replayable traces and PNGs in one folder, and
-the closing text a person reads (the winner table, the SLO, every bracket and ratio)."""
+"""What a comparison leaves behind: its report (engines.bench.run_report) and what renders
+from it, CSV tables and PNGs in one folder and the closing text a person reads (the winner
+table, the SLO, every bracket and ratio); beside them the raw records, traces and timelines of
+its runs."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -10,16 +13,55 @@ import pandas as pd
 from engines.bench import clocks, disturbance, reference, summary
 from engines.bench.comparison import Comparison
 from engines.bench.metrics import write_csv
+from engines.bench.run_report import FILE, FRAMES, Report, records
 from engines.bench.slo import PairedSLO
 from engines.bench.table import TIE, format_table
 
+RAW_FRAMES = ("requests", "tokens")  # per request and per token: saved from the runs
 
-def write(comparison: Comparison, table: pd.DataFrame, out: Path, *, plots: bool) -> None:
+
+def report(comparison: Comparison, frames: dict[str, pd.DataFrame] | None = None, *,
+           scheduling: str = "") -> Report:
+    """The comparison's one report; `frames`: summary.frames(comparison) if computed
+    already; `scheduling`: how the stepping thread ran (engines.bench.priority), a note."""
+    frames = frames if frames is not None else summary.frames(comparison)
+    table = summary.summary(comparison)
+    notes = closing_notes(comparison, table)
+    if scheduling:
+        notes.append(f"scheduling: {scheduling}")
+    slo = comparison.slo
+    return Report(
+        config=asdict(comparison.config),
+        slo={"ttft_s": slo.ttft_s, "itl_s": slo.itl_s, "attainment": slo.attainment,
+             "basis": slo.basis},
+        summary=records(table), notes=notes,
+        frames={name: records(frames[name]) for name in FRAMES},
+        samples={name: summary.samples(r) for name, r in comparison.results.items()},
+        goodput={r.name: r.goodput.low for r in comparison.results.values()})
+
+
+def render(found: Report, out: Path, *, plots: bool) -> None:
+    """Everything that renders from the report: report.json itself, summary.csv and the small
+    CSV tables, the rate and goodput plots."""
+    found.save(out / FILE)
+    write_csv(found.table(), out / "summary.csv")
+    for name in FRAMES:
+        write_csv(found.frame(name), out / f"{name}.csv")
+    if plots and found.frames.get("probes"):
+        from engines.bench import plots as figures
+
+        figures.rate_plot(found.frame("probes"), out / "rate.png")
+        figures.goodput_plot(found.frame("probes"), found.headline_slo(), found.goodput,
+                             out / "goodput.png")
+
+
+def write_runs(comparison: Comparison, frames: dict[str, pd.DataFrame], out: Path, *,
+               plots: bool) -> None:
+    """The raw data beside the report: per-request and per-token CSVs, replayable traces,
+    the ITL and slot timelines."""
     out.mkdir(parents=True, exist_ok=True)
-    write_csv(table, out / "summary.csv")
-    frames = summary.frames(comparison)
-    for name, frame in frames.items():
-        write_csv(frame, out / f"{name}.csv")
+    for name in RAW_FRAMES:
+        write_csv(frames[name], out / f"{name}.csv")
     results = list(comparison.results.values())
     for result in results:
         if result.reference is not None:
@@ -28,17 +70,23 @@ def write(comparison: Comparison, table: pd.DataFrame, out: Path, *, plots: bool
         results[0].disturbance.trace.save(out / "trace-disturbance.json")
     if not plots:
         return
-    from engines.bench import plots as figures
     from engines.bench import timelines
 
-    figures.rate_plot(frames["probes"], out / "rate.png")
-    figures.goodput_plot(frames["probes"], comparison.slo,
-                         {r.name: r.goodput.low for r in results}, out / "goodput.png")
     timelines.itl_timeline([r.disturbance for r in results if r.disturbance is not None],
                            out / "itl_timeline.png")
     slotted = [r.timeline for r in results if r.timeline is not None]
     if slotted:
         timelines.slot_timeline(slotted, out / "slot_timeline.png")
+
+
+def write(comparison: Comparison, out: Path, *, plots: bool,
+          scheduling: str = "") -> Report:
+    """The report and its renderings, and the runs' raw data, into `out`."""
+    frames = summary.frames(comparison)
+    found = report(comparison, frames, scheduling=scheduling)
+    render(found, out, plots=plots)
+    write_runs(comparison, frames, out, plots=plots)
+    return found
 
 
 def _ratio_lines(table: pd.DataFrame, column: str, label: str) -> list[str]:
@@ -113,9 +161,14 @@ def _ties(search_tie: float) -> str:
 
 
 def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
+    return "\n".join([format_table(table), "", *closing_notes(comparison, table)])
+
+
+def closing_notes(comparison: Comparison, table: pd.DataFrame) -> list[str]:
+    """The closing lines under the winner table."""
     config = comparison.config
-    lines = [format_table(table), "", _ties(config.search_tie),
-             f"SLO: {comparison.slo.describe()}", *slo_origin(comparison)]
+    lines = [_ties(config.search_tie), f"SLO: {comparison.slo.describe()}",
+             *slo_origin(comparison)]
     for result in comparison.results.values():
         for label, found in (("goodput", result.goodput), ("capacity", result.capacity)):
             lines.append(f"{label} {result.name}: {found.low:.4g} req/s, bracket "
@@ -139,4 +192,4 @@ def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
                  f"each engine at {config.reference_load:g} x its own closed-batch request "
                  "rate, re-timed just before the reference run"))
     lines.append(reference.drift_line(comparison.reference_drift))
-    return "\n".join(lines)
+    return lines
