@@ -10,7 +10,7 @@ machine otherwise idle: CPU time does not count other processes' time slices, so
 is the host itself (another tenant's core or memory traffic under a VM, frequency changes).
 
 Two figures, because the bench can rescale one. The decode step's spread is what the steady
-clock takes out (engines.bench.steady): `bench --quick`'s ratios between engines repeat once
+clock takes out (engines.bench.host.steady): `bench --quick`'s ratios between engines repeat once
 it is gone. The prefill over the decode step is the host's mix of two speeds, and no clock
 rescales it: an admission spike (an admitting step over a decode step) and every latency that
 weighs a prefill against decode steps move with it between runs. On a steady machine both
@@ -29,7 +29,7 @@ import torch
 
 from engines.bench.calibration import ForwardTimer
 from engines.bench.draws import prompt_classes
-from engines.bench.yardstick import DECODES_PER_PREFILL  # the mix the yardstick takes
+from engines.bench.host.gauge import DECODES_PER_PREFILL  # the mix the yardstick takes
 from engines.models import preset_max_model_len
 
 

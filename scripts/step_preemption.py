@@ -1,5 +1,5 @@
 """What a busy neighbour on the same core does to a step's CPU time, and what SCHED_FIFO does
-about it (the measurement behind engines/bench/priority.py).
+about it (the measurement behind engines/bench/host/priority.py).
 
     python scripts/step_preemption.py [--cpu 1] [--requests 60] [--preset tiny]
 
@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-from engines.bench.priority import stepping_priority
+from engines.bench.host.priority import stepping_priority
 from engines.protocol import Request, SamplingParams
 from engines.slot.static import StaticBatchEngine
 

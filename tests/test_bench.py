@@ -15,6 +15,7 @@ import pytest
 from engines.bench import capacity, disturbance, draws, traces
 from engines.bench.config import QUICK_SEARCH_TIE, Config
 from engines.bench.doubles.fake import FakeEngine, LoggedEngine, VirtualClock
+from engines.bench.host.gauge import MIN_DECODES, MIN_PREFILLS
 from engines.bench.metrics import requests_frame, summarize, tokens_frame
 from engines.bench.paired import EngineClock, run_paired
 from engines.bench.probes import MAX_GROWTH
@@ -22,7 +23,6 @@ from engines.bench.replay import run_closed, run_trace
 from engines.bench.run_context import RunContext
 from engines.bench.slo import SLO
 from engines.bench.table import TIE
-from engines.bench.yardstick import MIN_DECODES, MIN_PREFILLS
 
 
 def _items(n: int, prompt_len: int = 8, max_tokens: int = 4) -> list[draws.WorkItem]:
@@ -399,23 +399,25 @@ def test_the_reference_rate_is_retimed_just_before_the_reference_run(
     # The host slows 3x after the closed stage (another tenant starts during the searches).
     # Half the closed stage's rate would be 1.5x the slowed engine's capacity; the reference
     # run must run at half the rate the engine has now. On the steady clock, whose gauge
-    # slows alike (the host's own speed: engines.bench.steady), the rate stays the quiet one,
+    # slows alike (the host's own speed: engines.bench.host.steady), the rate stays the quiet one,
     # and the output says how far the host's speed moved.
     from engines.bench import comparison, output, summary
     from engines.bench.doubles.fake import FakeTimer, Machine
-    from engines.bench.steady import SteadyTime
+    from engines.bench.host.steady import SteadyTime
 
     machine = Machine()
     engines: dict[str, Any] = {"continuous": FakeEngine(max_batch_size=4, base_s=0.005,
                                                         machine=machine)}
     config = Config(capacity_requests=8, closed_requests=8, reference_requests=8, warmup=0,
                     runs=2, iterations=1, goodput_iterations=1, goodput_halvings=1,
-                    slo_ttft_s=1.0, slo_itl_s=1.0, admissions_per_class=1, clock=clock)
-    # The fakes sleep: the steady clock reads the wall clock here.
-    steady = SteadyTime(FakeTimer(step_s=0.001, machine=machine), raw=time.perf_counter,
-                        window=3, settle_turns=4) if clock == "steady" else None
+                    slo_ttft_s=1.0, slo_itl_s=1.0, admissions_per_class=1, clock=clock,
+                    host=True)
+    # The fakes sleep: the steady clock reads the wall clock here. One gauge: the kit's.
+    gauge = FakeTimer(step_s=0.001, machine=machine)
+    steady = SteadyTime(gauge, raw=time.perf_counter, window=3,
+                        settle_turns=4) if clock == "steady" else None
     _after_the_searches(monkeypatch, lambda: setattr(machine, "factor", 3.0))
-    found = comparison.run(engines, config, steady=steady)
+    found = comparison.run(engines, config, timer=gauge, steady=steady)
     result = found.results["continuous"]
     quiet_rps = np.median([len(r.trace) / r.wall_s for r in result.closed])
     (basis,) = result.reference_basis_rps
@@ -438,17 +440,18 @@ def test_the_reference_rate_is_retimed_just_before_the_reference_run(
 @pytest.mark.parametrize("slowdown", [1.0, 2.0])
 def test_the_reference_run_says_when_the_host_moved_under_it(
         slowdown: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The yardstick takes turns during the re-timing and the run; a host that slows down
+    # The kit's gauge takes turns during the re-timing and the run; a host that slows down
     # between them (another tenant starts) is measured and named in the closing text.
     from engines.bench import reference
     from engines.bench.doubles.fake import FakeTimer, Machine
+    from engines.bench.host import lines
+    from engines.bench.host.gauge import HostGauge
     from engines.bench.progress import Progress
-    from engines.bench.yardstick import Yardstick
 
     machine = Machine()
     engines: dict[str, Any] = {"continuous": FakeEngine(max_batch_size=4, base_s=0.001,
                                                         machine=machine)}
-    yardstick = Yardstick(FakeTimer(step_s=0.01, machine=machine))
+    yardstick = HostGauge(FakeTimer(step_s=0.01, machine=machine))
     replay = traces.poisson
 
     def slowed_down(*args: Any, **kwargs: Any) -> Any:
@@ -459,13 +462,15 @@ def test_the_reference_run_says_when_the_host_moved_under_it(
     closed = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=3, vocab_size=100))
     items = draws.uniform(6, prompt_len=4, max_tokens=3, vocab_size=100)
     bar = Progress(False)
-    bar.stage("reference run", reference.stages(Config()))
-    found = reference.run_reference(RunContext(bar=bar), engines, closed, items, Config(),
-                                    replica=0, yardstick=yardstick)
+    config = Config(host=True)
+    bar.stage("reference run", reference.stages(config))
+    found = reference.run_reference(RunContext(bar=bar, hook=yardstick.turn), engines, closed,
+                                    items, config, replica=0, closed={"continuous": 1.0},
+                                    gauge=yardstick)
     assert found.drift == pytest.approx(slowdown)
-    line = reference.drift_line([found.drift])
+    line = lines.drift_line([found.drift])
     assert f"took {slowdown:.2f}x as long" in line
-    assert ("the host's speed moved under it" in line) == (slowdown > reference.DRIFT_WARNING)
+    assert ("the host's speed moved under it" in line) == (slowdown > lines.DRIFT_WARNING)
     # Rates re-timed before the slowdown: half the quiet closed rate.
     assert found.runs["continuous"].trace.rate == pytest.approx(
         0.5 * found.basis_rps["continuous"], rel=1e-4)
@@ -489,7 +494,8 @@ def test_the_spikes_are_stated_beside_the_hosts_own_prefill_over_decode(
     given = None if paired else 1.0
     config = Config(capacity_requests=8, closed_requests=8, reference_requests=8, warmup=0,
                     runs=1, iterations=1, goodput_iterations=1, goodput_halvings=1,
-                    admissions_per_class=1, slo_ttft_s=given, slo_itl_s=given)
+                    admissions_per_class=1, slo_ttft_s=given, slo_itl_s=given,
+                    host=paired)
     _after_the_searches(monkeypatch, lambda: setattr(timer, "prefill_s", 0.005))
     found = comparison.run(engines, config, timer=timer)
     text = output.closing_text(found, summary.summary(found))
@@ -509,21 +515,21 @@ def test_the_spikes_are_stated_beside_the_hosts_own_prefill_over_decode(
     assert column.to_list() == pytest.approx([5.0, 5.0])
 
 
-def test_a_given_reference_rate_spends_no_yardstick_turns() -> None:
-    # --rate: no re-timing, so nothing to compare the run's timings with; none are taken.
+def test_a_given_reference_rate_is_not_retimed_and_has_no_drift() -> None:
+    # --rate: no re-timing, so nothing to compare the run's timings with; no round is taken.
     from engines.bench import reference
     from engines.bench.doubles.fake import FakeTimer
+    from engines.bench.host.gauge import HostGauge
     from engines.bench.progress import Progress
-    from engines.bench.yardstick import Yardstick
 
     timer = FakeTimer(step_s=0.01)
-    config = Config(reference_rps=50.0)
+    config = Config(reference_rps=50.0, host=True)
     bar = Progress(False)
     bar.stage("reference run", reference.stages(config))
     closed = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=3, vocab_size=100))
     found = reference.run_reference(
         RunContext(bar=bar), {"continuous": FakeEngine(max_batch_size=4, base_s=0.001)},
         closed, draws.uniform(6, prompt_len=4, max_tokens=3, vocab_size=100), config,
-        replica=0, yardstick=Yardstick(timer))
+        replica=0, closed={"continuous": 1.0}, gauge=HostGauge(timer))
     assert math.isnan(found.drift) and timer.calls == 0
     assert found.runs["continuous"].trace.rate == pytest.approx(50.0)

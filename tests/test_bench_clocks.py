@@ -47,12 +47,19 @@ def _args(*argv: str) -> tuple[str, str]:
 
 
 def test_auto_takes_the_steady_clock_only_for_the_default_engines_on_one_thread() -> None:
-    assert _args() == ("steady", "wall")
-    assert _args("--threads", "2") == ("wall", "wall")
-    assert _args("--engine", "engines.bench.doubles.fake:static") == ("wall", "wall")
+    # The wall clock by default; the noisy-host kit's steady clock where the kit is on (a
+    # --quick run on a CPU, or --host on) for the default engines on one thread.
+    assert _args() == ("wall", "wall")
+    assert _args("--quick") == ("steady", "wall")
+    assert _args("--host", "on") == ("steady", "wall")
+    assert _args("--quick", "--host", "off") == ("wall", "wall")
+    assert _args("--quick", "--threads", "2") == ("wall", "wall")
+    assert _args("--quick", "--engine", "engines.bench.doubles.fake:static") == ("wall", "wall")
     assert _args("--clock", "wall")[0] == "wall"
     assert _args("--engine", "engines.bench.doubles.fake:static", "--clock", "cpu")[0] == "cpu"
     for name in ("cpu", "steady"):
+        with pytest.raises(ValueError, match=f"--clock {name}: the noisy-host kit's clock"):
+            cli.host(cli._parser().parse_args(["--clock", name, "--host", "off"]), "cpu")
         with pytest.raises(ValueError, match=f"--clock {name}: needs --threads 1"):
             _args("--clock", name, "--threads", "2")
         with pytest.raises(ValueError, match=f"clock: '{name}' times work on this thread only"):

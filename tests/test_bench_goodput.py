@@ -209,17 +209,25 @@ def test_slo_is_derived_unless_both_targets_are_given() -> None:
     from engines.bench.comparison import targets
     from engines.bench.config import Config
 
-    given = targets(Config(slo_ttft_s=0.2, slo_itl_s=0.01), 512)
+    given, once = targets(Config(slo_ttft_s=0.2, slo_itl_s=0.01), 512)
     assert isinstance(given, SLO) and (given.ttft_s, given.itl_s) == (0.2, 0.01)
+    assert once is None
     timer = FakeTimer(step_s=0.002, prefill_s=0.01, batch=8, prompt_len=482)
-    half = targets(Config(slo_ttft_s=0.2), 512, timer)
-    assert isinstance(half, PairedSLO)
-    slo = half.close_round()
+    # The core: one target given, the other derived once, before the run.
+    half, once = targets(Config(slo_ttft_s=0.2), 512, timer)
+    assert isinstance(half, SLO) and once is not None and once.samples == (12, 4)
+    assert half.ttft_s == 0.2 and half.itl_s == pytest.approx(5 * 0.002)
+    assert half.basis.startswith("TTFT given; tiny:")
+    # The noisy-host kit: derived in every round from its gauge.
+    from engines.bench.comparison import kit_for
+
+    config = Config(slo_ttft_s=0.2, host=True)
+    paired, _ = targets(config, 512, timer, kit_for(config, 512, timer=timer))
+    assert isinstance(paired, PairedSLO)
+    slo = paired.close_round()
     assert slo.ttft_s == 0.2 and slo.itl_s == pytest.approx(5 * 0.002)
-    assert slo.basis.startswith("TTFT given; tiny:")
     # With no timer given, the preset's own forward is timed, for the longest prompt class.
-    real = targets(Config(), 512)
-    assert isinstance(real, PairedSLO)
-    times = real.source.take()
+    real, times = targets(Config(), 512)
+    assert isinstance(real, SLO) and times is not None
     assert times.prompt_len == draws.prompt_classes(512)[-1] and times.batch == 8
-    assert times.basis == "tiny float32 on cpu, transformers forward"
+    assert times.basis == "tiny float32 on cpu, transformers forward, timed once before the run"

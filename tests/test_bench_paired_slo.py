@@ -8,11 +8,11 @@ import pytest
 
 from engines.bench import capacity, draws, traces
 from engines.bench.doubles.fake import FakeEngine, FakeTimer, LoggedEngine, Machine, VirtualClock
+from engines.bench.host.gauge import MIN_DECODES, MIN_PREFILLS, HostGauge
 from engines.bench.paired import run_paired
 from engines.bench.probes import Probe
 from engines.bench.run_context import RunContext
 from engines.bench.slo import SLO, PairedSLO, derive
-from engines.bench.yardstick import MIN_DECODES, MIN_PREFILLS, Yardstick
 
 STEP_S, PREFILL_S = 0.01, 0.02  # the fake timer's quiet timings: targets 50 ms ITL, 60 ms TTFT
 
@@ -33,7 +33,7 @@ def _pair(machine: Machine) -> tuple[dict[str, FakeEngine], dict[str, VirtualClo
 def test_targets_move_with_the_machine_mid_run() -> None:
     machine = Machine()
     engines, clocks = _pair(machine)
-    slo = PairedSLO(Yardstick(FakeTimer(step_s=STEP_S, prefill_s=PREFILL_S, machine=machine)),
+    slo = PairedSLO(HostGauge(FakeTimer(step_s=STEP_S, prefill_s=PREFILL_S, machine=machine)),
                     "tiny")
 
     def slow_down_after_first_round(probe: Probe) -> None:
@@ -62,8 +62,8 @@ def _goodputs(slow_from_goodput: float, *, paired: bool) -> dict[str, float]:
     timer = FakeTimer(step_s=STEP_S, prefill_s=PREFILL_S, machine=machine)
     # Paired: targets timed in every round. Fixed: timed once, at the start (what the bench
     # did before): the slow spell never reaches them.
-    slo: SLO | PairedSLO = (PairedSLO(Yardstick(timer), "tiny") if paired
-                            else derive(Yardstick(timer).take(), "tiny"))
+    slo: SLO | PairedSLO = (PairedSLO(HostGauge(timer), "tiny") if paired
+                            else derive(HostGauge(timer).take(), "tiny"))
     ctx = RunContext(clocks=clocks)
     caps = capacity.search_many(ctx, engines, _items(120), iterations=2, slo=slo,
                                 start_rates={"static": 30, "continuous": 40})
@@ -116,7 +116,7 @@ class _SpendingTimer(FakeTimer):
 def test_yardstick_keeps_to_its_share_takes_means_and_tops_up() -> None:
     now = _Now()
     timer = _SpendingTimer(now, step_s=0.001, prefill_s=0.003)
-    stick = Yardstick(timer, share=0.1, now=now)
+    stick = HostGauge(timer, share=0.1, now=now)
     for _ in range(2000):  # 2000 engine cycles of 1 ms each
         stick.turn()
         now.t += 0.001

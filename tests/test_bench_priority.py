@@ -1,5 +1,5 @@
-"""The stepping thread's scheduling (engines.bench.priority): SCHED_FIFO only under the CPU-time
-clock, restored afterwards, refused by name where it cannot be honoured."""
+"""The stepping thread's scheduling (engines.bench.host.priority): SCHED_FIFO only under the
+CPU-time clock, restored afterwards, refused by name where it cannot be honoured."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from engines.bench import cli, priority
+from engines.bench import cli
+from engines.bench.host import priority
 
 
 class FakeScheduler:

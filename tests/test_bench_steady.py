@@ -1,5 +1,5 @@
 """The steady clock: CPU time rescaled by the host's own speed, which a gauge times between the
-engines' steps (engines.bench.steady)."""
+engines' steps (engines.bench.host.steady)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from engines.bench import comparison, draws, traces
 from engines.bench.config import Config
 from engines.bench.doubles.fake import FakeEngine, FakeTimer, Machine
-from engines.bench.steady import SteadyTime
+from engines.bench.host.steady import SteadyTime
 
 
 class Host:
@@ -86,18 +86,21 @@ def test_the_gauge_keeps_to_its_share_of_the_time() -> None:
 def test_a_paired_run_gives_the_gauge_its_turns() -> None:
     machine = Machine()
     gauge = FakeTimer(step_s=0.001, machine=machine)
-    steady = SteadyTime(gauge, raw=time.perf_counter, window=1)
+    steady = SteadyTime(gauge, raw=time.perf_counter, window=1, settle_turns=2)
     before = gauge.calls
     trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
-    ctx = comparison.context(Config(clock="steady"), steady=steady)
-    ctx.paired({"e": FakeEngine(max_batch_size=2, base_s=0.001)}, {"e": trace})
-    assert gauge.calls > before
+    config = Config(clock="steady")
+    kit = comparison.kit_for(config, 64, timer=gauge, steady=steady)
+    comparison.context(config, kit=kit).paired(
+        {"e": FakeEngine(max_batch_size=2, base_s=0.001)}, {"e": trace})
+    # One gauge: the kit's turns time it, and the steady clock settles on those timings.
+    assert gauge.calls > before and steady.settled
 
 
 def test_a_steady_source_for_another_clock_is_refused() -> None:
     steady = SteadyTime(FakeTimer(), raw=time.perf_counter, window=1)
     with pytest.raises(ValueError, match="a steady time source was given for --clock wall"):
-        comparison.time_source(Config(clock="wall"), steady)
+        comparison.kit_for(Config(clock="wall"), 64, timer=FakeTimer(), steady=steady)
 
 
 def test_the_baseline_is_settled_after_the_warm_up_runs() -> None:
@@ -116,14 +119,15 @@ def test_the_baseline_is_settled_after_the_warm_up_runs() -> None:
 
     bar = CountingBar()
 
-    class SlowWhileWarmingUp:
+    class SlowWhileWarmingUp(FakeTimer):
         def decode(self) -> float:
             return 0.002 if bar.ticks < 2 else 0.001
 
     steady = SteadyTime(SlowWhileWarmingUp(), raw=time.perf_counter, window=1, settle_turns=2)
     trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
     config = Config(warmup=2, runs=2, clock="steady")
-    ctx = comparison.context(config, bar=bar, steady=steady)
+    kit = comparison.kit_for(config, 64, timer=SlowWhileWarmingUp(), steady=steady)
+    ctx = comparison.context(config, bar=bar, kit=kit)
     comparison.closed_stage(ctx, {"e": FakeEngine(max_batch_size=2, base_s=0.001)}, trace,
                             config)
     assert bar.ticks == 4  # the warm-ups and the recorded runs, each once

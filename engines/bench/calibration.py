@@ -1,4 +1,4 @@
-"""The timer behind the SLO targets (engines.bench.slo, engines.bench.yardstick): the preset's
+"""The timer behind the SLO targets (engines.bench.slo, engines.bench.host.gauge): the preset's
 own transformers forward, one decode step of a uniform batch or one long prefill per call.
 
 Not one of the engines under test: the yardstick must not move when an engine's code does

@@ -24,10 +24,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.bench import clocks, comparison, draws, output, priority, rates, traces
+from engines.bench import clocks, comparison, draws, output, rates, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
 from engines.bench.describe import banner, describe, unequal_threads
 from engines.bench.devices import default_device
+from engines.bench.host import priority
 from engines.bench.metrics import write_csv
 from engines.bench.progress import progress
 from engines.bench.run_report import FILE, Report
@@ -40,6 +41,7 @@ from engines.threads import THREADS_ENV
 
 HF_GENERATE = "engines.adapters.hf.generate:HFGenerateEngine"  # `closed`'s baseline
 # Measured, not promised: the --quick run on the CPU preset, by scripts/bench_stability.sh.
+HOST_MODES = ("auto", "on", "off")
 QUICK_HELP = ("small draws (300-request probes, brackets 4.4%% wide, one try per rate on the "
               "CPU-time clocks, capacity and goodput tied within 1.3x, an 800-request "
               "reference run): measured 122-134 s wall on 2 cores, its stepping thread under "
@@ -88,15 +90,22 @@ def _parser() -> argparse.ArgumentParser:
                         "thread stepping them, which time slices given to other processes do "
                         "not advance (cpu); or that CPU time rescaled by the host's own speed, "
                         "timed between the steps, as a CPU that keeps its speed would count it "
-                        "(steady; engines/bench/clocks.py, engines/bench/steady.py). auto: "
-                        "steady for the default engines on CPU with --threads 1, else wall. "
-                        "cpu and steady are right only for engines doing all their work on "
-                        "that thread")
+                        "(steady; engines/bench/clocks.py, engines/bench/host/steady.py). auto: "
+                        "steady where the noisy-host kit is on for the default engines on CPU "
+                        "with --threads 1, else wall. cpu and steady are the kit's (they turn "
+                        "it on) and right only for engines doing all their work on that "
+                        "thread")
+    p.add_argument("--host", choices=HOST_MODES, default="auto",
+                   help="the noisy-host kit (engines/bench/host/): its gauge between the "
+                        "engines' steps (per-round SLO targets, the steady clock, drift), "
+                        "SCHED_FIFO and the re-timed reference rate. auto: on for --quick of "
+                        "the default engines on a CPU (said in the output), else off: the "
+                        "wall clock, targets timed once before the run")
     p.add_argument("--priority", choices=priority.MODES, default="auto",
                    help="auto: under the cpu or steady clock, step the engines on a "
                         "SCHED_FIFO thread where the OS permits it, so that no other process "
                         "on the core preempts a step (a preempted step resumes with cold "
-                        "caches, which the cpu clock counts; engines/bench/priority.py); "
+                        "caches, which the cpu clock counts; engines/bench/host/priority.py); "
                         "realtime: that or an error; normal: never")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the CPU presets gain nothing from more, "
@@ -119,6 +128,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def host(args: argparse.Namespace, device: str) -> tuple[bool, str]:
+    """Whether the noisy-host kit is on, and why, as the output says it."""
+    on_thread = args.clock in clocks.ON_THREAD
+    if args.host == "off":
+        if on_thread:
+            raise ValueError(f"--clock {args.clock}: the noisy-host kit's clock, which "
+                             "--host off turns off")
+        return False, "off (--host off): the wall clock, targets timed once before the run"
+    if args.host == "on":
+        return True, "on (--host on)"
+    if on_thread:
+        return True, f"on (--clock {args.clock} is its clock)"
+    if args.quick and device.startswith("cpu") and not args.engine:
+        return True, ("on (--quick of the default engines on a CPU: a shared host's speed "
+                      "moves under a short run; --host off turns it off)")
+    return False, "off: the wall clock, targets timed once before the run (--host on)"
+
+
 def _clock(args: argparse.Namespace, device: str) -> str:
     if args.clock != "auto":
         if args.clock in clocks.ON_THREAD and args.threads != 1:
@@ -126,7 +153,7 @@ def _clock(args: argparse.Namespace, device: str) -> str:
                              f"are not on this thread's clock), got --threads {args.threads}")
         return str(args.clock)
     in_thread = device.startswith("cpu") and args.threads == 1 and not args.engine
-    return "steady" if in_thread else "wall"
+    return "steady" if in_thread and host(args, device)[0] else "wall"
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -137,6 +164,7 @@ def _config(args: argparse.Namespace) -> Config:
     device = args.device or default_device()
     return Config.for_hardware(
         quick=args.quick, device=device, clock=_clock(args, device), preset=args.preset,
+        host=host(args, device)[0],
         dtype=args.dtype,
         max_batch_size=args.max_batch_size, seed=args.seed, capacity_requests=args.requests,
         reference_rps=args.rate, warmup=args.warmup, runs=args.runs, iterations=args.iterations,
@@ -164,12 +192,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(banner({name: describe(name, e) for name, e in engines.items()},
                      preset=config.preset, device=config.device, dtype=config.dtype,
                      max_batch_size=config.max_batch_size, seed=config.seed,
-                     default=not args.engine, clock=config.clock,
+                     default=not args.engine, clock=config.clock, host=config.host_kit,
                      slo_given=config.slo_ttft_s is not None and config.slo_itl_s is not None),
               file=sys.stderr)
-        print(f"  scheduling: {scheduling.note}", file=sys.stderr)
+        kit = f"noisy-host kit: {host(args, config.device)[1]}"
+        print(f"  {kit}\n  scheduling: {scheduling.note}", file=sys.stderr)
         result = comparison.run(engines, config, bar=bar)
-    found = output.write(result, args.out, plots=not args.no_plots, scheduling=scheduling.note)
+    found = output.write(result, args.out, plots=not args.no_plots,
+                         notes=[kit, f"scheduling: {scheduling.note}"])
     print(found.text())
     print(f"wrote {args.out}/ in {time.perf_counter() - started:.0f} s")
     return 0
@@ -229,8 +259,9 @@ def cmd_closed(args: argparse.Namespace) -> int:
     with (progress(not args.no_progress) as bar,
           priority.stepping_priority(args.priority, config.clock) as scheduling):
         print(f"  scheduling: {scheduling.note}", file=sys.stderr)
-        results = comparison.closed_stage(comparison.context(config, bar=bar), engines, trace,
-                                          config)
+        kit = comparison.kit_for(config, comparison.scale(engines)[0])
+        results = comparison.closed_stage(comparison.context(config, bar=bar, kit=kit),
+                                          engines, trace, config)
     rows = []
     for name, result in results.items():
         rates = [s["output_tokens_per_s"] for s in result.closed_summaries]

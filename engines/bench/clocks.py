@@ -15,7 +15,7 @@ that thread: a CPU engine built in-process with one torch thread (the default en
 server, a GPU) would be timed as almost free: such engines take the wall clock, and on CUDA it
 is always the wall clock, with a synchronize around every step.
 
-steady (engines.bench.steady): the cpu clock rescaled by the host's own speed, which a gauge
+steady (engines.bench.host.steady): the cpu clock rescaled by the host's own speed, which a gauge
 times between the engines' steps: what a CPU that does not change speed would count. Built
 with its gauge by engines.bench.comparison.time_source; `source` has only the two plain ones.
 """
@@ -45,7 +45,7 @@ def on_thread(name: str) -> bool:
 
 
 def source(name: str) -> TimeSource:
-    """The plain clock `name`: wall or cpu (steady needs its gauge: engines.bench.steady)."""
+    """The plain clock `name`: wall or cpu (steady needs its gauge: engines.bench.host.steady)."""
     check(name)
     if name not in CLOCKS:
         raise ValueError(f"clock: {name!r} is built with its gauge "

@@ -1,8 +1,9 @@
 """The comparison the CLI and asv run: every measurement of every engine, paired.
 
-1. SLO targets, unless both are given: a yardstick on the preset's transformers forward
-   (engines.bench.calibration, engines.bench.yardstick), timed between the engines' steps in
-   every probe round, each round judged by its own targets (engines.bench.slo.PairedSLO).
+1. SLO targets, unless both are given: the preset's transformers forward
+   (engines.bench.calibration) timed once before the run, on the engines' clock; with the
+   noisy-host kit (engines.bench.host) its one gauge times it between the engines' steps in
+   every probe round instead, each round judged by its own targets (slo.PairedSLO).
 2. Closed mixed runs (2 warm-up, 5 recorded): output tokens/s and where the search starts.
 3. Per replica (one by default; asv asks for more, as samples): the capacity search, the
    goodput search below it, and a reference open-loop run (twice a probe's requests unless
@@ -11,9 +12,8 @@
    rate, so an engine's latency figures never move because another engine's did. The closed
    rate, not the capacity bracket: a median of paired closed runs moves a few percent between
    runs, where the search's verdicts near capacity move it by up to 20%, and latency at a
-   fixed share of a rate inherits every percent of it. Re-timed by paired closed runs just
-   before the reference run, not taken from stage 2, which ran a minute or more earlier on a
-   machine whose speed may have moved since.
+   fixed share of a rate inherits every percent of it. The kit re-times it just before the
+   reference run (engines.bench.reference).
 4. The admission disturbance (every prompt class admitted into running batches) and a small
    slot-timeline run.
 Every stage drives the engines paired, step by step (engines.bench.paired): the ratios between
@@ -33,17 +33,26 @@ import pandas as pd
 
 from engines.bench import capacity, clocks, disturbance, draws, reference, traces
 from engines.bench.capacity import Capacity
-from engines.bench.clocks import TimeSource
 from engines.bench.config import Config, EngineFactory
 from engines.bench.describe import EngineDescription, describe
 from engines.bench.devices import synchronizer
+from engines.bench.host import kit as host_kit
+from engines.bench.host.kit import HostKit
+from engines.bench.host.steady import SteadyTime
 from engines.bench.metrics import summarize
 from engines.bench.progress import Progress, progress
 from engines.bench.replay import Run
 from engines.bench.run_context import RunContext
-from engines.bench.slo import SLO, HardwareTimes, PairedSLO, Targets, TimingSource
-from engines.bench.steady import SteadyTime
-from engines.bench.yardstick import Timer, Yardstick
+from engines.bench.slo import (
+    SLO,
+    HardwareTimes,
+    PairedSLO,
+    Targets,
+    Timer,
+    TimingSource,
+    derive,
+    time_once,
+)
 from engines.factories import check_engine
 from engines.protocol import Engine
 
@@ -101,7 +110,7 @@ class Comparison:
     engines: dict[str, EngineDescription] = field(default_factory=dict)
     # Per replica: how far the host's speed moved between re-timing and reference run
     reference_drift: list[float] = field(default_factory=list)
-    # The steady clock's gauge (engines.bench.steady): its step over its first turns, in
+    # The steady clock's gauge (engines.bench.host.steady): its step over its first turns, in
     # seconds, and the lowest and highest factor the host's speed took over the run; None on
     # the other clocks
     steady_baseline_s: float | None = None
@@ -128,70 +137,62 @@ def scale(engines: dict[str, Engine]) -> tuple[int, int]:
             min(int(e.vocab_size) for e in engines.values()))
 
 
-def time_source(config: Config, steady: SteadyTime | None = None) -> TimeSource:
-    """What the engines' clocks count under `config.clock` (engines.bench.clocks): `steady`
-    if given, else a SteadyTime whose gauge is the SLO yardstick's decode step, on the raw CPU
-    clock."""
-    if config.clock != "steady":
+def kit_for(config: Config, max_model_len: int, *, timer: Timer | None = None,
+            steady: SteadyTime | None = None) -> HostKit | None:
+    """The noisy-host kit when `config` asks for it (engines.bench.host), else None."""
+    if not config.host_kit:
         if steady is not None:
             raise ValueError(f"clock: a steady time source was given for --clock "
                              f"{config.clock}")
-        return clocks.source(config.clock)
-    if steady is not None:
-        return steady
-    from engines.bench.calibration import ForwardTimer  # torch: only when timing
-
-    return SteadyTime(ForwardTimer(config.preset, device=config.device, dtype=config.dtype,
-                                   batch=config.max_batch_size, prompt_len=1,
-                                   seed=config.seed, clock=clocks.source("cpu")))
+        return None
+    return host_kit.build(config, max_model_len, timer=timer, steady=steady)
 
 
 def targets(config: Config, max_model_len: int, timer: Timer | None = None,
-            source: TimeSource | None = None) -> Targets:
-    """The goodput targets: both given (one SLO for every round), or a PairedSLO whose
-    yardstick times the preset's forward (or `timer`) between the engines' steps, each given
-    target replacing its derived one; `source`: the engines' time source, which it reads."""
+            kit: HostKit | None = None) -> tuple[Targets, HardwareTimes | None]:
+    """The goodput targets and, when derived once, the timings behind them: both given (one
+    SLO for every round); with the kit, a PairedSLO on its gauge, derived in every round;
+    else derived once from the preset's forward (or `timer`) timed before the run on the
+    engines' clock. A given target replaces its derived one."""
     if config.slo_ttft_s is not None and config.slo_itl_s is not None:
-        return SLO(config.slo_ttft_s, config.slo_itl_s, config.slo_attainment)
-    source = source or time_source(config)
+        return SLO(config.slo_ttft_s, config.slo_itl_s, config.slo_attainment), None
+    if kit is not None:
+        return PairedSLO(kit.gauge, config.preset, attainment=config.slo_attainment,
+                         ttft_s=config.slo_ttft_s, itl_s=config.slo_itl_s), None
     if timer is None:
         from engines.bench.calibration import ForwardTimer  # torch: only when timing
 
         timer = ForwardTimer(config.preset, device=config.device, dtype=config.dtype,
                              batch=config.max_batch_size,
                              prompt_len=draws.prompt_classes(max_model_len)[-1],
-                             seed=config.seed, clock=source)
-    return PairedSLO(Yardstick(timer, now=source), config.preset,
-                     attainment=config.slo_attainment, ttft_s=config.slo_ttft_s,
-                     itl_s=config.slo_itl_s)
+                             seed=config.seed, clock=clocks.source(config.clock))
+    times = time_once(timer)
+    slo = derive(times, config.preset, attainment=config.slo_attainment).override(
+        ttft_s=config.slo_ttft_s, itl_s=config.slo_itl_s)
+    return slo, times
 
 
-def _yardstick_of(slo: Targets) -> TimingSource | None:
-    """What times the host between the engines' steps: the PairedSLO's; none for given
-    targets."""
-    return slo.source if isinstance(slo, PairedSLO) else None
-
-
-def headline(slo: Targets) -> tuple[SLO, HardwareTimes | None]:
+def headline(slo: Targets, once: HardwareTimes | None) -> tuple[SLO, HardwareTimes | None]:
     if isinstance(slo, PairedSLO):
         median = slo.headline()
         return median.slo, median.times
-    return slo, None
+    return slo, once
 
 
 def context(config: Config, *, bar: Progress | None = None,
-            steady: SteadyTime | None = None) -> RunContext:
-    """The run context of a comparison under `config`: its device's sync, its clock, and the
-    steady clock's gauge as the hook between steps when that clock is chosen."""
-    source = time_source(config, steady)
+            kit: HostKit | None = None) -> RunContext:
+    """The run context of a comparison under `config`: its device's sync, its clock (the
+    kit's steady clock under --clock steady), the kit's hook between steps when it is on."""
+    source = kit.steady if kit is not None and kit.steady is not None else \
+        clocks.source(config.clock)
     return RunContext(sync=synchronizer(config.device), time_source=source,
-                      hook=source.turn if isinstance(source, SteadyTime) else None, bar=bar,
-                      seed=config.seed)
+                      hook=kit.turn if kit is not None else None, bar=bar, seed=config.seed)
 
 
 def _replica(ctx: RunContext, engines: dict[str, Engine], results: dict[str, EngineResult],
              config: Config, slo: Targets, mixed: functools.partial[list[draws.WorkItem]],
-             closed_trace: traces.ArrivalTrace, replica: int) -> float:
+             closed_trace: traces.ArrivalTrace, replica: int,
+             gauge: TimingSource | None) -> float:
     """One replica's searches and reference run; returns the reference run's drift
     (engines.bench.reference)."""
     ctx = ctx.with_(seed=config.seed + 10 * replica)
@@ -214,8 +215,9 @@ def _replica(ctx: RunContext, engines: dict[str, Engine], results: dict[str, Eng
     # Twice a probe's requests unless given: a p95 of 400 requests rests on 20 of them, not 10.
     reference_items = mixed(config.reference_requests or 2 * config.capacity_requests,
                             seed=ctx.seed + 4)
-    ref = reference.run_reference(ctx, engines, closed_trace, reference_items, config,
-                                  replica=replica, yardstick=_yardstick_of(slo))
+    ref = reference.run_reference(
+        ctx, engines, closed_trace, reference_items, config, replica=replica, gauge=gauge,
+        closed={n: reference.closed_rps(r.closed) for n, r in results.items()})
     for name, result in results.items():
         result.capacities.append(caps[name])
         result.goodputs.append(goods[name])
@@ -232,9 +234,9 @@ def _drawable(engine: Engine) -> bool:
 def _disturbance(ctx: RunContext, engines: dict[str, Engine],
                  results: dict[str, EngineResult], config: Config,
                  mixed: functools.partial[list[draws.WorkItem]], max_model_len: int,
-                 vocab_size: int, yardstick: TimingSource | None) -> HardwareTimes | None:
-    """The spikes and slot timelines into `results`; returns the yardstick's timings over the
-    disturbance run, if there is one. A spike is an admitting step's gap over a decode step's,
+                 vocab_size: int, gauge: TimingSource | None) -> HardwareTimes | None:
+    """The spikes and slot timelines into `results`; returns the kit's gauge's timings over
+    the disturbance run when the kit is on. A spike is an admitting step's gap over a decode step's,
     and on a VM the host's prefill and decode speeds move apart between runs
     (docs/benchmarks.md, how stable a quick run is): the output states the host's own ratio
     over the same steps, so that runs are compared at the same one."""
@@ -243,9 +245,10 @@ def _disturbance(ctx: RunContext, engines: dict[str, Engine],
     items = draws.admissions(config.admissions_per_class, max_model_len=max_model_len,
                              vocab_size=vocab_size, slots=config.max_batch_size,
                              seed=config.seed + 2)
-    dist = ctx.paired(engines, dict.fromkeys(engines, traces.closed(items, tag="dist")),
-                      between=yardstick.turn if yardstick is not None else None)
-    times = yardstick.take() if yardstick is not None else None
+    if gauge is not None:
+        gauge.restart()
+    dist = ctx.paired(engines, dict.fromkeys(engines, traces.closed(items, tag="dist")))
+    times = gauge.take() if gauge is not None else None
     ctx.tick()
     timeline_trace = traces.closed(mixed(2 * config.max_batch_size, seed=config.seed + 3),
                                    tag="timeline")
@@ -263,7 +266,7 @@ def _disturbance(ctx: RunContext, engines: dict[str, Engine],
 
 def settle(ctx: RunContext, engines: dict[str, Engine], trace: traces.ArrivalTrace) -> None:
     """Unrecorded paired runs of `trace` until a steady clock's baseline comes from its
-    gauge's turns between the engines' steps (engines.bench.steady); each run gives the gauge
+    gauge's turns between the engines' steps (engines.bench.host.steady); each run gives the gauge
     at least one turn. Nothing to do on the other clocks."""
     runs = 0
     source = ctx.time_source
@@ -304,24 +307,24 @@ def compare(factories: dict[str, EngineFactory], config: Config, *,
 def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = None,
         timer: Timer | None = None, steady: SteadyTime | None = None) -> Comparison:
     """Benchmark built engines (drained) on the same draws and traces, paired. `timer`
-    replaces the preset's forward as the SLO's yardstick, `steady` the steady clock (tests:
-    modelled ones)."""
+    replaces the preset's forward as the targets' timer and the kit's gauge, `steady` the
+    steady clock (tests: modelled ones)."""
     max_model_len, vocab_size = scale(engines)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
-    ctx = context(config, bar=bar, steady=steady)
-    slo = targets(config, max_model_len, timer, ctx.time_source)
+    kit = kit_for(config, max_model_len, timer=timer, steady=steady)
+    ctx = context(config, bar=bar, kit=kit)
+    slo, once = targets(config, max_model_len, timer, kit)
+    gauge = kit.gauge if kit is not None else None
     closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")
     results = closed_stage(ctx, engines, closed_trace, config)
-    drifts = [_replica(ctx, engines, results, config, slo, mixed, closed_trace, replica)
+    drifts = [_replica(ctx, engines, results, config, slo, mixed, closed_trace, replica, gauge)
               for replica in range(config.replicas)]
-    mix = _disturbance(ctx, engines, results, config, mixed, max_model_len, vocab_size,
-                       _yardstick_of(slo))
-    top, hardware = headline(slo)
+    mix = _disturbance(ctx, engines, results, config, mixed, max_model_len, vocab_size, gauge)
+    top, hardware = headline(slo, once)
     for result in results.values():
         result.reference_summaries = [summarize(r, slo=top) for r in result.references
                                       if r is not None]
-    source = ctx.time_source
-    gauged = source if isinstance(source, SteadyTime) else None
+    gauged = kit.steady if kit is not None else None
     return Comparison(config, top, hardware, results, slo,
                       {name: describe(name, engine) for name, engine in engines.items()},
                       reference_drift=drifts,

@@ -74,6 +74,13 @@ class Config:
     replicas: int = 1  # independent capacity and goodput searches (asv's samples)
     # what engine clocks count: "wall", "cpu" or "steady" (engines.bench.clocks)
     clock: str = "wall"
+    # the noisy-host kit (engines.bench.host): its gauge between the steps, per-round targets,
+    # re-timing and drift; always on under the cpu and steady clocks, which are its own
+    host: bool = False
+
+    @property
+    def host_kit(self) -> bool:
+        return self.host or on_thread(self.clock)
 
     def __post_init__(self) -> None:
         for name in ("capacity_requests", "closed_requests", "runs", "replicas",

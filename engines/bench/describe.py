@@ -72,7 +72,7 @@ def _count(value: object) -> TypeGuard[int]:
 
 def banner(engines: dict[str, EngineDescription], *, preset: str, device: str, dtype: str,
            max_batch_size: int, seed: int, default: bool, slo_given: bool,
-           clock: str = "wall") -> str:
+           clock: str = "wall", host: bool = False) -> str:
     """What the run compares, as the engines report it, and what --preset is used for."""
     lines = [f"batching-bench: {len(engines)} engines, seed {seed}, timed in "
              f"{clocks.describe(clock)} (--clock {clock})"]
@@ -89,7 +89,9 @@ def banner(engines: dict[str, EngineDescription], *, preset: str, device: str, d
     if slo_given:
         lines.append("  SLO targets: given (--slo-ttft, --slo-itl)")
     else:
+        when = ("between the engines' steps in every probe round (the noisy-host kit)" if host
+                else "once, before the run")
         lines.append(f"  SLO targets: timed on {model}, transformers forward, "
-                     f"{max_batch_size}-row decode step and long prefill, between the engines' "
-                     "steps in every probe round; not on the engines under test")
+                     f"{max_batch_size}-row decode step and long prefill, {when}; not on the "
+                     "engines under test")
     return "\n".join(lines)

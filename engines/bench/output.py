@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from engines.bench import clocks, disturbance, reference, summary
+from engines.bench import clocks, disturbance, summary
 from engines.bench.comparison import Comparison
+from engines.bench.host import lines as lines_of_host
 from engines.bench.metrics import write_csv
 from engines.bench.run_report import FILE, FRAMES, Report, records
 from engines.bench.slo import PairedSLO
@@ -21,14 +22,12 @@ RAW_FRAMES = ("requests", "tokens")  # per request and per token: saved from the
 
 
 def report(comparison: Comparison, frames: dict[str, pd.DataFrame] | None = None, *,
-           scheduling: str = "") -> Report:
+           notes: list[str] | None = None) -> Report:
     """The comparison's one report; `frames`: summary.frames(comparison) if computed
-    already; `scheduling`: how the stepping thread ran (engines.bench.priority), a note."""
+    already; `notes`: more closing lines (the CLI's: the kit, the scheduling)."""
     frames = frames if frames is not None else summary.frames(comparison)
     table = summary.summary(comparison)
-    notes = closing_notes(comparison, table)
-    if scheduling:
-        notes.append(f"scheduling: {scheduling}")
+    notes = closing_notes(comparison, table) + (notes or [])
     slo = comparison.slo
     return Report(
         config=asdict(comparison.config),
@@ -80,10 +79,10 @@ def write_runs(comparison: Comparison, frames: dict[str, pd.DataFrame], out: Pat
 
 
 def write(comparison: Comparison, out: Path, *, plots: bool,
-          scheduling: str = "") -> Report:
+          notes: list[str] | None = None) -> Report:
     """The report and its renderings, and the runs' raw data, into `out`."""
     frames = summary.frames(comparison)
-    found = report(comparison, frames, scheduling=scheduling)
+    found = report(comparison, frames, notes=notes)
     render(found, out, plots=plots)
     write_runs(comparison, frames, out, plots=plots)
     return found
@@ -103,13 +102,19 @@ def _ratio_lines(table: pd.DataFrame, column: str, label: str) -> list[str]:
 def slo_origin(comparison: Comparison) -> list[str]:
     """Where the targets came from: given, or which model's forward was timed, when, how
     many times, how far the rounds' targets spread, and that no engine under test was timed."""
-    targets = comparison.targets
-    if not isinstance(targets, PairedSLO) or comparison.hardware is None:
+    targets, times = comparison.targets, comparison.hardware
+    if times is None:
         return ["  targets given (--slo-ttft, --slo-itl): the same in every round"]
-    times = comparison.hardware
-    (ttft_lo, ttft_hi), (itl_lo, itl_hi) = targets.spread()
     decodes, prefills = times.samples
-    engines = ", ".join(comparison.results)
+    measured = (f"  measured on preset {comparison.config.preset}, not on the engines under "
+                f"test ({', '.join(comparison.results)}): for targets of their own, set "
+                "--slo-ttft and --slo-itl")
+    if not isinstance(targets, PairedSLO):
+        return [f"  targets from {times.basis} ({decodes} decode steps of {times.batch} rows, "
+                f"mean {times.step_s * 1e3:.3g} ms; {prefills} prefills of {times.prompt_len} "
+                f"tokens, {times.prefill_s * 1e3:.3g} ms); the noisy-host kit (--host on) "
+                "times them between the steps in every round", measured]
+    (ttft_lo, ttft_hi), (itl_lo, itl_hi) = targets.spread()
     return [
         f"  targets from {times.basis}, timed between the engines' steps in every probe round"
         f" ({decodes} decode steps of {times.batch} rows, median round's mean "
@@ -118,37 +123,8 @@ def slo_origin(comparison: Comparison) -> list[str]:
         f"  each probe judged by its own round's targets: TTFT {ttft_lo * 1e3:.3g}-"
         f"{ttft_hi * 1e3:.3g} ms, mean ITL {itl_lo * 1e3:.3g}-{itl_hi * 1e3:.3g} ms over "
         f"{len(targets.rounds)} rounds",
-        f"  measured on preset {targets.preset}, not on the engines under test ({engines}): "
-        "for targets of their own, set --slo-ttft and --slo-itl",
+        measured,
     ]
-
-
-def _steady(comparison: Comparison) -> str:
-    """What the steady clock rescaled by (engines.bench.steady)."""
-    if comparison.host_speed is None or comparison.steady_baseline_s is None:
-        return ""
-    low, high = comparison.host_speed
-    start_ms = comparison.steady_baseline_s * 1e3
-    return (f"; its gauge, the yardstick's decode step between the engines' steps, took "
-            f"{start_ms:.3g} ms over its first turns and {low:.2f}-{high:.2f}x that over the "
-            "run: every figure is at the speed of those turns (docs/benchmarks.md, the "
-            "engines' clocks)")
-
-
-def _spike_host(comparison: Comparison) -> list[str]:
-    """The host's own prefill over decode step while the spikes were measured: what a spike
-    ratio moves with between runs on a host whose two speeds move apart."""
-    times = comparison.disturbance_times
-    if times is None or not any(len(r.spikes) for r in comparison.results.values()):
-        return []
-    decodes, prefills = times.samples
-    mix = times.prefill_over_decode()
-    # Not indented: it is about every engine's spike, not the last one's line above it.
-    return [f"ITL spikes' host: over the same steps, the SLO yardstick's {times.prompt_len}-"
-            f"token prefill took {mix:.3g}x its {times.batch}-row decode step ({times.basis}; "
-            f"{decodes} decode steps, {prefills} prefills between the engines' steps): the "
-            "host's own ratio, which a spike moves with; compare spikes between runs at the "
-            "same one (docs/benchmarks.md, how stable a quick run is)"]
 
 
 def _ties(search_tie: float) -> str:
@@ -180,16 +156,18 @@ def closing_notes(comparison: Comparison, table: pd.DataFrame) -> list[str]:
                          f"{spike['steps']} admissions of {int(spike['prompt_len'])}-token "
                          "prompts" + (" (fewer than 5: read with care)"
                                       if spike["steps"] < disturbance.MIN_SAMPLES else ""))
-    lines += _spike_host(comparison)
+    lines += lines_of_host.spike_host(comparison.disturbance_times,
+                                      any(len(r.spikes) for r in comparison.results.values()))
     lines += _ratio_lines(table, "goodput_rps", "goodput")
     lines += _ratio_lines(table, "capacity_rps", "capacity")
     first = next(iter(comparison.results.values()))
     lines += [f"capacity rule: {first.capacity.rule}", f"goodput rule: {first.goodput.rule}"]
     lines.append(f"times: {clocks.describe(config.clock)} (--clock {config.clock})"
-                 + _steady(comparison))
+                 + lines_of_host.steady_text(comparison.steady_baseline_s,
+                                             comparison.host_speed))
     lines.append("latency columns: " + (f"every engine at {config.reference_rps:g} req/s"
                  if config.reference_rps else
                  f"each engine at {config.reference_load:g} x its own closed-batch request "
                  "rate, re-timed just before the reference run"))
-    lines.append(reference.drift_line(comparison.reference_drift))
+    lines.append(lines_of_host.drift_line(comparison.reference_drift))
     return lines

@@ -7,7 +7,7 @@ own EngineClock, which runs only while that engine's step or its driver's bookke
 jumps over idle gaps, and the engines alternate step by step: a slow spell lands on all of
 them alike, and each engine's timeline is still open-loop (requests join when their arrival
 time has passed on it, however busy the engine is). `between` gets a turn after every cycle of
-steps, on no engine's clock: the SLO's yardstick (engines.bench.yardstick) times the
+steps, on no engine's clock: the SLO's yardstick (engines.bench.host.gauge) times the
 hardware there, so its timings meet the same slow spells as the engines' steps; the noisy-host
 kit's gauge (engines.bench.host) turns there too, when it is on (engines.bench.run_context).
 

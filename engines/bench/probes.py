@@ -96,14 +96,15 @@ def probe_paired(ctx: RunContext, engines: Mapping[str, Engine], items: list[Wor
                  queue_bound_s: float | None = None,
                  slo: Targets | None = None) -> dict[str, Probe]:
     """One probe per engine, each at its own rate, run paired (engines.bench.paired) on
-    `ctx`'s seed and tag; with a PairedSLO, its yardstick takes turns between the steps and
-    the round's targets judge every probe of the round."""
+    `ctx`'s seed and tag; with a PairedSLO, its gauge (turned by the kit's hook between the
+    steps) times the round, whose targets judge every probe of the round."""
     trace = {name: traces.poisson(items, rate, seed=ctx.seed, tag=f"p{ctx.tag}{rate:.6g}")
              for name, rate in rates.items()}
     paired = slo if isinstance(slo, PairedSLO) else None
+    if paired is not None:
+        paired.source.restart()
     runs = ctx.paired({name: engines[name] for name in rates}, trace,
-                      give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()},
-                      between=paired.turn if paired is not None else None)
+                      give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()})
     judged = paired.close_round() if paired is not None else (
         slo if isinstance(slo, SLO) else None)
     return {name: verdict(run, rates[name], len(items), max_growth=max_growth,

@@ -13,11 +13,12 @@ own transformers forward (engines.bench.calibration), taken on the same hardware
   floor a request of the workload's heaviest class cannot beat, so an idle engine meets the
   target with room to spare. DistServe scales its TTFT targets from single-request latency.
 
-Paired with the engines (PairedSLO): the two timings are taken between the engines' steps in
-every probe round (engines.bench.yardstick), and each round's probes are judged by the targets
-of that round. A machine that slows down mid-run (another tenant starts) then moves the
-targets and the engines alike; targets timed once, at the start, would hold a slowed engine to
-the quiet machine's speed, and its goodput would collapse for reasons that are not its own.
+By default the two timings are taken once, before the run (engines.bench.calibration), on the
+engines' clock. With the noisy-host kit (PairedSLO) they are taken between the engines' steps
+in every probe round (engines.bench.host.gauge), and each round's probes are judged by the
+targets of that round: a machine that slows down mid-run (another tenant starts) then moves
+the targets and the engines alike, where targets timed once would hold a slowed engine to the
+quiet machine's speed.
 
 The multiples are stated per preset below, and `--slo-ttft` / `--slo-itl` override the
 result (a given target is the same in every round). The share is `attainment`.
@@ -114,12 +115,39 @@ def derive(times: HardwareTimes, preset: str, *, attainment: float = ATTAINMENT)
                attainment=attainment, basis=_rule_text(rule, times, preset))
 
 
-class TimingSource(Protocol):
-    """Timings taken between engine steps (engines.bench.yardstick.Yardstick)."""
+class Timer(Protocol):
+    """Runs and times one call of the targets' model (engines.bench.calibration.ForwardTimer,
+    or a test double)."""
 
-    def turn(self) -> None: ...  # called between engine steps: may take one timing
+    batch: int  # rows in the decode step's uniform batch
+    prompt_len: int  # tokens in the prefilled prompt
+    basis: str  # what is timed, e.g. "tiny float32 on cpu, transformers forward"
+
+    def decode(self) -> float: ...  # seconds for one decode step of the uniform batch
+
+    def prefill(self) -> float: ...  # seconds for one prefill of the long prompt, alone
+
+
+ONCE = (12, 4)  # decode steps and prefills behind targets timed once, before the run
+
+
+def time_once(timer: Timer) -> HardwareTimes:
+    """The core's targets' timings (the kit off): means of ONCE calls, before the run."""
+    decodes, prefills = ONCE
+    return HardwareTimes(
+        step_s=float(np.mean([timer.decode() for _ in range(decodes)])),
+        prefill_s=float(np.mean([timer.prefill() for _ in range(prefills)])),
+        batch=timer.batch, prompt_len=timer.prompt_len,
+        basis=f"{timer.basis}, timed once before the run", samples=ONCE)
+
+
+class TimingSource(Protocol):
+    """Timings taken between engine steps (engines.bench.host.gauge.HostGauge, turned by the
+    kit's hook)."""
 
     def take(self) -> HardwareTimes: ...  # the round's timings; the next round starts
+
+    def restart(self) -> None: ...  # drop the round's timings so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +162,7 @@ class Round:
 class PairedSLO:
     """Targets derived afresh in every paired round, from timings taken during that round.
 
-    `turn` goes between the engines' steps (engines.bench.paired.run_paired's `between`);
+    Its source (the kit's gauge) turns between the engines' steps (the RunContext's hook);
     `close_round` ends a round and returns the SLO its probes are judged by. Given targets
     (`ttft_s`, `itl_s`) replace the derived ones in every round."""
 
@@ -144,9 +172,6 @@ class PairedSLO:
     ttft_s: float | None = None
     itl_s: float | None = None
     rounds: list[Round] = field(default_factory=list)
-
-    def turn(self) -> None:
-        self.source.turn()
 
     def close_round(self) -> SLO:
         times = self.source.take()

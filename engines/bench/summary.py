@@ -30,7 +30,7 @@ SUMMARY_COLUMNS = [
     # and the host's drift between the two (engines.bench.reference)
     "search_tie", "reference_basis_rps", "reference_drift",
     # the steady clock's gauge step at the start and the range of the host's speed factor
-    # over the run (engines.bench.steady); nan on the other clocks
+    # over the run (engines.bench.host.steady); nan on the other clocks
     "steady_baseline_s", "host_speed_min", "host_speed_max",
     # the SLO yardstick's prefill over its decode step during the disturbance run: the host's
     # mix of the two speeds that itl_spike_ratio moves with; nan when the targets were given

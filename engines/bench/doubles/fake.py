@@ -29,7 +29,7 @@ class Machine:
 
 
 class FakeTimer:
-    """The yardstick's timer (engines.bench.yardstick.Timer) with modelled timings: a decode
+    """The yardstick's timer (engines.bench.host.gauge.Timer) with modelled timings: a decode
     step costs `step_s`, a prefill `prefill_s`, both times the machine's factor. Counts calls."""
 
     def __init__(self, *, step_s: float = 0.01, prefill_s: float = 0.02, batch: int = 4,

@@ -9,8 +9,10 @@ rate set in a fast spell runs past its share of capacity in a slow one, and queu
 grows as load / (1 - load): on that guest the quick bench's queue-wait ratios moved 2.9-5.1x
 between four runs of the same code.
 
-So a gauge (the yardstick's decode step, engines.bench.calibration, timed on the raw CPU
-clock) takes turns between the engines' steps, within SHARE of the wall time. The host's speed
+So a gauge (a decode step of the preset's forward, engines.bench.calibration, timed on the
+raw CPU clock) takes turns between the engines' steps: in a comparison, the kit's one gauge
+(engines.bench.host.gauge), whose decode timings `observe` takes; alone, `turn`, within SHARE
+of the wall time. The host's speed
 is the median of its last WINDOW timings over the median of its first SETTLE_TURNS turns, and
 each stretch of CPU time counts as itself divided by the speed in force when it ran. The
 speed changes only at a gauge turn, between steps, never inside one. A turn makes an untimed
@@ -109,7 +111,14 @@ class SteadyTime:
             return
         self()  # what ran so far counts at the speed it ran at
         self._gauge.decode()  # untimed: brings the gauge's caches in (see the module's doc)
-        timing = self._gauge.decode()
+        self.observe(self._gauge.decode())
+        self()  # the gauge's own time counts on no engine's clock: banked, then ignored
+        spent = self._wall() - started
+        self._next_turn = started + spent / self._share
+
+    def observe(self, timing: float) -> None:
+        """One gauge timing taken elsewhere (the kit's one gauge, engines.bench.host.gauge,
+        whose turns bank the time before and after, as `turn` does): the speed from it on."""
         self._recent.append(timing)
         if self._settling is not None:
             self._settling.append(timing)
@@ -119,9 +128,6 @@ class SteadyTime:
         self._speed = statistics.median(self._recent) / self.baseline_s
         if self._settling is None:
             self.speeds.append(self._speed)
-        self()  # the gauge's own time counts on no engine's clock: banked, then ignored
-        spent = self._wall() - started
-        self._next_turn = started + spent / self._share
 
     def speed_range(self) -> tuple[float, float]:
         """The lowest and highest factor (gauge step / the baseline's) since it settled."""

@@ -1,6 +1,12 @@
-"""The SLO's timings, taken between the engines' steps (engines.bench.slo.PairedSLO).
+"""The noisy-host kit's one gauge: the preset's forward, timed between the engines' steps.
 
-A Yardstick holds a Timer (the preset's transformers forward, engines.bench.calibration, or a
+Its timings serve everything the kit says about the host: the SLO targets of each paired round
+(engines.bench.slo.PairedSLO), the steady clock's speed (engines.bench.host.steady: every
+decode step it times is handed to `on_decode`), the drift over the reference run and the
+host's prefill-over-decode mix over the admission-spike steps (engines.bench.host.lines).
+Before the kit, the steady clock timed a decode step of its own between the same steps.
+
+A HostGauge holds a Timer (the preset's transformers forward, engines.bench.calibration, or a
 test double) and is given a turn after every cycle of engine steps in a paired round. It takes
 a timing only while its own time stays within `share` of the round's wall time (10%: the
 engines' steps keep nine tenths of the machine), alternating decode steps and prefills so
@@ -19,11 +25,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 import numpy as np
 
-from engines.bench.slo import HardwareTimes
+from engines.bench.slo import HardwareTimes, Timer
 
 SHARE = 0.1  # at most this share of a round's wall time is spent timing
 DECODES_PER_PREFILL = 3  # one prefill for every this many decode steps
@@ -31,26 +36,20 @@ MIN_DECODES = 12  # per round, topped up at take() if the round ran short
 MIN_PREFILLS = 4
 
 
-class Timer(Protocol):
-    """Runs and times one call of the yardstick's model."""
+class HostGauge:
+    """`on_decode` gets every raw decode timing (the steady clock's speed); `scale` divides
+    each timing the rounds keep (that speed: the targets count on the engines' clock)."""
 
-    batch: int  # rows in the decode step's uniform batch
-    prompt_len: int  # tokens in the prefilled prompt
-    basis: str  # what is timed, e.g. "tiny float32 on cpu, transformers forward"
-
-    def decode(self) -> float: ...  # seconds for one decode step of the uniform batch
-
-    def prefill(self) -> float: ...  # seconds for one prefill of the long prompt, alone
-
-
-class Yardstick:
     def __init__(self, timer: Timer, *, share: float = SHARE,
-                 now: Callable[[], float] = time.perf_counter) -> None:
+                 now: Callable[[], float] = time.perf_counter,
+                 on_decode: Callable[[float], None] | None = None,
+                 scale: Callable[[], float] | None = None) -> None:
         if not 0 < share < 1:
             raise ValueError(f"yardstick share: must be in (0, 1), got {share}")
         self.timer = timer
         self.share = share
         self._now = now
+        self._on_decode, self._scale = on_decode, scale
         self._decodes: list[float] = []
         self._prefills: list[float] = []
         self._started: float | None = None  # when the round's first turn came
@@ -68,20 +67,33 @@ class Yardstick:
 
     def _sample(self) -> None:
         if len(self._prefills) * DECODES_PER_PREFILL < len(self._decodes):
-            self._prefills.append(self.timer.prefill())
+            self._prefills.append(self._scaled(self.timer.prefill()))
         else:
-            self._decodes.append(self.timer.decode())
+            self._decodes.append(self._decode())
+
+    def _decode(self) -> float:
+        raw = self.timer.decode()
+        if self._on_decode is not None:
+            self._on_decode(raw)
+        return self._scaled(raw)
+
+    def _scaled(self, raw: float) -> float:
+        return raw / self._scale() if self._scale is not None else raw
+
+    def restart(self) -> None:
+        """Drop the round's timings so far: the next round starts now."""
+        self._decodes, self._prefills = [], []
+        self._started, self._spent = None, 0.0
 
     def take(self) -> HardwareTimes:
         """The round's mean timings; the next turn starts a new round."""
         while len(self._decodes) < MIN_DECODES:
-            self._decodes.append(self.timer.decode())
+            self._decodes.append(self._decode())
         while len(self._prefills) < MIN_PREFILLS:
-            self._prefills.append(self.timer.prefill())
+            self._prefills.append(self._scaled(self.timer.prefill()))
         times = HardwareTimes(
             step_s=float(np.mean(self._decodes)), prefill_s=float(np.mean(self._prefills)),
             batch=self.timer.batch, prompt_len=self.timer.prompt_len,
             basis=self.timer.basis, samples=(len(self._decodes), len(self._prefills)))
-        self._decodes, self._prefills = [], []
-        self._started, self._spent = None, 0.0
+        self.restart()
         return times
