@@ -165,9 +165,11 @@ def closing_notes(comparison: Comparison, table: pd.DataFrame) -> list[str]:
     lines.append(f"times: {clocks.describe(config.clock)} (--clock {config.clock})"
                  + lines_of_host.steady_text(comparison.steady_baseline_s,
                                              comparison.host_speed))
+    when = ("re-timed just before the reference run" if config.host_kit
+            else "the closed stage's")
     lines.append("latency columns: " + (f"every engine at {config.reference_rps:g} req/s"
                  if config.reference_rps else
                  f"each engine at {config.reference_load:g} x its own closed-batch request "
-                 "rate, re-timed just before the reference run"))
+                 f"rate, {when}"))
     lines.append(lines_of_host.drift_line(comparison.reference_drift))
     return lines
