@@ -9,19 +9,18 @@ rate set in a fast spell runs past its share of capacity in a slow one, and queu
 grows as load / (1 - load): on that guest the quick bench's queue-wait ratios moved 2.9-5.1x
 between four runs of the same code.
 
-So a gauge (a decode step of the preset's forward, engines.bench.calibration, timed on the
-raw CPU clock) takes turns between the engines' steps: in a comparison, the kit's one gauge
-(engines.bench.host.gauge), whose decode timings `observe` takes; alone, `turn`, within SHARE
-of the wall time. The host's speed
-is the median of its last WINDOW timings over the median of its first SETTLE_TURNS turns, and
-each stretch of CPU time counts as itself divided by the speed in force when it ran. The
-speed changes only at a gauge turn, between steps, never inside one. A turn makes an untimed
-call first and times the second: between steps the engines' work has evicted the gauge's
-caches, and a cold call took 1.19-1.36x as long as the warm one right after it, by how much
-depending on what ran before, which is not the host's speed. The baseline comes from turns
-between the engines' steps after the closed stage's warm-up runs (engines.bench.comparison),
-not from fresh engines' first steps or from timings before the run; until it is settled,
-time counts against WINDOW back-to-back timings taken when the clock was built.
+So the kit's one gauge (engines.bench.host.gauge: a decode step of the preset's forward,
+timed on the raw CPU clock between the engines' steps) hands every decode timing to
+`observe`. The host's speed is the median of the last WINDOW timings over the median of the
+first SETTLE_TURNS, and each stretch of CPU time counts as itself divided by the speed in
+force when it ran; the kit banks the time before and after each gauge turn, so the speed
+changes only between steps, never inside one. Between steps the engines' work has evicted
+the gauge's caches (a cold call took 1.19-1.36x as long as a warm one right after it), so
+the baseline comes from turns between the engines' steps too, after the closed stage's
+warm-up runs (engines.bench.comparison), not from fresh engines' first steps or from timings
+before the run; until it is settled, time counts against WINDOW back-to-back timings taken
+when the clock was built. (Before the kit the clock timed its own gauge, a warmed second
+call, beside the SLO's: two gauges on the same decode step.)
 
 Measured on that guest, the gauge alternating with another load of the same model (a 24-row
 decode step and a 96-token prefill), one gauge timing for every 8 of them: window medians that
@@ -48,31 +47,27 @@ from typing import Protocol
 
 from engines.bench.clocks import TimeSource
 
-SHARE = 0.05  # at most this share of the wall time between gauge turns is spent timing
 WINDOW = 9  # gauge timings whose median is the host's speed now
 SETTLE_TURNS = 24  # the speed everything is rescaled to: the gauge's first this many turns
 
 
 class Gauge(Protocol):
-    """One decode step of the yardstick's model (engines.bench.calibration.ForwardTimer), timed
-    on the raw clock, in seconds."""
+    """One decode step of the gauge's model (engines.bench.calibration.ForwardTimer), timed
+    on the raw clock, in seconds: the back-to-back timings a clock starts from."""
 
     def decode(self) -> float: ...
 
 
 class SteadyTime:
-    """A TimeSource (engines.bench.clocks) on a virtual machine of constant speed; `turn()`
-    goes between the engines' steps (engines.bench.paired runs it before every cycle)."""
+    """A TimeSource (engines.bench.clocks) on a virtual machine of constant speed, fed by
+    the kit's gauge (`observe`, engines.bench.host.kit)."""
 
     def __init__(self, gauge: Gauge, *, raw: TimeSource = time.thread_time,
-                 wall: TimeSource = time.perf_counter, share: float = SHARE,
                  window: int = WINDOW, settle_turns: int = SETTLE_TURNS) -> None:
-        if not 0 < share < 1:
-            raise ValueError(f"steady clock share: must be in (0, 1), got {share}")
         for name, value in (("window", window), ("settle_turns", settle_turns)):
             if value < 1:
                 raise ValueError(f"steady clock {name}: must be >= 1, got {value}")
-        self._gauge, self._raw, self._wall, self._share = gauge, raw, wall, share
+        self._raw = raw
         self._recent = deque([gauge.decode() for _ in range(window)], maxlen=window)
         # Provisional, back to back: replaced by the first settle_turns turns' median.
         self.baseline_s = statistics.median(self._recent)
@@ -81,7 +76,6 @@ class SteadyTime:
         self._speed = 1.0  # gauge now / baseline: 2.0 is half the baseline's speed
         self.speeds: list[float] = []  # after every turn once settled
         self._t, self._last = 0.0, raw()
-        self._next_turn = wall()
 
     def __call__(self) -> float:
         raw = self._raw()
@@ -104,21 +98,9 @@ class SteadyTime:
         """How much longer the gauge's step takes now than over its settling turns."""
         return self._speed
 
-    def turn(self) -> None:
-        """Time the gauge once if it has kept within its share since its last timing."""
-        started = self._wall()
-        if started < self._next_turn:
-            return
-        self()  # what ran so far counts at the speed it ran at
-        self._gauge.decode()  # untimed: brings the gauge's caches in (see the module's doc)
-        self.observe(self._gauge.decode())
-        self()  # the gauge's own time counts on no engine's clock: banked, then ignored
-        spent = self._wall() - started
-        self._next_turn = started + spent / self._share
-
     def observe(self, timing: float) -> None:
-        """One gauge timing taken elsewhere (the kit's one gauge, engines.bench.host.gauge,
-        whose turns bank the time before and after, as `turn` does): the speed from it on."""
+        """One decode timing of the kit's gauge, taken between steps with the time before and
+        after it banked (engines.bench.host.kit): the speed from it on."""
         self._recent.append(timing)
         if self._settling is not None:
             self._settling.append(timing)
