@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                         "runs)")
     p.add_argument("--rate", type=float, help="latency columns: every engine at this rate "
                                              "(default: each at 0.5 x its own closed-batch "
-                                             "request rate, re-timed just before the run)")
+                                             "request rate; the kit re-times it just "
+                                             "before the run)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--clock", choices=["auto", *clocks.NAMES], default="auto",
                    help="what the engines' clocks count: wall time; the CPU time of the "
@@ -112,11 +113,12 @@ def _parser() -> argparse.ArgumentParser:
                         "and oversubscribed spin-waits on a shared machine wreck the timings)")
     p.add_argument("--slo-ttft", type=float, metavar="S",
                    help="goodput target on TTFT, seconds, in every round (default: 3 x the "
-                        "preset's longest-prompt prefill, timed in each probe round)")
+                        "preset's longest-prompt prefill, timed once before the run; with "
+                        "--host on, in each probe round)")
     p.add_argument("--slo-itl", type=float, metavar="S",
                    help="goodput target on a request's mean ITL, seconds, in every round "
-                        "(default: 5 x the preset's full-batch decode step, timed in each "
-                        "probe round)")
+                        "(default: 5 x the preset's full-batch decode step, timed as "
+                        "--slo-ttft's)")
     p.add_argument("--slo-tpot", type=float, help=argparse.SUPPRESS)  # deprecated: --slo-itl
     p.add_argument("--slo-attainment", type=float, metavar="SHARE",
                    help="share of requests that must meet both targets (0.9)")
