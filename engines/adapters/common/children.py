@@ -5,7 +5,7 @@ an adapter whose library forks a request keeps one Family per such request besid
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from engines.adapters.common.book import Live, RequestBook
 from engines.protocol import FinishReason, StepOutput
@@ -22,10 +22,12 @@ class Family:
         self.finished = [False] * n
 
     def delta(self, book: RequestBook, index: int, cumulative: Sequence[int],
-              finish: FinishReason | None) -> StepOutput | None:
+              finish: FinishReason | None,
+              top_logprobs: Sequence[Mapping[int, float]] | None = None) -> StepOutput | None:
         """Child `index`'s tokens of `cumulative` not yet returned, as one output (None: nothing
-        to say); the request leaves `book` when its last child finishes. Top logprobs are not
-        given: the adapters using this have none from their library."""
+        to say); the request leaves `book` when its last child finishes. `top_logprobs` covers
+        the new tokens, one mapping each (as RequestBook.delta); None where the library has
+        none."""
         if self.finished[index]:
             return None
         new = tuple(int(t) for t in cumulative[self.emitted[index]:])
@@ -36,7 +38,12 @@ class Family:
             self.finished[index] = True
             if all(self.finished):
                 book.discard(self.live.request.request_id)
-        return StepOutput(self.live.request.request_id, new, finish, index=index)
+        tops, sampled = None, None
+        if top_logprobs is not None and self.live.request.params.logprobs > 0:
+            tops = tuple(top_logprobs)
+            if len(tops) == len(new) and all(t in m for t, m in zip(new, tops, strict=True)):
+                sampled = tuple(m[t] for t, m in zip(new, tops, strict=True))
+        return StepOutput(self.live.request.request_id, new, finish, tops, sampled, index=index)
 
     def done(self) -> bool:
         return all(self.finished)
