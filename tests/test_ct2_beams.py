@@ -165,3 +165,47 @@ def test_abort_a_request_with_children(engine: Engine) -> None:
         outs += engine.step()
     assert any(o.finish_reason == FinishReason.ABORT for o in outs)
     assert not engine.has_work()
+
+
+def _reference(requests: Iterable[Request]) -> Children:
+    from engines.sequential import SequentialEngine
+
+    return _run(SequentialEngine(), requests)
+
+
+def test_bad_words_equal_the_reference_batched_beside_other_lengths(engine: Engine) -> None:
+    """bad_words through `suppress_sequences`: one token, two and three tokens, and the pair
+    across the prompt's end (banned by the library only when a shorter prompt shares the
+    batch: report R-h4-3, which the adapter's batching avoids)."""
+    short, long = make_prompts([3, 7], seed=10)
+    first = _reference([Request(long, SamplingParams(max_tokens=8), request_id="p")])
+    g = first[("p", 0)][0]
+    for bad in ([g[0]], [g[2], g[3]], [long[-1], g[0]], [g[1], g[2], g[3]]):
+        requests = [Request(short, SamplingParams(max_tokens=8), request_id="s"),
+                    Request(long, SamplingParams(max_tokens=8, bad_words=(tuple(bad),)),
+                            request_id="l"),
+                    Request(short, SamplingParams(max_tokens=8, bad_words=(tuple(bad),)),
+                            request_id="sb")]
+        assert _run(engine, requests) == _reference(requests), bad
+
+
+def test_the_library_bans_across_a_longer_prompts_end_in_a_batch() -> None:
+    """Report R-h4-3 as it is on ctranslate2 4.8.5: the same prompt, alone and beside a
+    shorter one, with the bad word (its last token, its first greedy token)."""
+    import ctranslate2
+
+    from engines.adapters.ct2.convert import ct2_dir, vocabulary
+    from engines.models import DEFAULT_SEED
+
+    path = ct2_dir("tiny", DEFAULT_SEED)
+    words = vocabulary(path)
+    gen = ctranslate2.Generator(str(path), device="cpu", compute_type="float32")
+    short, long = make_prompts([3, 7], seed=10)
+    first = hf_generate(long, 1)[0]
+    options = {"max_length": 4, "include_prompt_in_result": False, "end_token": [],
+               "sampling_topk": 1, "suppress_sequences": [[words[long[-1]], words[first]]]}
+    alone = gen.generate_batch([[words[t] for t in long]], **options)[0].sequences[0]
+    batched = gen.generate_batch([[words[t] for t in short], [words[t] for t in long]],
+                                 **options)[1].sequences[0]
+    assert words.index(alone[0]) == first  # alone: not banned across the prompt's end
+    assert words.index(batched[0]) != first  # beside a shorter prompt: banned

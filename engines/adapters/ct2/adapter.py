@@ -42,15 +42,15 @@ Translations (where the library's semantics differ from the protocol):
   `hypothesis_id` (a child's stop id or budget ends that child only); greedy children take
   `patience` n (the library refuses more hypotheses than beam_size x patience), the same
   tokens n times. Child k of a request is hypothesis k.
+- bad_words: the library's `suppress_sequences` (per batch), batched only with requests of
+  the same bad words and prompt length (engines.adapters.ct2.bad_words: report R-h4-3).
 - beam search (`beam_width`, `n`, `length_penalty`): the library's beam search, which calls
   no callback, so a beam batch runs to its end within one step (engines.adapters.ct2.beams:
   its batching key, and the patience that keeps the library from stopping early).
 - not mapped, declared by absence from supported_sampling: stop strings (the library's
   `end_token` takes tokens, not text, and the converted vocabulary is not the presets'
   tokenizer); allowed_token_ids, logit_bias and guided (ctranslate2 4.8.5's Python API has no
-  logits processor); bad_words (`suppress_sequences` takes the batch's token strings per
-  batch, and judged over the prompt forced into the decoding loop too: not the protocol's
-  over-the-output semantics, unverified); prompt_logprobs (no scores of prompt positions
+  logits processor); prompt_logprobs (no scores of prompt positions
   from a Generator's generate_batch); lora and cache_salt (no adapters, no prefix cache).
 - not mapped: `repetition_penalty` (documented as over previously generated tokens: it left
   a prompt token unpenalized here, where ours covers prompt + output), `min_tokens`
@@ -78,6 +78,7 @@ import ctranslate2
 from engines.adapters.common.book import Live, RequestBook, stop_or_length
 from engines.adapters.common.children import Family
 from engines.adapters.common.gate import Gate
+from engines.adapters.ct2.bad_words import bad_words_key, suppress_sequences
 from engines.adapters.ct2.beams import beam_key, run_beams
 from engines.adapters.ct2.convert import ct2_dir, vocabulary
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
@@ -88,7 +89,7 @@ __all__ = ["CHUNKED_PREFILL_FAILS", "SEEDS_LIMIT", "SUPPORTED_SAMPLING", "CT2Eng
            "chunked_prefill_fails", "converter_losses", "ctranslate2_engine", "make_engine"]
 
 SUPPORTED_SAMPLING = frozenset({"max_tokens", "stop_token_ids", "temperature", "top_k", "top_p",
-                                "logprobs", "n", "beam_width", "length_penalty"})
+                                "logprobs", "n", "beam_width", "length_penalty", "bad_words"})
 SEEDS_LIMIT = ("ctranslate2 has one process-wide seed (set_random_seed), which did not "
                "reproduce a request's draws when set again before it; seeded requests are "
                "refused")
@@ -109,9 +110,10 @@ def _batch_key(request: Request) -> tuple[Any, ...]:
     one = len(request.prompt_token_ids) == 1  # report 14: never beside longer prompts
     if p.beam_width > 1:  # every option of a beam search is the whole batch's (beams.py)
         return beam_key(request)
+    bad = bad_words_key(request)
     if p.temperature == 0:
-        return (0.0, 1, 1.0, one, p.n)
-    return (float(p.temperature), max(int(p.top_k), 0), float(p.top_p), one, p.n)
+        return (0.0, 1, 1.0, one, p.n, bad)
+    return (float(p.temperature), max(int(p.top_k), 0), float(p.top_p), one, p.n, bad)
 
 
 @dataclass
@@ -261,7 +263,7 @@ class CT2Engine:
         for live in lives:
             self._waiting.remove(live)
         prompts = [[self._words[t] for t in live.request.prompt_token_ids] for live in lives]
-        beams = run_beams(self._gen, prompts, lives[0].request.params, self._words)
+        beams = run_beams(self._gen, prompts, lives[0].request, self._words)
         outputs = []
         for live, children in zip(lives, beams, strict=True):
             family = Family(live, len(children))
@@ -297,6 +299,7 @@ class CT2Engine:
             # n times: greedy children agree).
             "num_hypotheses": n,
             "patience": float(n) if topk == 1 else 1.0,
+            "suppress_sequences": suppress_sequences(lives[0].request, self._words),
         }
         prompts = [[self._words[t] for t in live.request.prompt_token_ids] for live in lives]
 

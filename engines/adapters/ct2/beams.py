@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engines.protocol import Request, SamplingParams
+from engines.adapters.ct2.bad_words import bad_words_key, suppress_sequences
+from engines.protocol import Request
 
 __all__ = ["beam_key", "run_beams"]
 
@@ -30,12 +31,14 @@ def beam_key(request: Request) -> tuple[Any, ...]:
     p = request.params
     one = len(request.prompt_token_ids) == 1  # report 14: never beside longer prompts
     return ("beam", p.beam_width, p.n, float(p.length_penalty), p.max_tokens,
-            tuple(sorted(set(p.stop_token_ids))), one)
+            tuple(sorted(set(p.stop_token_ids))), one, bad_words_key(request))
 
 
-def run_beams(generator: Any, prompts: Sequence[Sequence[str]], params: SamplingParams,
+def run_beams(generator: Any, prompts: Sequence[Sequence[str]], request: Request,
               words: Sequence[str]) -> list[list[list[int]]]:
-    """Per prompt, its n best beams as token ids, best first (one batch, run to its end)."""
+    """Per prompt, its n best beams as token ids, best first (one batch, run to its end);
+    `request` is any of the batch's (they share every option: beam_key)."""
+    params = request.params
     index = {w: i for i, w in enumerate(words)}
     results = generator.generate_batch(
         [list(p) for p in prompts],
@@ -49,5 +52,6 @@ def run_beams(generator: Any, prompts: Sequence[Sequence[str]], params: Sampling
         end_token=sorted(set(params.stop_token_ids)),
         return_end_token=True,  # the protocol keeps the stop id in the output
         sampling_topk=1,
+        suppress_sequences=suppress_sequences(request, words),
     )
     return [[[index[w] for w in hyp] for hyp in r.sequences] for r in results]
