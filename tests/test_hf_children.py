@@ -69,3 +69,18 @@ def test_abort_a_request_with_children() -> None:
     assert not engine.has_work()
     got = _run(engine, [Request((1, 2, 3), SamplingParams(max_tokens=3), request_id="b")])
     assert got[("b", 0)] == (hf_generate((1, 2, 3), 3), FinishReason.LENGTH)
+
+
+def test_children_of_a_one_token_prompt() -> None:
+    """The library crashes forking a one-token prompt (report R-h4-4); the adapter serves its
+    children as requests of their own: greedy children agree with generate, seeded ones
+    follow the seed rule."""
+    got = _run(make_engine(), [Request((0,), SamplingParams(max_tokens=4, n=2), request_id="g"),
+                               Request((0,), SamplingParams(max_tokens=4, n=2, temperature=1.0,
+                                                            seed=5), request_id="s")])
+    want = hf_generate((0,), 4)
+    assert got[("g", 0)] == got[("g", 1)] == (want, FinishReason.LENGTH)
+    for i in range(2):
+        alone = _run(make_engine(), [Request((0,), SamplingParams(
+            max_tokens=4, temperature=1.0, seed=5 + i), request_id="a")])
+        assert alone[("a", 0)][0] == got[("s", i)][0]

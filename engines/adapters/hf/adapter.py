@@ -22,7 +22,11 @@ Translations (where the library's semantics differ from the protocol):
   copy, each sampling its own first token). Its count is the manager's (generation_config's
   num_return_sequences, which `add_request` reads), so the adapter sets it around each
   add_request. Child 0 is the request, child i the library's child i - 1; sampled children
-  draw with seed + i (engines.core.children's rule) through the adapter's sampler.
+  draw with seed + i (engines.core.children's rule) through the adapter's sampler. A
+  one-token prompt's children are requests of their own: the library's fork fails there
+  (docs/findings.md report R-h4-4). Greedy children use the fork too, which the library's
+  own generate_batch refuses to configure (num_return_sequences needs do_sample there):
+  they are identical, as the protocol's greedy children are.
 
 Declared unsupported on transformers 5.25.0's continuous batching (absent from
 supported_sampling, refused by name), with the reason:
@@ -158,19 +162,25 @@ class HFContinuousEngine(KVMixin):
                 row = self._row(live, i, child)
                 self._children[child] = (live, i, row)
                 self._sampler.add(row)
-        # The library's children count is the manager's (generation_config's
-        # num_return_sequences, read by add_request): set for this request only.
-        self._manager.num_return_sequences = params.n
-        try:
-            self._manager.add_request(
-                input_ids=[int(t) for t in request.prompt_token_ids],
-                request_id=key,
-                max_new_tokens=int(params.max_tokens),
-                streaming=True,  # one output per new token, so each step's delta is complete
-                eos_token_id=[int(t) for t in params.stop_token_ids] or -1,
-            )
-        finally:
-            self._manager.num_return_sequences = 1
+        # The library forks after prefilling all but the prompt's last token, and crashes on a
+        # one-token prompt (nothing to prefill: docs/findings.md report R-h4-4): there each
+        # child is a request of its own under the child's key, the same computation unshared.
+        own = params.n > 1 and len(request.prompt_token_ids) == 1
+        keys = [key, *(f"{key}__child#{i}" for i in range(params.n - 1))] if own else [key]
+        for library_key in keys:
+            # The library's children count is the manager's (generation_config's
+            # num_return_sequences, read by add_request): set for this request only.
+            self._manager.num_return_sequences = 1 if own else params.n
+            try:
+                self._manager.add_request(
+                    input_ids=[int(t) for t in request.prompt_token_ids],
+                    request_id=library_key,
+                    max_new_tokens=int(params.max_tokens),
+                    streaming=True,  # one output per new token: each step's delta is complete
+                    eos_token_id=[int(t) for t in params.stop_token_ids] or -1,
+                )
+            finally:
+                self._manager.num_return_sequences = 1
 
     @staticmethod
     def _row(live: Live, index: int, key: str) -> Live:
