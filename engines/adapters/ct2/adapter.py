@@ -37,6 +37,21 @@ Translations (where the library's semantics differ from the protocol):
 - logprobs: accepted, and answered with `top_logprobs=None` (the protocol's "no logprobs
   from this engine"): the library has no top candidates per token (its callback's `log_prob`
   is the chosen token's only, and None unless asked for per batch).
+- n > 1: the library's `num_hypotheses` (the whole batch's, so a batch holds requests of one
+  n): sampled children are its independent hypotheses, each called back under its own
+  `hypothesis_id` (a child's stop id or budget ends that child only); greedy children take
+  `patience` n (the library refuses more hypotheses than beam_size x patience), the same
+  tokens n times. Child k of a request is hypothesis k.
+- bad_words: the library's `suppress_sequences` (per batch), batched only with requests of
+  the same bad words and prompt length (engines.adapters.ct2.bad_words: report R-h4-3).
+- beam search (`beam_width`, `n`, `length_penalty`): the library's beam search, which calls
+  no callback, so a beam batch runs to its end within one step (engines.adapters.ct2.beams:
+  its batching key, and the patience that keeps the library from stopping early).
+- not mapped, declared by absence from supported_sampling: stop strings (the library's
+  `end_token` takes tokens, not text, and the converted vocabulary is not the presets'
+  tokenizer); allowed_token_ids, logit_bias and guided (ctranslate2 4.8.5's Python API has no
+  logits processor); prompt_logprobs (no scores of prompt positions
+  from a Generator's generate_batch); lora and cache_salt (no adapters, no prefix cache).
 - not mapped: `repetition_penalty` (documented as over previously generated tokens: it left
   a prompt token unpenalized here, where ours covers prompt + output), `min_tokens`
   (`min_length` only suppresses `end_token`s, which the adapter does not use), min_p,
@@ -60,8 +75,11 @@ from typing import Any
 
 import ctranslate2
 
-from engines.adapters.common.book import Live, RequestBook
+from engines.adapters.common.book import Live, RequestBook, stop_or_length
+from engines.adapters.common.children import Family
 from engines.adapters.common.gate import Gate
+from engines.adapters.ct2.bad_words import bad_words_key, suppress_sequences
+from engines.adapters.ct2.beams import beam_key, run_beams
 from engines.adapters.ct2.convert import ct2_dir, vocabulary
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
 from engines.protocol import FinishReason, Request, StepOutput
@@ -71,7 +89,7 @@ __all__ = ["CHUNKED_PREFILL_FAILS", "SEEDS_LIMIT", "SUPPORTED_SAMPLING", "CT2Eng
            "chunked_prefill_fails", "converter_losses", "ctranslate2_engine", "make_engine"]
 
 SUPPORTED_SAMPLING = frozenset({"max_tokens", "stop_token_ids", "temperature", "top_k", "top_p",
-                                "logprobs"})
+                                "logprobs", "n", "beam_width", "length_penalty", "bad_words"})
 SEEDS_LIMIT = ("ctranslate2 has one process-wide seed (set_random_seed), which did not "
                "reproduce a request's draws when set again before it; seeded requests are "
                "refused")
@@ -87,12 +105,15 @@ def _cancel_open_batches() -> None:
         batch.cancel()
 
 
-def _batch_key(request: Request) -> tuple[float, int, float, bool]:
+def _batch_key(request: Request) -> tuple[Any, ...]:
     p = request.params
     one = len(request.prompt_token_ids) == 1  # report 14: never beside longer prompts
+    if p.beam_width > 1:  # every option of a beam search is the whole batch's (beams.py)
+        return beam_key(request)
+    bad = bad_words_key(request)
     if p.temperature == 0:
-        return (0.0, 1, 1.0, one)
-    return (float(p.temperature), max(int(p.top_k), 0), float(p.top_p), one)
+        return (0.0, 1, 1.0, one, p.n, bad)
+    return (float(p.temperature), max(int(p.top_k), 0), float(p.top_p), one, p.n, bad)
 
 
 @dataclass
@@ -101,21 +122,23 @@ class _Batch:
     (engines.adapters.common.gate: one decoding iteration a step)."""
 
     lives: list[Live]
-    seen: set[int] = field(default_factory=set)  # batch indexes called back this iteration
-    tokens: list[list[int]] = field(default_factory=list)  # per index, generated so far
-    stopped: list[bool] = field(default_factory=list)  # per index: ended or aborted
+    n: int = 1  # children per request (the library's num_hypotheses, the whole batch's)
+    seen: set[int] = field(default_factory=set)  # rows called back this iteration
+    tokens: list[list[int]] = field(default_factory=list)  # per row, generated so far
+    stopped: list[bool] = field(default_factory=list)  # per row: ended or aborted
     gate: Gate = field(default_factory=Gate)
 
+    # Row r is child r % n of request r // n: the library's batch index and hypothesis id.
     def __post_init__(self) -> None:
-        self.tokens = [[] for _ in self.lives]
-        self.stopped = [False] * len(self.lives)
+        self.tokens = [[] for _ in range(len(self.lives) * self.n)]
+        self.stopped = [False] * len(self.tokens)
 
     def __hash__(self) -> int:  # in a WeakSet: by identity
         return id(self)
 
     def callback(self, result: Any) -> bool:
         """The library's per-token callback, on its own worker thread: True stops the index."""
-        i = int(result.batch_id)
+        i = int(result.batch_id) * self.n + int(result.hypothesis_id)
         with self.gate.cond:
             if i in self.seen:  # a new decoding iteration: the previous one is complete
                 self.seen.clear()
@@ -125,7 +148,7 @@ class _Batch:
             if self.stopped[i]:
                 return True
             self.tokens[i].append(int(result.token_id))
-            params = self.lives[i].request.params
+            params = self.lives[i // self.n].request.params
             if (len(self.tokens[i]) >= params.max_tokens
                     or self.tokens[i][-1] in params.stop_token_ids):
                 self.stopped[i] = True
@@ -161,6 +184,7 @@ class CT2Engine:
         self._book = RequestBook()
         self._waiting: deque[Live] = deque()
         self._batch: _Batch | None = None
+        self._families: dict[str, Family] = {}  # requests with n > 1 in the batch running
         self._thread: threading.Thread | None = None
 
     # -- the protocol --------------------------------------------------------------------------
@@ -184,7 +208,8 @@ class CT2Engine:
             with batch.gate.cond:
                 for i, live in enumerate(batch.lives):
                     if live.key == key:
-                        batch.stopped[i] = True
+                        for row in range(i * batch.n, (i + 1) * batch.n):
+                            batch.stopped[row] = True
 
     def has_work(self) -> bool:
         return self._book.has_work()
@@ -192,6 +217,8 @@ class CT2Engine:
     def step(self) -> list[StepOutput]:
         outputs = self._book.take_aborts()
         if self._batch is None and self._waiting:
+            if self._waiting[0].request.params.beam_width > 1:
+                return outputs + self._beam_search()
             self._start()
         batch = self._batch
         if batch is None:
@@ -199,7 +226,8 @@ class CT2Engine:
         with batch.gate.cond:
             batch.gate.run_one()
             snapshot = [(list(t), s) for t, s in zip(batch.tokens, batch.stopped, strict=True)]
-        for live, (tokens, stopped) in zip(batch.lives, snapshot, strict=True):
+        for row, (tokens, stopped) in enumerate(snapshot):
+            live = batch.lives[row // batch.n]
             if self._book.get(live.key) is None:  # aborted (its ABORT is owed) or finished
                 continue
             finish = None
@@ -207,7 +235,13 @@ class CT2Engine:
                 last = tokens[-1] if tokens else None
                 finish = (FinishReason.STOP if last in live.request.params.stop_token_ids
                           else FinishReason.LENGTH)
-            out = self._book.delta(live, tokens, finish)
+            if batch.n > 1:
+                family = self._families.setdefault(live.key, Family(live, batch.n))
+                out = family.delta(self._book, row % batch.n, tokens, finish)
+                if family.done():
+                    del self._families[live.key]
+            else:
+                out = self._book.delta(live, tokens, finish)
             if out is not None and live.request.params.logprobs:
                 out = replace(out, top_logprobs=None, logprobs=None)  # none from the library
             if out is not None:
@@ -216,6 +250,30 @@ class CT2Engine:
             assert self._thread is not None
             self._thread.join()
             self._batch = self._thread = None
+            for live in batch.lives:  # an aborted request's children, never finished
+                self._families.pop(live.key, None)
+        return outputs
+
+    def _beam_search(self) -> list[StepOutput]:
+        """The next waiting beam-search batch, run to its end in this step (the library calls
+        no callback under beam search, so its iterations cannot be stepped one at a time)."""
+        key = beam_key(self._waiting[0].request)
+        lives = [live for live in self._waiting if beam_key(live.request) == key]
+        lives = lives[: self.max_batch_size]
+        for live in lives:
+            self._waiting.remove(live)
+        prompts = [[self._words[t] for t in live.request.prompt_token_ids] for live in lives]
+        beams = run_beams(self._gen, prompts, lives[0].request, self._words)
+        outputs = []
+        for live, children in zip(lives, beams, strict=True):
+            family = Family(live, len(children))
+            for index, tokens in enumerate(children):
+                out = family.delta(self._book, index, tokens,
+                                   stop_or_length(live.request, tokens))
+                if out is not None and live.request.params.logprobs:
+                    out = replace(out, top_logprobs=None, logprobs=None)
+                if out is not None:
+                    outputs.append(out)
         return outputs
 
     def _start(self) -> None:
@@ -224,8 +282,9 @@ class CT2Engine:
         lives = lives[: self.max_batch_size]
         for live in lives:
             self._waiting.remove(live)
-        batch = _Batch(lives)
-        temperature, topk, topp, _ = key
+        n = lives[0].request.params.n
+        batch = _Batch(lives, n)
+        temperature, topk, topp = key[:3]
         options = {
             "max_length": max(live.request.params.max_tokens for live in lives),
             "include_prompt_in_result": False,
@@ -235,6 +294,12 @@ class CT2Engine:
             "sampling_topp": topp,
             "sampling_temperature": temperature or 1.0,
             "callback": batch.callback,
+            # n children: the library's hypotheses, drawn independently when sampling. A
+            # greedy search returns more than one only with patience >= n (the same tokens
+            # n times: greedy children agree).
+            "num_hypotheses": n,
+            "patience": float(n) if topk == 1 else 1.0,
+            "suppress_sequences": suppress_sequences(lives[0].request, self._words),
         }
         prompts = [[self._words[t] for t in live.request.prompt_token_ids] for live in lives]
 

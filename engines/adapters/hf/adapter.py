@@ -17,6 +17,30 @@ Translations (where the library's semantics differ from the protocol):
   per-request seed and no top logprobs. The adapter hooks its sampler
   (engines.adapters.hf.sampler).
 
+- n > 1: the library's own forking (a request with `num_children` is prefilled but for its
+  last prompt token, then forked into children `<id>__child#<i>` that share its KV blocks by
+  copy, each sampling its own first token). Its count is the manager's (generation_config's
+  num_return_sequences, which `add_request` reads), so the adapter sets it around each
+  add_request. Child 0 is the request, child i the library's child i - 1; sampled children
+  draw with seed + i (engines.core.children's rule) through the adapter's sampler. A
+  one-token prompt's children are requests of their own: the library's fork fails there
+  (docs/findings.md report R-h4-4). Greedy children use the fork too, which the library's
+  own generate_batch refuses to configure (num_return_sequences needs do_sample there):
+  they are identical, as the protocol's greedy children are.
+
+Declared unsupported on transformers 5.25.0's continuous batching (absent from
+supported_sampling, refused by name), with the reason:
+- beam search (`beam_width`, `length_penalty`): its continuous batching has no beam search
+  (generate's beam search runs outside it).
+- stop strings: the manager takes stop ids only (`eos_token_id`); generate's stop strings
+  (a StoppingCriteria) are not part of its path.
+- logit processors (allowed_token_ids, logit_bias, bad_words, penalties, filters): its
+  per-request processors are temperature, top-k and top-p only (cb_logits_processors.py);
+  the rest would be this adapter's own sampling, not the library's.
+- guided decoding, prompt logprobs: none in its continuous batching.
+- lora, cache_salt: one model (one active PEFT adapter for every row, no per-request
+  adapter), and its prefix sharing has no salt.
+
 Beside the protocol: `max_concurrency`, `KVIntrospection` and `exercised()` (what the library's
 scheduler did), read from its private state (engines.adapters.hf.view).
 """
@@ -35,7 +59,8 @@ from transformers import GenerationConfig, PreTrainedModel
 from transformers.generation import ContinuousBatchingConfig, ContinuousBatchingManager
 from transformers.generation.continuous_batching.requests import RequestStatus
 
-from engines.adapters.common.book import RequestBook, stop_or_length
+from engines.adapters.common.book import Live, RequestBook, stop_or_length
+from engines.adapters.common.children import Family
 from engines.adapters.common.exercised import Tally
 from engines.adapters.hf.sampler import RowSampler
 from engines.adapters.hf.view import KVMixin, KVView, count_preemptions, count_prefix_hits
@@ -63,7 +88,7 @@ class HFContinuousEngine(KVMixin):
     # The library samples every row under one generation config, so per-request penalties,
     # top-k/top-p/min-p or min_tokens would be this adapter's sampling (engines/adapters/hf/
     # sampler.py), not transformers': the protocol's base fields only, the rest refused.
-    supported_sampling = BASE_PARAMS
+    supported_sampling = BASE_PARAMS | {"n"}
 
     def __init__(
         self,
@@ -119,26 +144,64 @@ class HFContinuousEngine(KVMixin):
         count_prefix_hits(self._processor.cache, self._tally)
         self._chunked: set[str] = set()
         self._sampler = RowSampler(self._processor.model_runner)
+        # n > 1: the library's child keys -> (the request, the child's index, its sampling row)
+        self._children: dict[str, tuple[Live, int, Live]] = {}
+        self._families: dict[str, Family] = {}
 
     def add_request(self, request: Request) -> None:
         params = request.params
-        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len)
+        key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len,
+                             supported=self.supported_sampling)
         live = self._book.get(key)
         assert live is not None
-        self._sampler.add(live)
-        self._manager.add_request(
-            input_ids=[int(t) for t in request.prompt_token_ids],
-            request_id=key,
-            max_new_tokens=int(params.max_tokens),
-            streaming=True,  # one output per new token, so each step's delta is complete
-            eos_token_id=[int(t) for t in params.stop_token_ids] or -1,
-        )
+        self._sampler.add(self._row(live, 0, key))
+        if params.n > 1:
+            self._families[key] = Family(live, params.n)
+            for i in range(1, params.n):
+                child = f"{key}__child#{i - 1}"  # the library's name for its fork
+                row = self._row(live, i, child)
+                self._children[child] = (live, i, row)
+                self._sampler.add(row)
+        # The library forks after prefilling all but the prompt's last token, and crashes on a
+        # one-token prompt (nothing to prefill: docs/findings.md report R-h4-4): there each
+        # child is a request of its own under the child's key, the same computation unshared.
+        own = params.n > 1 and len(request.prompt_token_ids) == 1
+        keys = [key, *(f"{key}__child#{i}" for i in range(params.n - 1))] if own else [key]
+        for library_key in keys:
+            # The library's children count is the manager's (generation_config's
+            # num_return_sequences, read by add_request): set for this request only.
+            self._manager.num_return_sequences = 1 if own else params.n
+            try:
+                self._manager.add_request(
+                    input_ids=[int(t) for t in request.prompt_token_ids],
+                    request_id=library_key,
+                    max_new_tokens=int(params.max_tokens),
+                    streaming=True,  # one output per new token: each step's delta is complete
+                    eos_token_id=[int(t) for t in params.stop_token_ids] or -1,
+                )
+            finally:
+                self._manager.num_return_sequences = 1
+
+    @staticmethod
+    def _row(live: Live, index: int, key: str) -> Live:
+        """What the sampler sees for child `index` (0: the request itself): the request with
+        n = 1 and the child's derived seed (engines.core.children's rule, seed + index), under
+        the library's key for it."""
+        if live.request.params.n == 1:
+            return live
+        p = live.request.params
+        seed = None if p.seed is None else p.seed + index
+        return Live(dataclasses.replace(live.request, params=dataclasses.replace(
+            p, n=1, seed=seed)), key)
 
     def abort_request(self, request_id: Hashable) -> None:
         key = self._book.abort(request_id)
         if key is not None:
             self._manager.cancel_request(key)
             self._forget(key)
+            for child in [c for c, (live, _, _) in self._children.items() if live.key == key]:
+                self._manager.cancel_request(child)
+                self._forget(child)
 
     def has_work(self) -> bool:
         return self._book.has_work()
@@ -159,7 +222,7 @@ class HFContinuousEngine(KVMixin):
                         self._chunked.add(key)
                         self._tally.add("chunked_prompts")
                 self._sampler.rows = [
-                    self._book.get(future.state.request_id)
+                    self._sampling_row(future.state.request_id)
                     for future in batch
                     if future.has_new_token
                 ]
@@ -171,7 +234,7 @@ class HFContinuousEngine(KVMixin):
                 result = results.get_nowait()
             except queue.Empty:
                 break
-            live = self._book.get(result.request_id)
+            live, index = self._owner(result.request_id)
             if live is None:  # aborted before this output was read
                 continue
             if result.status == RequestStatus.FAILED:
@@ -181,17 +244,46 @@ class HFContinuousEngine(KVMixin):
             finish = None
             if result.is_finished():
                 finish = stop_or_length(live.request, result.generated_tokens)
-            top = self._sampler.take_top(live.key)
-            out = self._book.delta(live, result.generated_tokens, finish, top)
+            top = self._sampler.take_top(result.request_id)
+            family = self._families.get(live.key)
+            if family is None:
+                out = self._book.delta(live, result.generated_tokens, finish, top)
+            else:
+                out = family.delta(self._book, index, result.generated_tokens, finish, top)
             if finish is not None:
-                self._forget(live.key)
+                self._forget(result.request_id)
             if out is not None:
                 outputs.append(out)
         return outputs
 
+    def _sampling_row(self, key: str) -> Live | None:
+        child = self._children.get(key)
+        if child is not None:
+            return child[2] if self._book.get(child[0].key) is not None else None
+        live = self._book.get(key)
+        if live is not None and live.key in self._families:
+            return self._row(live, 0, key)
+        return live
+
+    def _owner(self, key: str) -> tuple[Live | None, int]:
+        """The request (still unfinished) an output of the library's `key` belongs to, and
+        which child it is."""
+        child = self._children.get(key)
+        if child is not None:
+            live, index, _ = child
+            return (live if self._book.get(live.key) is not None else None), index
+        return self._book.get(key), 0
+
     def _forget(self, key: str) -> None:
         self._sampler.forget(key)
         self._chunked.discard(key)
+        child = self._children.pop(key, None)
+        parent = child[0].key if child is not None else key
+        family = self._families.get(parent)
+        if family is not None and (family.done() or self._book.get(parent) is None):
+            del self._families[parent]
+            for c in [c for c, (live, _, _) in self._children.items() if live.key == parent]:
+                del self._children[c]
 
     # -- what was exercised --------------------------------------------------------------------
     def exercised(self) -> dict[str, int]:

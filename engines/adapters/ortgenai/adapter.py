@@ -31,6 +31,36 @@ Translations (where the library's semantics differ from the protocol):
   `top_logprobs=None` and `logprobs=None` (the protocol's "no logprobs from this engine"):
   LOGPROBS_LIMIT.
 
+- guided (declared by the `ortgenai_guided` variant only: the library's guidance fails on
+  grammars that need a token carrying part of a character, GUIDANCE_LOSES_BYTES, report
+  R-h4-2, and then serves nothing more): the turn's guidance (`set_guidance`, llguidance
+  inside the library, as in the reference; engines.adapters.ortgenai.guidance maps each
+  kind). The library ends a guided
+  turn with EOS at the grammar's end, forced where the text can go no further: there the
+  protocol stops after the last token (no EOS in the output), elsewhere the model chose EOS
+  at a full match and it is kept. Which one, llguidance says from the tokens. A guided turn
+  is never continued past an EOS.
+- text: the model directory carries the presets' byte-level BPE (convert.with_tokenizer), the
+  engine declares it (`tokenizer`), and each output's `text` is what the library's own
+  incremental detokenizer (`Tokenizer.create_stream()`) makes of its new tokens. It loses
+  characters after an incomplete UTF-8 sequence (docs/findings.md report R-h4-1): the
+  streamed_text check is declared an expected failure with that reason.
+
+Declared unsupported (left out of supported_sampling, so refused by name), with the reason:
+- stop strings (`stop`, `include_stop_str_in_output`): `TurnOptions.set_stop_strings` exists,
+  but 0.18.0 refuses it on the CPU: "Stop strings require an Engine configured for dynamic
+  batching" (paged attention, which its builder makes for CUDA only), as for seeds.
+- n > 1, beam search (`n`, `beam_width`, `length_penalty`): the Engine API has none (no
+  num_beams or num_return_sequences in TurnOptions or RequestOptions); only the older
+  Generator API's search options have them, one generator per call outside the Engine's
+  batching, so mapping them would not test the library's batching.
+- lora: the Adapters API (`Adapters.load`, `Generator.set_active_adapter`) works with the
+  Generator only; an Engine request has no adapter to set (RequestOptions has only
+  set_max_session_tokens), so a per-request adapter cannot be served by the Engine.
+- allowed_token_ids, logit_bias, bad_words: no such turn option (guidance aside); prompt
+  logprobs and cache_salt: no scores of prompt positions in the events, no prefix cache on
+  the CPU's static scheduler.
+
 Not exposed by the library, so absent here (never faked): block tables (no KV introspection:
 its static scheduler has no paged pool) and counts of what its scheduler did (no
 `exercised()`).
@@ -48,13 +78,18 @@ import numpy as np
 import onnxruntime_genai as og
 
 from engines.adapters.common.book import Live, RequestBook
-from engines.adapters.ortgenai.convert import eos_id, ortgenai_dir
+from engines.adapters.ortgenai.convert import eos_id, ortgenai_dir, with_tokenizer
+from engines.adapters.ortgenai.guidance import guidance
+from engines.core.guided import Grammars
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
 from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
+from engines.tokenizer import tokenizer_for
 
 __all__ = [
     "LOGPROBS_LIMIT",
+    "GUIDANCE_LOSES_BYTES",
     "SEEDS_UNSUPPORTED",
+    "STREAM_LOSES_TEXT",
     "SUPPORTED_SAMPLING",
     "OrtGenaiEngine",
     "TurnFailed",
@@ -63,7 +98,7 @@ __all__ = [
 ]
 
 SUPPORTED_SAMPLING = frozenset({"max_tokens", "stop_token_ids", "temperature", "top_k", "top_p",
-                                "logprobs"})
+                                "logprobs", "guided"})
 LOGPROBS_LIMIT = ("onnxruntime-genai's Engine events carry no probabilities: a request with "
                   "logprobs > 0 is served with top_logprobs and logprobs None")
 # The library's own error for set_seed on the CPU's static scheduler; the suite then draws no
@@ -73,6 +108,19 @@ SEEDS_UNSUPPORTED = ("onnxruntime-genai 0.18.0 on the CPU: 'A per-turn seed requ
                      "configured for dynamic batching', which needs a paged-attention model, "
                      "and its builder makes those for CUDA only: seeded requests are refused "
                      "and unseeded ones draw from the library's shared RNG")
+# onnxruntime-genai <= 0.18.0 (the newest): its TokenizerStream loses the characters after a
+# byte that starts no complete UTF-8 character (docs/findings.md, report R-h4-1).
+STREAM_LOSES_TEXT = ("onnxruntime-genai 0.18.0's TokenizerStream drops the characters that "
+                     "follow an incomplete UTF-8 sequence (bytes E3 81, then ' in', streams "
+                     "'in'; docs/findings.md report R-h4-1): the streamed text is not the "
+                     "decode of the tokens")
+# onnxruntime-genai <= 0.18.0: its guidance sees a token that carries part of a UTF-8
+# character as the bytes of U+FFFD, so a grammar whose text needs such a token fails the turn
+# and leaves the Engine unhealthy for every later request (docs/findings.md, report R-h4-2).
+GUIDANCE_LOSES_BYTES = ("onnxruntime-genai 0.18.0's guidance sees every token that carries "
+                        "part of a UTF-8 character as U+FFFD's bytes: a grammar that needs one "
+                        "(choices 'é' | 'ü') fails with ENGINE_EXECUTION_FAILURE and the Engine "
+                        "refuses everything after (docs/findings.md report R-h4-2)")
 _EVENTS = 1024  # event buffer capacity: more than one step's events for any batch size here
 
 
@@ -83,6 +131,8 @@ class TurnFailed(RuntimeError):
 def _turn_options(req: Any, p: SamplingParams, budget: int, vocab_size: int) -> Any:
     opts = og.TurnOptions(req)
     opts.set_max_generated_tokens(int(budget))
+    if p.guided is not None:
+        opts.set_guidance(*guidance(p.guided))
     # top_k 1 keeps the most likely token whatever the temperature, and onnxruntime-genai
     # 0.18.0 refuses a temperature beside it ("the resolved turn policy selects the top
     # logit"): served greedily, the same tokens.
@@ -102,29 +152,42 @@ def _turn_options(req: Any, p: SamplingParams, budget: int, vocab_size: int) -> 
 class _Turn:
     """One library request serving one of ours (a continuation gets a new one)."""
 
-    __slots__ = ("live", "req", "turn", "tokens")
+    __slots__ = ("live", "req", "turn", "tokens", "stream", "text")
 
-    def __init__(self, live: Live, req: Any, turn: int, tokens: list[int]) -> None:
+    def __init__(self, live: Live, req: Any, turn: int, tokens: list[int], stream: Any) -> None:
         self.live, self.req, self.turn, self.tokens = live, req, turn, tokens
+        # The library's incremental detokenizer (kept across a continuation), and how many
+        # of the tokens it has been given.
+        self.stream, self.text = stream, 0
 
 
 class OrtGenaiEngine:
     """One `onnxruntime_genai.Engine`, run from the caller's thread."""
 
-    supported_sampling = SUPPORTED_SAMPLING
-
     def __init__(self, model_dir: str | Path, *, max_batch_size: int | None, max_model_len: int,
-                 vocab_size: int, label: str = "onnxruntime_genai") -> None:
+                 vocab_size: int, tokenizer: str | None = None, guided: bool = False,
+                 label: str = "onnxruntime_genai") -> None:
         self.label = label
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.eos_token_id = eos_id(vocab_size)
         self.expected_failed_checks: dict[str, str] = {"seeds": SEEDS_UNSUPPORTED}
+        if tokenizer is not None:
+            self.expected_failed_checks["streamed_text"] = STREAM_LOSES_TEXT
         config = og.Config(str(model_dir))
         if max_batch_size is not None:
             config.overlay(json.dumps(
                 {"engine": {"static_batching": {"max_batch_size": int(max_batch_size)}}}))
-        self._engine = og.Engine(og.Model(config))
+        model = og.Model(config)
+        self._engine = og.Engine(model)
+        # The directory of the tokenizer the model directory carries (with_tokenizer): text,
+        # guidance and the suite's decode all read the same one.
+        self.tokenizer = tokenizer
+        self._tokenizer = og.Tokenizer(model) if tokenizer is not None else None
+        self._grammars = Grammars(tokenizer, vocab_size) if tokenizer is not None else None
+        # Guidance needs the tokenizer that gives the grammar its meaning.
+        self.supported_sampling = (SUPPORTED_SAMPLING if tokenizer is not None and guided
+                                   else SUPPORTED_SAMPLING - {"guided"})
         # What the library says it is configured for (see docs/findings.md on whether its
         # scheduler keeps to it).
         self.max_concurrency = int(self._engine.get_capabilities().configured_max_batch_size)
@@ -137,22 +200,28 @@ class OrtGenaiEngine:
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size,
-                             max_model_len=self.max_model_len, supported=SUPPORTED_SAMPLING)
+                             max_model_len=self.max_model_len, supported=self.supported_sampling)
         live = self._book.get(key)
         assert live is not None
         try:
-            self._begin(live, list(request.prompt_token_ids), [])
+            if request.params.guided is not None:  # InvalidRequest naming a bad spec
+                assert self._grammars is not None
+                self._grammars.matcher(request.params.guided)
+            self._begin(live, list(request.prompt_token_ids), [], self._stream())
         except BaseException:
             self._book.discard(request.request_id)
             raise
 
-    def _begin(self, live: Live, context: list[int], tokens: list[int]) -> None:
+    def _stream(self) -> Any:
+        return None if self._tokenizer is None else self._tokenizer.create_stream()
+
+    def _begin(self, live: Live, context: list[int], tokens: list[int], stream: Any) -> None:
         req = self._engine.create_request()
         budget = live.request.params.max_tokens - len(tokens)
         turn = req.begin_turn(np.array(context, dtype=np.int32),
                               _turn_options(req, live.request.params, budget,
                                             self.vocab_size))
-        t = _Turn(live, req, int(turn), tokens)
+        t = _Turn(live, req, int(turn), tokens, stream)
         self._turns[live.key] = t
         self._by_req[id(req)] = t
 
@@ -200,7 +269,8 @@ class OrtGenaiEngine:
                 finished[key] = reason
         for t in continued:  # a fresh library request goes on from all the tokens so far
             self._forget(t)
-            self._begin(t.live, [*t.live.request.prompt_token_ids, *t.tokens], t.tokens)
+            context = [*t.live.request.prompt_token_ids, *t.tokens]
+            self._begin(t.live, context, t.tokens, t.stream)
         for key, t in touched.items():
             finish = finished.get(key)
             if finish is not None:
@@ -210,8 +280,18 @@ class OrtGenaiEngine:
             if out is not None:
                 if t.live.request.params.logprobs > 0:
                     out = replace(out, top_logprobs=None, logprobs=None)
+                if t.stream is not None:
+                    out = replace(out, text=self._text(t))
                 outputs.append(out)
         return outputs
+
+    def _text(self, t: _Turn) -> str:
+        """What the library's detokenizer makes of the tokens it has not seen, the EOS the
+        adapter adds aside (the protocol's text skips special tokens; the library never
+        emitted it)."""
+        new = t.tokens[t.text:]
+        t.text = len(t.tokens)
+        return "".join(t.stream.decode(tok) for tok in new if tok != self.eos_token_id)
 
     def _event(self, t: _Turn, ev: Any) -> FinishReason | str | None:
         """Apply one event to its turn: a finish reason, "continue", or None (going on)."""
@@ -229,6 +309,12 @@ class OrtGenaiEngine:
                 return FinishReason.STOP
         if not done:
             return None
+        if ev.finish_reason == og.FinishReason.EOS and params.guided is not None:
+            # The grammar's end: the library ends a guided turn at EOS, which it forces where
+            # the text can go no further; the protocol stops there, after the last token.
+            if not self._grammar_done(params, t.tokens):
+                t.tokens.append(self.eos_token_id)  # the model chose EOS at a full match
+            return FinishReason.STOP
         if ev.finish_reason == og.FinishReason.EOS:  # its EOS token is not in the event
             t.tokens.append(self.eos_token_id)
             if self.eos_token_id in params.stop_token_ids:
@@ -240,6 +326,13 @@ class OrtGenaiEngine:
             return FinishReason.LENGTH
         raise TurnFailed(f"onnxruntime-genai ended request {t.live.request.request_id!r} with "
                          f"{ev.finish_reason.name} after {len(t.tokens)} tokens, unasked")
+
+    def _grammar_done(self, params: SamplingParams, tokens: list[int]) -> bool:
+        """Whether the guided text of `tokens` can go no further (llguidance, the library
+        the reference and onnxruntime-genai's guidance both use)."""
+        assert self._grammars is not None and params.guided is not None
+        matcher = self._grammars.matcher(params.guided)
+        return any(matcher.advance(tok) for tok in tokens)
 
     def _forget(self, t: _Turn) -> None:
         """Drop a library request that finished (or was cancelled by _cancel already)."""
@@ -253,16 +346,22 @@ def ortgenai_engine(
     seed: int = DEFAULT_SEED,
     max_batch_size: int | None = None,
     max_model_len: int | None = None,
+    guided: bool = False,
     label: str = "onnxruntime_genai",
 ) -> OrtGenaiEngine:
     """An engine over a preset or checkpoint (zero arguments: the "tiny" preset, the library's
-    default batch size); `max_batch_size` is written to `engine.static_batching`."""
+    default batch size); `max_batch_size` is written to `engine.static_batching`. `guided`:
+    declare guided decoding, mapped to the library's guidance, which fails on grammars that
+    need a token carrying part of a character (GUIDANCE_LOSES_BYTES): off by default, on in
+    engines.adapters.ortgenai.variants:ortgenai_guided."""
     path = ortgenai_dir(str(model), seed)
     spec = str(model)
-    vocab = PRESETS[spec].config["vocab_size"] if spec in PRESETS else _vocab_of(path)
-    return OrtGenaiEngine(path, max_batch_size=max_batch_size,
+    vocab = int(PRESETS[spec].config["vocab_size"] if spec in PRESETS else _vocab_of(path))
+    # The presets' byte-level BPE, whose last id is the EOS the built config names (eos_id).
+    tokenizer = tokenizer_for(vocab)
+    return OrtGenaiEngine(with_tokenizer(path, tokenizer), max_batch_size=max_batch_size,
                           max_model_len=max_model_len or preset_max_model_len(model) or 512,
-                          vocab_size=int(vocab), label=label)
+                          vocab_size=vocab, tokenizer=tokenizer, guided=guided, label=label)
 
 
 def _vocab_of(path: Path) -> int:

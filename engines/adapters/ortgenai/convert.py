@@ -45,7 +45,7 @@ from engines.adapters.common.checkpoints import (
 from engines.models import PRESETS
 
 __all__ = ["FULL_KV", "ConversionError", "UnsupportedArchitecture", "builder_options",
-           "built_dir", "eos_id", "ortgenai_dir"]
+           "built_dir", "eos_id", "ortgenai_dir", "with_tokenizer"]
 
 # The builder's option that gives every layer a full-length KV cache (report 23).
 FULL_KV = {"windowed_kv_cache": "false"}
@@ -142,3 +142,31 @@ def built_dir(model: str, seed: int, options: Mapping[str, str]) -> Path:
                          version=f"{onnxruntime_genai.__version__}{tag}",
                          marker="genai_config.json",
                          convert=lambda c, out: _build(c, out, options), tokenizer=True)
+
+
+def with_tokenizer(built: Path, tokenizer_dir: str | Path) -> Path:
+    """The built model beside another tokenizer (the presets' byte-level BPE, engines.tokenizer):
+    a directory of links to the built files but the tokenizer's, and a copy of the tokenizer's.
+    The library reads the model directory's tokenizer.json for guidance and for its own
+    detokenizer; the builder needed the 1:1 one (above), whose "words" are no text. Made once,
+    next to the built model, named after both."""
+    source = Path(tokenizer_dir)
+    out = built.parent / f"{built.name}+{source.name}"
+    if (out / "tokenizer.json").is_file():
+        return out
+    tmp = built.parent / f".{out.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for f in built.iterdir():
+        if not f.name.startswith("tokenizer") and not f.name.startswith("."):
+            (tmp / f.name).symlink_to(f.resolve())
+    for f in source.iterdir():
+        if f.name.startswith("tokenizer"):
+            shutil.copy(f, tmp / f.name)
+    try:
+        tmp.rename(out)
+    except OSError:  # a parallel worker published it first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / "tokenizer.json").is_file():
+            raise
+    return out
