@@ -8,15 +8,19 @@ scheduler iteration of the library's (paged KV, chunked prefill "dynamic split-f
 caching, preemption by recompute: all reachable through `OpenVINOConfig`).
 
 Translations (where the library's semantics differ from the protocol):
-- stop tokens: the library substitutes the model's EOS (0 for a converted preset: optimum
-  writes a tokenizer whose EOS is token 0) for a request whose `eos_token_id` is unset, and
+- stop tokens: the library substitutes the model's EOS (its converted tokenizer's: the
+  presets' BPE's <|endoftext|>) for a request whose `eos_token_id` is unset, and
   `ignore_eos=True` silently disables `stop_token_ids` as well. So a request with no stop ids
   runs with `ignore_eos=True` and EOS 0 named (the Mistral, Mixtral and Phi-3 conversions
   have EOS -1, which the library's validation refuses), and one with stop ids names the
   first as its EOS
   (`set_eos_token_id`) and passes them all as `stop_token_ids`. The library keeps the stop
   token in its output, as the protocol does, and reports STOP or LENGTH itself.
-- outputs: a handle's `read()` returns the tokens generated since the last read.
+- outputs: a handle's `read()` returns the tokens generated since the last read; n > 1 and
+  beam search come back as sequences (engines.adapters.openvino.sequences).
+- wave 4: speculation (engines.adapters.openvino.speculation), guided decoding
+  (engines.adapters.openvino.guided, a variant's); what is not declared, and why, beside
+  SUPPORTED_SAMPLING.
 - abort: `handle.cancel()` drops the request silently, so the adapter emits the ABORT.
 - dropped requests: the library can give up on a request it did not finish, with no output
   (status IGNORED: it found no KV blocks for it, e.g. beside a request cancelled in a full

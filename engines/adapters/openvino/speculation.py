@@ -23,9 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["ACCEPTED", "Speculation", "accepted_in"]
+__all__ = ["ACCEPTED", "DRAFT_SEEDS", "Speculation", "accepted_in"]
 
 ACCEPTED = "spec_accepted_tokens"  # the Exercised counter this module can give
+# openvino-genai 2026.4.1 (the newest): under a draft model, a seeded sampled request's tokens
+# near its budget's end depend on the requests the pipeline served before it.
+DRAFT_SEEDS = ("openvino-genai's speculative decoding with a draft model samples a seeded "
+               "request's last tokens differently depending on the requests served before it "
+               "(docs/findings.md report R-h2-2): seeded sampling is not reproducible there")
 
 SpeculationKind = Literal["draft", "prompt_lookup"]
 

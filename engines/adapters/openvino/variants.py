@@ -19,7 +19,7 @@ from engines.adapters.openvino.adapter import (
     openvino_genai_engine,
 )
 from engines.adapters.openvino.guided import GUIDED_ENDS
-from engines.adapters.openvino.speculation import Speculation
+from engines.adapters.openvino.speculation import DRAFT_SEEDS, Speculation
 
 __all__ = [
     "openvino_draft_model",
@@ -90,9 +90,12 @@ def openvino_pressure() -> OpenVINOEngine:
 def openvino_draft_model() -> OpenVINOEngine:
     """Speculative decoding with a draft model: `tiny-draft` (the tiny preset's first two
     layers, converted alike) proposes 3 tokens a step, the target verifies them in one
-    forward."""
-    return openvino_genai_engine(label="openvino_draft_model",
-                                 speculation=Speculation("draft", num_assistant_tokens=3))
+    forward. Its seeded sampling depends on the requests served before (docs/findings.md
+    report R-h2-2): `seeds` declared."""
+    engine = openvino_genai_engine(label="openvino_draft_model",
+                                   speculation=Speculation("draft", num_assistant_tokens=3))
+    engine.expected_failed_checks = {**engine.expected_failed_checks, "seeds": DRAFT_SEEDS}
+    return engine
 
 
 def openvino_prompt_lookup() -> OpenVINOEngine:
