@@ -72,6 +72,9 @@ if [[ -n $ALL ]]; then
                      engines.adapters.vllm.variants:vllm_one_seq)
     # The pool-pressure variants last: openvino-genai 2026.4.1 fails them under batching-ci.
     OPENVINO_FACTORIES+=(engines.adapters.openvino.variants:openvino_prefix_caching
+                         engines.adapters.openvino.variants:openvino_draft_model
+                         engines.adapters.openvino.variants:openvino_prompt_lookup
+                         engines.adapters.openvino.variants:openvino_structured_output
                          engines.adapters.openvino.variants:openvino_no_split_fuse
                          engines.adapters.openvino.variants:openvino_one_seq
                          engines.adapters.openvino.variants:openvino_preemption
@@ -204,7 +207,7 @@ if [[ -z ${ONLY:-} || ${#OPENVINO_FACTORIES[@]} -gt 0 ]]; then
         skipped "OpenVINO GenAI"
     else
         adapter_tests "$OPY" tests/test_adapter_contract.py tests/test_openvino_adapter.py \
-            tests/test_adapters_book.py
+            tests/test_openvino_wave4.py tests/test_adapters_book.py
         suites "$OPY" "$@" -- "${OPENVINO_FACTORIES[@]+"${OPENVINO_FACTORIES[@]}"}"
     fi
 fi

@@ -196,12 +196,12 @@ def weights_digest(checkpoint: Path) -> str:
 
 
 def converted_dir(model: str, seed: int, *, library: str, version: str, marker: str,
-                  convert: Callable[[Path, Path], None], tokenizer: bool = False) -> Path:
+                  convert: Callable[[Path, Path], None], tokenizer: bool | str = False) -> Path:
     """`convert(checkpoint, out)`'s directory for a preset name or a checkpoint directory,
     under cache_root()/library, converting once; `marker` is the file a finished conversion
-    has (a directory without it is converted again). `tokenizer`: a preset's checkpoint
-    carries the 1:1 tokenizer (checkpoint_dir), for converters that instantiate one; the
-    checkpoint's name, and so the cache key, says so."""
+    has (a directory without it is converted again). `tokenizer`: the tokenizer a preset's
+    checkpoint carries (checkpoint_dir: True for the 1:1 one, "bpe" for the presets' BPE),
+    for converters that instantiate one; the checkpoint's name, and so the cache key, says so."""
     checkpoint = (checkpoint_dir(model, seed=seed, tokenizer=tokenizer) if model in PRESETS
                   else Path(model))
     if not (checkpoint / "config.json").is_file():

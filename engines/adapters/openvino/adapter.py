@@ -8,15 +8,19 @@ scheduler iteration of the library's (paged KV, chunked prefill "dynamic split-f
 caching, preemption by recompute: all reachable through `OpenVINOConfig`).
 
 Translations (where the library's semantics differ from the protocol):
-- stop tokens: the library substitutes the model's EOS (0 for a converted preset: optimum
-  writes a tokenizer whose EOS is token 0) for a request whose `eos_token_id` is unset, and
+- stop tokens: the library substitutes the model's EOS (its converted tokenizer's: the
+  presets' BPE's <|endoftext|>) for a request whose `eos_token_id` is unset, and
   `ignore_eos=True` silently disables `stop_token_ids` as well. So a request with no stop ids
   runs with `ignore_eos=True` and EOS 0 named (the Mistral, Mixtral and Phi-3 conversions
   have EOS -1, which the library's validation refuses), and one with stop ids names the
   first as its EOS
   (`set_eos_token_id`) and passes them all as `stop_token_ids`. The library keeps the stop
   token in its output, as the protocol does, and reports STOP or LENGTH itself.
-- outputs: a handle's `read()` returns the tokens generated since the last read.
+- outputs: a handle's `read()` returns the tokens generated since the last read; n > 1 and
+  beam search come back as sequences (engines.adapters.openvino.sequences).
+- wave 4: speculation (engines.adapters.openvino.speculation), guided decoding
+  (engines.adapters.openvino.guided, a variant's); what is not declared, and why, beside
+  SUPPORTED_SAMPLING.
 - abort: `handle.cancel()` drops the request silently, so the adapter emits the ABORT.
 - dropped requests: the library can give up on a request it did not finish, with no output
   (status IGNORED: it found no KV blocks for it, e.g. beside a request cancelled in a full
@@ -66,7 +70,10 @@ import openvino
 import openvino_genai
 
 from engines.adapters.common.book import Live, RequestBook
-from engines.adapters.openvino.convert import openvino_dir
+from engines.adapters.openvino.convert import openvino_dir, tokenizer_dir
+from engines.adapters.openvino.guided import guided_stop, structured_output
+from engines.adapters.openvino.sequences import Sequences
+from engines.adapters.openvino.speculation import ACCEPTED, Speculation, accepted_in
 from engines.models import (
     DEFAULT_PRESET,
     DEFAULT_SEED,
@@ -74,7 +81,13 @@ from engines.models import (
     long_rope_threshold,
     preset_max_model_len,
 )
-from engines.protocol import ALL_PARAMS, FinishReason, Request, SamplingParams, StepOutput
+from engines.protocol import (
+    ALL_PARAMS,
+    FinishReason,
+    Request,
+    SamplingParams,
+    StepOutput,
+)
 from engines.threads import engine_threads
 
 __all__ = [
@@ -83,8 +96,10 @@ __all__ = [
     "LONGROPE_FAILS",
     "OpenVINOConfig",
     "OpenVINOEngine",
+    "STRUCTURED_SAMPLING",
     "SUPPORTED_SAMPLING",
     "RequestDropped",
+    "SpeculativeOpenVINOEngine",
     "known_differences",
     "make_engine",
     "openvino_genai_engine",
@@ -95,7 +110,17 @@ LOGPROBS_LIMIT = ("openvino-genai returns the chosen token's logprob only: top_l
                   "served for greedy requests with logprobs=1 and no repetition penalty or "
                   "min_tokens, and is None otherwise")
 # Its presence and frequency penalties move a logit towards zero (docs/findings.md report 9).
-SUPPORTED_SAMPLING = ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
+# Wave 4: n (num_return_sequences) and beam search (num_beams, length_penalty) are mapped;
+# guided decoding (its StructuredOutputConfig) is a variant's (STRUCTURED_SAMPLING). Not
+# declared (docs/engines.md): stop strings (the library cuts the tokens of a stop string out of
+# the output, and may end a request with no output at all: docs/findings.md report R-h2-1),
+# allowed ids, logit bias and bad words (no GenerationConfig field), prompt logprobs (none in
+# the pipeline's outputs), LoRA (not applied per request under add_request/step) and cache
+# salts (no such field).
+SUPPORTED_SAMPLING = (ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
+                      | {"n", "beam_width", "length_penalty"})
+# The structured-output variant's (engines.adapters.openvino.variants).
+STRUCTURED_SAMPLING = SUPPORTED_SAMPLING | {"guided"}
 # fp32 everywhere: the CPU plugin's defaults (bf16 inference where the CPU has it, a u8 or f16
 # KV cache) would move greedy tokens at near-ties.
 PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -131,11 +156,20 @@ class OpenVINOConfig:
         return sc
 
 
-def _generation_config(p: SamplingParams) -> Any:
+def _generation_config(p: SamplingParams, speculation: Speculation | None = None,
+                       eos: int = 0) -> Any:
     gc = openvino_genai.GenerationConfig()
+    if speculation is not None:
+        speculation.configure(gc)
     gc.max_new_tokens = int(p.max_tokens)
     stops = [int(t) for t in p.stop_token_ids]
-    if stops:
+    if p.guided is not None:
+        # The grammar ends a request by forcing its EOS (`eos`, the tokenizer's): ignore_eos
+        # would let it run on unconstrained after it (engines.adapters.openvino.guided).
+        gc.structured_output_config = structured_output(p.guided)
+        gc.ignore_eos = False
+        gc.set_eos_token_id(eos)  # and no other stop id: the adapter watches for those
+    elif stops:
         gc.ignore_eos = False
         gc.set_eos_token_id(stops[0])  # else the model's EOS (token 0) would stop it
         gc.stop_token_ids = set(stops)
@@ -164,13 +198,31 @@ def _generation_config(p: SamplingParams) -> Any:
         gc.do_sample = False
     if p.logprobs > 0:
         gc.logprobs = 1
+    if p.beam_width > 1:  # greedy over beams (the protocol's beam search samples nothing)
+        gc.do_sample = False
+        gc.num_beams = int(p.beam_width)
+        gc.num_return_sequences = int(p.beam_width)  # every beam comes back (sequences.py)
+        gc.length_penalty = float(p.length_penalty)
+    elif p.n > 1:
+        gc.num_return_sequences = int(p.n)
+        if not gc.do_sample:  # the library refuses greedy n > 1: top_k 1 is the argmax
+            gc.do_sample = True
+            gc.top_k = 1
+            gc.rng_seed = 0
     return gc
 
 
 def _serves_logprobs(p: SamplingParams) -> bool:
     # Greedy without processing: the chosen token is then the raw distribution's top one.
     return (p.logprobs == 1 and p.temperature == 0 and p.repetition_penalty == 1.0
-            and (p.min_tokens == 0 or not p.stop_token_ids))
+            and (p.min_tokens == 0 or not p.stop_token_ids) and p.beam_width == 1)
+
+
+def _children(p: SamplingParams) -> Sequences | None:
+    """How a request's sequences become children (None: one sequence, the plain path)."""
+    if p.beam_width > 1:
+        return Sequences(n=p.n, beams=True)
+    return Sequences(n=p.n, beams=False) if p.n > 1 else None
 
 
 class OpenVINOEngine:
@@ -181,7 +233,8 @@ class OpenVINOEngine:
 
     def __init__(self, model_dir: str | Path, config: OpenVINOConfig, *, max_model_len: int,
                  vocab_size: int, label: str = "openvino_genai",
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, speculation: Speculation | None = None,
+                 seed: int = DEFAULT_SEED) -> None:
         self.config = config
         self.label = label
         self.vocab_size = vocab_size
@@ -190,15 +243,29 @@ class OpenVINOEngine:
         self.max_concurrency = config.max_num_seqs  # requests the scheduler runs at once
         self.expected_failed_checks: dict[str, str] = known_differences(
             Path(model_dir), max_model_len)
+        # The presets' BPE the IR's tokenizer was converted from (engines.adapters.openvino
+        # .convert), declared (`tokenizer`) where guided decoding is: a grammar is text. The
+        # library's step loop gives no text, so StepOutput.text is None throughout.
+        self.tokenizer_path = str(tokenizer_dir(Path(model_dir)))
         # Stated, not the plugin's default (every core the process sees): engines.threads.
         self.compute_threads = threads or engine_threads()
         self.execution = f"openvino-genai {openvino_genai.__version__.split('-')[0]} on CPU"
+        self.speculation = speculation
+        device = {**PROPERTIES, "INFERENCE_NUM_THREADS": self.compute_threads}
+        if speculation is not None:
+            self.execution += f", speculating: {speculation.describe()}"
+        extra = {} if speculation is None else speculation.properties(seed, device)
         self._pipe = openvino_genai.ContinuousBatchingPipeline(
-            str(model_dir), config.scheduler_config(), "CPU",
-            {**PROPERTIES, "INFERENCE_NUM_THREADS": self.compute_threads})
+            str(model_dir), config.scheduler_config(), "CPU", {**device, **extra})
+        self._accepted = 0  # tokens gained beyond one in a step (speculation.accepted_in)
+        # The converted tokenizer's EOS (the presets' BPE: <|endoftext|>, the last id): the
+        # token the library's grammars end with.
+        self._eos = max(0, int(self._pipe.get_tokenizer().get_eos_token_id()))
         self._book = RequestBook()
         self._handles: dict[str, Any] = {}  # our key -> the library's handle
         self._tokens: dict[str, list[int]] = {}  # our key -> tokens generated so far
+        self._children: dict[str, Sequences] = {}  # n > 1 or beams: our key -> its children
+        self._done: dict[str, set[int]] = {}  # and the children finished
         self._ids = itertools.count()  # the library's request ids (integers)
 
     # -- the protocol --------------------------------------------------------------------------
@@ -207,19 +274,26 @@ class OpenVINOEngine:
                              supported=self.supported_sampling)
         prompt = openvino.Tensor(np.array([request.prompt_token_ids], dtype=np.int64))
         try:
-            handle = self._pipe.add_request(next(self._ids), prompt,
-                                            _generation_config(request.params))
+            handle = self._pipe.add_request(
+                next(self._ids), prompt,
+                _generation_config(request.params, self.speculation, self._eos))
         except BaseException:
             self._book.discard(request.request_id)
             raise
         self._handles[key] = handle
         self._tokens[key] = []
+        children = _children(request.params)
+        if children is not None:
+            self._children[key] = children
+            self._done[key] = set()
 
     def abort_request(self, request_id: Hashable) -> None:
         key = self._book.abort(request_id)
         if key is not None:
             self._handles.pop(key).cancel()
             del self._tokens[key]
+            self._children.pop(key, None)
+            self._done.pop(key, None)
 
     def has_work(self) -> bool:
         return self._book.has_work()
@@ -231,32 +305,76 @@ class OpenVINOEngine:
         # Read every live request even when the library has nothing left to run: one it
         # dropped is then seen (and raised) instead of waited for.
         for live in self._book.live():
+            if live.key in self._children:
+                outputs.extend(self._read_children(live))
+                continue
             out = self._read(live)
             if out is not None:
                 outputs.append(out)
         return outputs
 
+    def _dropped(self, live: Live, handle: Any) -> None:
+        status = handle.get_status()
+        if status != openvino_genai.GenerationStatus.RUNNING:  # ended without an output
+            raise RequestDropped(
+                f"openvino-genai ended request {live.request.request_id!r} with status "
+                f"{status.name} after {live.emitted} of its {live.request.params.max_tokens}"
+                " tokens, unasked and with no finish reason")
+
+    def _read_children(self, live: Live) -> list[StepOutput]:
+        """A request with n > 1 or beams: one output per child that gained tokens or
+        finished (engines.adapters.openvino.sequences)."""
+        handle, children = self._handles[live.key], self._children[live.key]
+        done, params = self._done[live.key], live.request.params
+        if children.beams and handle.get_status() == openvino_genai.GenerationStatus.RUNNING:
+            return []  # read a beam search once, finished
+        if not handle.can_read():
+            self._dropped(live, handle)
+            return []
+        outputs = []
+        for child in children.children(handle.read()):
+            finish = _FINISH.get(child.finish)
+            if child.index in done or not child.tokens and finish is None:
+                continue
+            if not children.beams:
+                self._accepted += accepted_in(len(child.tokens))
+            # Beams: the library's per-token values are not the protocol's (none served).
+            sampled = (tuple(child.logprobs) if params.logprobs and not children.beams
+                       else None)
+            tops = (tuple({t: v} for t, v in zip(child.tokens, child.logprobs, strict=True))
+                    if sampled is not None and _serves_logprobs(params) else None)
+            outputs.append(StepOutput(live.request.request_id, tuple(child.tokens), finish,
+                                      tops, sampled, index=child.index))
+            if finish is not None:
+                done.add(child.index)
+        if len(done) == params.n:
+            self._book.discard(live.request.request_id)  # every child's finish is out
+            for table in (self._handles, self._tokens, self._children, self._done):
+                del table[live.key]  # type: ignore[attr-defined]
+        return outputs
+
     def _read(self, live: Live) -> StepOutput | None:
         handle = self._handles[live.key]
         if not handle.can_read():
-            status = handle.get_status()
-            if status != openvino_genai.GenerationStatus.RUNNING:  # ended without an output
-                raise RequestDropped(
-                    f"openvino-genai ended request {live.request.request_id!r} with status "
-                    f"{status.name} after {live.emitted} of its {live.request.params.max_tokens}"
-                    " tokens, unasked and with no finish reason")
+            self._dropped(live, handle)
             return None
         new: list[int] = []
         logprobs: list[float] = []
         finish = None
         for result in handle.read().values():  # one sequence per request: no beams, n=1
             new.extend(int(t) for t in result.generated_ids)
+            self._accepted += accepted_in(len(result.generated_ids))
             logprobs.extend(float(v) for v in result.generated_log_probs)
             finish = _FINISH.get(result.finish_reason)
         params = live.request.params
+        tokens = self._tokens[live.key]
+        cut = guided_stop(params, len(tokens), new)
+        if cut is not None:  # the adapter's own stop ids of a guided request (guided.py)
+            new, logprobs, finish = new[:cut], logprobs[:cut], FinishReason.STOP
+            if handle.get_status() == openvino_genai.GenerationStatus.RUNNING:
+                handle.cancel()
         # Only where asked for: the library's logprobs then come one per generated token.
         tops = [{t: v} for t, v in zip(new, logprobs, strict=True)] if params.logprobs else None
-        tokens = self._tokens[live.key]
         tokens.extend(new)
         out = self._book.delta(live, tokens, finish, tops)
         if finish is not None:
@@ -269,6 +387,14 @@ class OpenVINOEngine:
     def kv_cache_usage(self) -> float:
         """The KV pool's occupancy in percent, as the library reports it after the last step."""
         return float(self._pipe.get_metrics().cache_usage)
+
+
+class SpeculativeOpenVINOEngine(OpenVINOEngine):
+    """The pipeline with a drafter (engines.adapters.openvino.speculation): the same protocol,
+    and the accepted drafts counted (`exercised()`; the library gives no count of drafts)."""
+
+    def exercised(self) -> dict[str, int]:
+        return {ACCEPTED: self._accepted}
 
 
 # openvino-genai <= 2026.4.1 with optimum-intel <= 2.2.0's export (both the newest): the graph
@@ -305,10 +431,12 @@ def openvino_genai_engine(
     max_model_len: int | None = None,
     num_kv_blocks: int | None = None,
     label: str = "openvino_genai",
+    speculation: Speculation | None = None,
     **options: int | bool,
 ) -> OpenVINOEngine:
     """An engine over a preset or checkpoint (zero arguments: the "tiny" preset); `options`
-    are OpenVINOConfig fields (token budget, split-fuse, prefix caching)."""
+    are OpenVINOConfig fields (token budget, split-fuse, prefix caching); `speculation` a
+    drafter (then a SpeculativeOpenVINOEngine)."""
     path = openvino_dir(str(model), seed)
     max_model_len = max_model_len or preset_max_model_len(model) or 512
     if num_kv_blocks is None:  # a full batch at full length: nothing is preempted
@@ -317,6 +445,10 @@ def openvino_genai_engine(
                             **options)  # type: ignore[arg-type]
     spec = str(model)
     vocab = PRESETS[spec].config["vocab_size"] if spec in PRESETS else _vocab_of(path)
+    if speculation is not None:
+        return SpeculativeOpenVINOEngine(path, config, max_model_len=max_model_len,
+                                         vocab_size=int(vocab), label=label,
+                                         speculation=speculation, seed=seed)
     return OpenVINOEngine(path, config, max_model_len=max_model_len, vocab_size=int(vocab),
                           label=label)
 

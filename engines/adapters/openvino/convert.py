@@ -7,8 +7,12 @@ optimum-intel 2.2.0 needs transformers < 5.6 and this package needs >= 5.16, so 
 runs in a subprocess with its own layer first on PYTHONPATH: `ci/openvino-env.sh` installs it
 into `<venv>/optimum-export` (`BATCHING_OPENVINO_EXPORT` names another folder).
 
-Cache key (engines.adapters.common.checkpoints): the checkpoint's weights and config and the
-openvino version.
+The checkpoint carries the presets' byte-level BPE (engines.tokenizer), which optimum converts
+into openvino_tokenizer.xml / openvino_detokenizer.xml: the library's stop strings and
+structured output read text through them.
+
+Cache key (engines.adapters.common.checkpoints): the checkpoint's weights and config (its
+name says which tokenizer it carries) and the openvino version.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from engines.adapters.common.checkpoints import (
 )
 
 __all__ = ["ConversionError", "UnsupportedArchitecture", "cache_root", "checkpoint_dir",
-           "export_layer", "openvino_dir", "weights_digest"]
+           "export_layer", "openvino_dir", "tokenizer_dir", "weights_digest"]
 
 EXPORT_ENV = "BATCHING_OPENVINO_EXPORT"
 # optimum-intel's per-architecture ceiling on transformers (Gemma-2's is 5.0 in 2.2.0).
@@ -78,5 +82,17 @@ def openvino_dir(model: str, seed: int) -> Path:
 
     version = openvino.get_version().split("-")[0]
     # Through the module global, so that a test can replace _convert.
+    # The presets' BPE goes with the weights: optimum converts it into the IR's tokenizer and
+    # detokenizer, which the library's stop strings and structured output read.
     return converted_dir(model, seed, library="openvino", version=version,
-                         marker="openvino_model.xml", convert=lambda c, out: _convert(c, out))
+                         marker="openvino_model.xml", convert=lambda c, out: _convert(c, out),
+                         tokenizer="bpe")
+
+
+def tokenizer_dir(converted: Path) -> Path:
+    """The directory holding the tokenizer.json a converted model's IR tokenizer was made from:
+    the checkpoint's own where it is cached beside the conversion (a preset's, the presets'
+    BPE), else the copy optimum wrote into the conversion (re-saved by its transformers)."""
+    name = converted.name.rsplit("-", 2)[0]  # <checkpoint>-<weights digest>-<version>
+    source = cache_root() / name
+    return source if (source / "tokenizer.json").is_file() else converted

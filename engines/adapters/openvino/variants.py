@@ -12,16 +12,26 @@ so the suite's summary has no exercised counts for these.
 
 from __future__ import annotations
 
-from engines.adapters.openvino.adapter import BLOCK_SIZE, OpenVINOEngine, openvino_genai_engine
+from engines.adapters.openvino.adapter import (
+    BLOCK_SIZE,
+    STRUCTURED_SAMPLING,
+    OpenVINOEngine,
+    openvino_genai_engine,
+)
+from engines.adapters.openvino.guided import GUIDED_ENDS
+from engines.adapters.openvino.speculation import DRAFT_SEEDS, Speculation
 
 __all__ = [
+    "openvino_draft_model",
     "openvino_no_split_fuse",
     "openvino_one_seq",
     "openvino_preemption",
     "openvino_pressure",
     "openvino_prefix_caching",
+    "openvino_prompt_lookup",
     "openvino_split_fuse",
     "openvino_stress",
+    "openvino_structured_output",
 ]
 
 _SMALL_CONTEXT = 64  # tokens: 2 blocks, one request at full length
@@ -75,3 +85,37 @@ def openvino_pressure() -> OpenVINOEngine:
     return openvino_genai_engine(label="openvino_pressure", max_batch_size=4,
                                  max_num_batched_tokens=16, max_model_len=_SMALL_CONTEXT,
                                  num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE)
+
+
+def openvino_draft_model() -> OpenVINOEngine:
+    """Speculative decoding with a draft model: `tiny-draft` (the tiny preset's first two
+    layers, converted alike) proposes 3 tokens a step, the target verifies them in one
+    forward. Its seeded sampling depends on the requests served before (docs/findings.md
+    report R-h2-2): `seeds` declared."""
+    engine = openvino_genai_engine(label="openvino_draft_model",
+                                   speculation=Speculation("draft", num_assistant_tokens=3))
+    engine.expected_failed_checks = {**engine.expected_failed_checks, "seeds": DRAFT_SEEDS}
+    return engine
+
+
+def openvino_prompt_lookup() -> OpenVINOEngine:
+    """Speculative decoding by prompt lookup: the 3 tokens that followed the latest earlier
+    occurrence of the request's last 1-2 tokens are the draft."""
+    return openvino_genai_engine(label="openvino_prompt_lookup",
+                                 speculation=Speculation("prompt_lookup", num_assistant_tokens=3,
+                                                         max_ngram_size=2))
+
+
+def openvino_structured_output() -> OpenVINOEngine:
+    """Guided decoding through the library's StructuredOutputConfig (xgrammar): regexes, JSON
+    schemas, GBNF grammars and choice lists (engines.adapters.openvino.guided). It ends a
+    guided request with the EOS its grammar forces and lets JSON carry free whitespace, where
+    the protocol's reference stops at the full match and writes compact JSON, so
+    reference_parity is declared broken here (and here only: the default engine declares no
+    guided decoding)."""
+    engine = openvino_genai_engine(label="openvino_structured_output")
+    engine.supported_sampling = STRUCTURED_SAMPLING
+    engine.tokenizer = engine.tokenizer_path  # type: ignore[attr-defined]
+    engine.expected_failed_checks = {**engine.expected_failed_checks,
+                                     "reference_parity": GUIDED_ENDS}
+    return engine
