@@ -51,6 +51,8 @@ class SequentialEngine(BaseEngine):
                           | {"lora", "cache_salt", "prompt_logprobs", "n", "beam_width",
                              "length_penalty"})
 
+    beam_search = BeamSearch  # the search's rule (engines.core.beams)
+
     def __init__(self, *args: Any, loras: Mapping[str, str | Path] | None = None,
                  **kwargs: Any) -> None:
         kwargs["max_batch_size"] = 1
@@ -211,7 +213,7 @@ class SequentialEngine(BaseEngine):
         (the beams are the cache's batch rows; recomputed whole where long RoPE switches)."""
         search = self._search
         if search is None:
-            search = self._search = BeamSearch(seq.request.params)
+            search = self._search = self.beam_search(seq.request.params)
             self._kv = DynamicCache(config=self.model.config)
             logits = self._forward(self._prompt_tensor(seq))
         elif self._cached == self._recompute_at:

@@ -77,7 +77,7 @@ class BeamSearch:
         values, ids = torch.topk(total, k)
         vocab = logprobs.shape[-1]
         last = length >= self.params.max_tokens
-        scores = values / (length ** self.params.length_penalty)  # fp32, as generate's
+        scores = self.normalise(values, length)  # fp32, as generate's
         new: list[Hypothesis] = []
         rows: list[int] = []
         beams: list[tuple[int, ...]] = []
@@ -101,11 +101,15 @@ class BeamSearch:
             return []
         self.beams, self.logprobs = beams, torch.tensor(kept, dtype=torch.float32)
         if len(self.finished) >= width:
-            best = float(self.logprobs[0] / (length ** self.params.length_penalty))
+            best = float(self.normalise(self.logprobs[:1], length)[0])
             if not best > self.finished[-1].score:
                 self.done = True
                 return []
         return rows
+
+    def normalise(self, logprobs: torch.Tensor, length: int) -> torch.Tensor:
+        """Scores of hypotheses of `length` generated tokens with these cumulative logprobs."""
+        return logprobs / (length ** self.params.length_penalty)
 
     def results(self) -> list[Hypothesis]:
         """The n best finished hypotheses, best first."""
