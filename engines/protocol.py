@@ -45,6 +45,7 @@ __all__ = [
     "StepOutput",
     "arrival_times",
     "check_declarations",
+    "child_key",
     "close",
     "compute_threads",
     "execution",
@@ -204,6 +205,11 @@ LOGPROBS_OF = ("raw", "processed")
 
 
 
+def child_key(request_id: Hashable, index: int) -> tuple[Hashable, int]:
+    """The key KVIntrospection lists child `index` of a request with n > 1 under."""
+    return (request_id, index)
+
+
 _auto_ids = itertools.count()
 
 
@@ -306,6 +312,11 @@ class KVIntrospection(Protocol):
     tokens need, ceil(cached / kv_block_size): no fewer (its KV must be somewhere) and no more
     (a block with none of its tokens cached is pool memory taken from others), unless the
     engine declares `kv_extra_blocks` (see `kv_extra_blocks()`).
+
+    Wave 4: each child of a request with n > 1 is listed under `child_key(request_id, index)`
+    (its own table and cached tokens). The children of one request may also share a partially
+    filled block copy-on-write (the prompt's last block, after a prefill done once): at the
+    same index j in each, holding the same tokens at every position any of them has cached.
     """
 
     kv_block_size: int  # tokens per block

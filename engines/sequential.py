@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
 
+from engines.core.beams import BeamSearch, check_beam_request
 from engines.core.constraints import row_mask
 from engines.core.lora import LoraNames
 from engines.core.prompt_logprobs import whole_prompt
@@ -34,13 +36,22 @@ from engines.core.request_state import RequestState
 from engines.core.sampling import sample
 from engines.core.slots import BaseEngine
 from engines.models import long_rope_threshold
-from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, TEXT_PARAMS, Request, StepOutput
+from engines.protocol import (
+    ALL_PARAMS,
+    CONSTRAINT_PARAMS,
+    TEXT_PARAMS,
+    Request,
+    StepOutput,
+)
 
 
 class SequentialEngine(BaseEngine):
     name = "sequential"
     supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
-                          | {"lora", "cache_salt", "prompt_logprobs", "n"})
+                          | {"lora", "cache_salt", "prompt_logprobs", "n", "beam_width",
+                             "length_penalty"})
+
+    beam_search = BeamSearch  # the search's rule (engines.core.beams)
 
     def __init__(self, *args: Any, loras: Mapping[str, str | Path] | None = None,
                  **kwargs: Any) -> None:
@@ -60,6 +71,9 @@ class SequentialEngine(BaseEngine):
         # logprobs, until its last waiting child has taken a copy.
         self._forks: dict[Hashable, tuple[DynamicCache, torch.Tensor, int, tuple[Any, ...]]] = {}
         self.forked_prefills = 0  # children that started from a sibling's prefill, ever
+        # beam_width > 1: the running request's search (engines.core.beams); its beams are
+        # the rows of self._kv.
+        self._search: BeamSearch | None = None
 
     def slot_lengths(self) -> list[int]:
         return [self._cached]
@@ -98,10 +112,12 @@ class SequentialEngine(BaseEngine):
     def _check(self, request: Request) -> None:
         super()._check(request)
         self._loras.check_request(request)
+        check_beam_request(request.params)
 
     @torch.inference_mode()
     def _forward(self, input_ids: torch.Tensor, *, every: bool = False) -> torch.Tensor:
-        """Logits [1, vocab] of the last token, or (`every`) [tokens, vocab] of all."""
+        """Logits [1, vocab] of the last token, or (`every`) [tokens, vocab] of all; for
+        input [beams, tokens], [beams, vocab]."""
         assert self._kv is not None
         kwargs = {self._cache_arg: self._kv}
         lora = self.running[0].request.lora
@@ -109,9 +125,10 @@ class SequentialEngine(BaseEngine):
         if lora is not None:
             model = self._peft
             model.set_adapter(lora)
-        out = model(input_ids=input_ids[None], use_cache=True, logits_to_keep=0 if every else 1,
+        batch = input_ids if input_ids.dim() == 2 else input_ids[None]
+        out = model(input_ids=batch, use_cache=True, logits_to_keep=0 if every else 1,
                     **kwargs)
-        self._cached += input_ids.shape[0]
+        self._cached += input_ids.shape[-1]
         return out.logits[0] if every else out.logits[:, -1]
 
     def step(self) -> list[StepOutput]:
@@ -124,7 +141,13 @@ class SequentialEngine(BaseEngine):
             seq = self.waiting.popleft()
             seq.slot = 0
             self.running.append(seq)
+            if seq.request.params.beam_width > 1:
+                self._beam_step(seq, outputs)
+                return outputs
             logits = self._prefill(seq)
+        elif self._search is not None:
+            self._beam_step(self.running[0], outputs)
+            return outputs
         elif self._cached == self._recompute_at:  # the sequence passes it with this token
             seq = self.running[0]
             self._kv = DynamicCache(config=self.model.config)
@@ -181,3 +204,36 @@ class SequentialEngine(BaseEngine):
         self.running.clear()
         self._kv = None
         self._cached = 0
+        self._search = None
+
+    # --- beam search (engines.core.beams) -------------------------------------------------------
+
+    def _beam_step(self, seq: RequestState, outputs: list[StepOutput]) -> None:
+        """One step of the running request's search: its prefill, or one token of every beam
+        (the beams are the cache's batch rows; recomputed whole where long RoPE switches)."""
+        search = self._search
+        if search is None:
+            search = self._search = self.beam_search(seq.request.params)
+            self._kv = DynamicCache(config=self.model.config)
+            logits = self._forward(self._prompt_tensor(seq))
+        elif self._cached == self._recompute_at:
+            self._kv = DynamicCache(config=self.model.config)
+            self._cached = 0
+            prompt = seq.request.prompt_token_ids
+            logits = self._forward(torch.tensor([(*prompt, *b) for b in search.beams],
+                                                device=self.device))
+        else:
+            logits = self._forward(torch.tensor([[b[-1]] for b in search.beams],
+                                                device=self.device))
+        rows = search.advance(F.log_softmax(logits.float(), dim=-1))
+        if not search.done:
+            assert self._kv is not None
+            self._kv.reorder_cache(torch.tensor(rows, device=self.device))  # type: ignore[arg-type]
+            return
+        family = list(self._live[seq.request.request_id])
+        for child, best in zip(family, search.results(), strict=True):
+            if child is not seq:
+                self.waiting.remove(child)
+            outputs.append(child.finish_beam(best.tokens, best.finish_reason))
+            self._finish(child)
+        self._retire()

@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
-from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams, StepOutput
+from engines.paged.engine import PagedEngine
+from engines.protocol import FinishReason, Request, SamplingParams, StepOutput, child_key
 from engines.sequential import SequentialEngine
 from engines.slot.continuous import ContinuousBatchEngine
 from engines.slot.static import StaticBatchEngine
 from tests.planted.children_bugs import CHILDREN_PLANTED
 from tests.planted.harness import hunt, pinned
 
-ENGINES = [SequentialEngine, StaticBatchEngine, ContinuousBatchEngine]
+ENGINES = [SequentialEngine, StaticBatchEngine, ContinuousBatchEngine, PagedEngine]
 
 
 def _run(engine: Any, requests: list[Request]) -> dict[tuple[Any, int], list[StepOutput]]:
@@ -70,15 +71,53 @@ def test_aborting_a_family_ends_every_child() -> None:
     assert not engine.has_work()
 
 
-def test_the_paged_engine_does_not_serve_n_yet() -> None:
-    from engines.paged.engine import PagedEngine
+def test_paged_children_share_the_prompt_blocks_copy_on_write() -> None:
+    # A 6-token prompt in blocks of 4: block 0 full, block 1 partial (2 tokens). The three
+    # children hold both after the fork (KV introspection under child_key); each copies the
+    # partial one before writing its first token there, and never the full one.
+    engine = PagedEngine(block_size=4)
+    engine.add_request(Request((1, 2, 3, 4, 5, 6), SamplingParams(max_tokens=5, n=3,
+                                                                  temperature=1.0, seed=3),
+                               request_id="f"))
+    engine.step()  # the prefill, once, and every child's first token
+    keys = [child_key("f", i) for i in range(3)]
+    tables = engine.kv_block_tables()
+    assert sorted(tables, key=str) == keys and engine.forked_prefills == 2
+    assert len({tuple(tables[k]) for k in keys}) == 1  # one table, shared
+    full, partial = tables[keys[0]]
+    assert engine.pool.ref_counts[full] == engine.pool.ref_counts[partial] == 3
+    assert all(n == 6 for n in engine.kv_cached_tokens().values())
+    engine.step()  # each child writes position 6, into block 1
+    tables = engine.kv_block_tables()
+    assert {t[0] for t in tables.values()} == {full}  # the full block stays shared
+    assert len({t[1] for t in tables.values()}) == 3  # two copies, and the original
+    assert engine.cow_copies == 2 and engine.pool.ref_counts[full] == 3
+    held = {b for t in tables.values() for b in t}
+    assert len(held) + engine.kv_free_blocks() == engine.kv_total_blocks
+    while engine.has_work():
+        engine.step()
+    assert engine.kv_free_blocks() == engine.kv_total_blocks
 
-    with pytest.raises(InvalidRequest, match="^n: 2 is not supported"):
-        PagedEngine().add_request(Request((1, 2), SamplingParams(n=2)))
+
+def test_paged_children_agree_with_the_reference_under_preemption() -> None:
+    # A pool too small for every family at once: children are preempted, recomputed (or
+    # prefilled on their own when no seat was free at the fork), and still equal the
+    # reference's children.
+    requests = [Request(tuple(range(5, 5 + k)), SamplingParams(max_tokens=10, n=3,
+                                                                temperature=1.0, seed=k),
+                        request_id=f"r{k}") for k in (3, 9, 14)]
+    want: dict[tuple[Any, int], tuple[int, ...]] = {}
+    for r in requests:
+        want |= {k: _tokens(v) for k, v in _run(SequentialEngine(), [r]).items()}
+    engine = PagedEngine(block_size=4, num_blocks=10, max_batch_size=4,
+                         max_num_batched_tokens=8)
+    got = {k: _tokens(v) for k, v in _run(engine, requests).items()}
+    assert got == want
+    assert engine.preemptions > 0 and engine.forked_prefills > 0
 
 
 @pytest.mark.parametrize("bug", CHILDREN_PLANTED, ids=lambda b: b.__name__)
 def test_suite_catches_children_bugs(bug: Any) -> None:
-    caught = hunt(bug, settings=pinned(60))
+    caught = hunt(bug, settings=pinned(60, shrink=False))
     assert caught is not None and caught.prop == bug.caught_by, str(caught)
     assert "as a runnable script" in str(caught)

@@ -17,6 +17,7 @@ from hypothesis import settings as Settings
 from engines.protocol import Request, SamplingParams
 from engines.sequential import SequentialEngine
 from engines.testing.checks import (
+    BEAMS,
     CHILDREN,
     KV,
     REFERENCE,
@@ -116,7 +117,7 @@ def test_suite_catches_per_row_sampling_bugs(bug: Any) -> None:
 @pytest.mark.parametrize("control", ALL_CONTROLS, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("check", [c.name for c in catalogue()
                                    if not {REFERENCE, VARIANTS, KV, TOKENIZER, STOP_STRINGS,
-                                            CHILDREN} & set(c.needs)])
+                                            CHILDREN, BEAMS} & set(c.needs)])
 def test_a_correct_engine_passes_every_check(control: Any, check: str) -> None:
     """No false alarm: the control engines pass every check that applies to them, under
     more derandomized examples than the dev profile draws (the retire-at-start control once

@@ -26,9 +26,12 @@ def child_seed(seed: int | None, index: int) -> int | None:
 
 def child_requests(request: Request) -> list[Request]:
     """The request's children, each with n = 1 and its derived seed (the request itself when
-    n is 1), all under the parent's request id."""
+    n is 1), all under the parent's request id; a beam search's children are the request
+    itself, n times (the search returns its n best beams to them)."""
     params = request.params
     if params.n == 1:
         return [request]
+    if params.beam_width > 1:  # beam search: one search, its n best beams (engines.core.beams)
+        return [request] * params.n
     return [dataclasses.replace(request, params=dataclasses.replace(
         params, n=1, seed=child_seed(params.seed, i))) for i in range(params.n)]

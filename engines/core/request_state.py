@@ -72,6 +72,16 @@ class RequestState:
             text=text,
         )
 
+    def finish_beam(self, tokens: tuple[int, ...], reason: FinishReason) -> StepOutput:
+        """A beam search's child (engines.core.beams): its beam, whole, in one output."""
+        self.output, self.finish_reason = list(tokens), reason
+        text = None
+        if self.detok is not None:
+            for token in tokens:
+                self.detok.add(token, check_stop=False)
+            text = self.detok.delta(final=True)
+        return StepOutput(self.request.request_id, tokens, reason, index=self.index, text=text)
+
     def abort(self) -> StepOutput:
         self.finish_reason = FinishReason.ABORT
         # What the stream held back (a cut character, a possible stop string's start) is

@@ -85,6 +85,12 @@ class BlockPool:
             self.ref_counts[block] += 1
         self.hits += len(blocks)
 
+    def hold(self, blocks: Sequence[int]) -> None:
+        """One more hold on blocks already held (a child forked from its sibling's table)."""
+        for block in blocks:
+            assert self.ref_counts[block] > 0, f"block {block} forked while not held"
+            self.ref_counts[block] += 1
+
     def register(self, block: int, key: BlockKey) -> None:
         """`block` was just filled: cache it under `key`. If an equal block is cached already
         (two requests computed the same prefix at once), that one stays the cached copy."""

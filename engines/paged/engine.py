@@ -47,6 +47,7 @@ from engines.core.prompt_logprobs import prompt_entries
 from engines.core.sampling import sample
 from engines.models import DEFAULT_PRESET
 from engines.paged.blocks import BlockKey, BlockPool
+from engines.paged.fork import PagedForks
 from engines.paged.forward import PagedForward, Row
 from engines.paged.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LoraStacks
 from engines.paged.schedule import PagedSchedule
@@ -59,6 +60,7 @@ from engines.protocol import (
     InvalidRequest,
     Request,
     StepOutput,
+    child_key,
 )
 
 DEFAULT_BLOCK_SIZE = 16
@@ -92,10 +94,11 @@ DEFAULT_MAX_BATCH_SIZE = 16
 DEFAULT_TOKEN_BUDGET = 96
 
 
-class PagedEngine(SpeculativeSteps, PagedSchedule, EngineCore[PagedRequest]):
+class PagedEngine(SpeculativeSteps, PagedForks, PagedSchedule, EngineCore[PagedRequest]):
     name = "paged"
+    # n > 1: engines.paged.fork (children share the prompt's blocks copy-on-write).
     supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
-                          | {"lora", "cache_salt", "prompt_logprobs"})
+                          | {"lora", "cache_salt", "prompt_logprobs", "n"})
 
     def __init__(
         self,
@@ -148,6 +151,7 @@ class PagedEngine(SpeculativeSteps, PagedSchedule, EngineCore[PagedRequest]):
                                    max_model_len=self.max_model_len, seats=max_batch_size,
                                    compiled=compiled)
         self.free_seats = list(range(max_batch_size))
+        self._init_forks()
         self.preemptions = 0  # requests sent back to the queue to free blocks, ever
         self.chunked_prompts = 0  # requests whose prefill took more than one step, ever
         if max_loras < 1 or max_lora_rank < 1:
@@ -189,6 +193,9 @@ class PagedEngine(SpeculativeSteps, PagedSchedule, EngineCore[PagedRequest]):
         if self.runner.compiled.enabled:  # which steps the compiled graph ran
             counts["compiled_steps"] = self.runner.graph_steps
             counts["compiled_fallback_steps"] = self.runner.graph_fallbacks
+        if self.forked_prefills:  # n > 1 (engines.paged.fork)
+            counts["forked_prefills"] = self.forked_prefills
+            counts["copy_on_write_blocks"] = self.cow_copies
         if self.drafter is not None:  # engines.paged.speculate
             counts["spec_draft_tokens"] = self.spec_draft_tokens
             counts["spec_accepted_tokens"] = self.spec_accepted_tokens
@@ -200,12 +207,21 @@ class PagedEngine(SpeculativeSteps, PagedSchedule, EngineCore[PagedRequest]):
         return self.pool.num_free()
 
     def kv_block_tables(self) -> dict[Hashable, Sequence[int]]:
-        return {seq.request.request_id: tuple(seq.blocks) for seq in self.running}
+        return {self._kv_key(seq): tuple(seq.blocks) for seq in self.running}
 
     def kv_cached_tokens(self) -> dict[Hashable, int]:
-        return {seq.request.request_id: seq.num_computed for seq in self.running}
+        return {self._kv_key(seq): seq.num_computed for seq in self.running}
+
+    @staticmethod
+    def _kv_key(seq: PagedRequest) -> Hashable:
+        rid = seq.request.request_id
+        return rid if seq.family == 1 else child_key(rid, seq.index)
 
     # --- requests ------------------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        super().add_request(request)
+        self._hold_siblings(self._live[request.request_id])  # engines.paged.fork
 
     def _check(self, request: Request) -> None:
         super()._check(request)
@@ -271,6 +287,7 @@ class PagedEngine(SpeculativeSteps, PagedSchedule, EngineCore[PagedRequest]):
 
     def step(self) -> list[StepOutput]:
         outputs: list[StepOutput] = []
+        self._release_held_aborts()
         for seq in self._take_aborts(outputs):
             self._retire(seq)
         plan = self._schedule()
@@ -280,7 +297,7 @@ class PagedEngine(SpeculativeSteps, PagedSchedule, EngineCore[PagedRequest]):
             return self._spec_step(outputs, plan)
         rows = [self._row(seq, n) for seq, n in plan.items()]
         logits = self._take_prompt_logprobs(plan, rows, self.runner.forward(rows))
-        ready = self._advance(plan)
+        ready, logits = self._fork(self._advance(plan), logits)  # n > 1: engines.paged.fork
         tokens, tops, logprobs = sample(logits, ready)
         for seq, token, top, logprob in zip(ready, tokens, tops, logprobs, strict=True):
             outputs.append(seq.append(token, top, logprob))

@@ -85,17 +85,32 @@ class PagedSchedule:
     def _grow(self, seq: PagedRequest, n: int, plan: dict[PagedRequest, int]) -> bool:
         """Blocks for n more tokens of seq, preempting the most recently admitted requests
         while none are free. False if seq itself had to go."""
-        need = self._blocks_for(seq.num_computed + n) - len(seq.blocks)
-        if need <= 0:
-            return True
-        while not self.pool.can_allocate(need):
+        while True:
+            # A shared partial block it writes into is copied first (engines.paged.fork);
+            # preempting a sibling may leave it unshared.
+            cow = self._private_tail(seq)
+            need = max(self._blocks_for(seq.num_computed + n) - len(seq.blocks), 0) + cow
+            if need <= 0:
+                return True
+            if self.pool.can_allocate(need):
+                break
             victim = self.running[-1]
             self._preempt(victim)
             plan.pop(victim, None)
             if victim is seq:
                 return False
-        seq.blocks.extend(self.pool.allocate(need))
+        if cow:
+            self._copy_tail(seq)
+        if need > cow:
+            seq.blocks.extend(self.pool.allocate(need - cow))
         return True
+
+    def _private_tail(self, seq: PagedRequest) -> int:
+        """Blocks seq needs before writing, to copy a shared block (none without forks)."""
+        return 0
+
+    def _copy_tail(self, seq: PagedRequest) -> None:
+        """Copy-on-write of seq's shared partial block (engines.paged.fork)."""
 
     def _admit(self, plan: dict[PagedRequest, int], budget: int,
                fewer_than: int | None = None) -> None:

@@ -29,6 +29,7 @@ class PagedRequest(RequestState):
     # Speculation's draft model (engines.paged.drafters): positions whose draft KV is in
     # the draft pool. Truncated with num_computed, reset by preemption.
     draft_computed: int = 0
+    family: int = 1  # its request's n: above 1, KV introspection lists it by child_key
 
     @property
     def num_tokens(self) -> int:

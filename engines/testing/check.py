@@ -69,6 +69,7 @@ class Draws:
     # (engines.testing.tenant_draws); other checks draw base requests only.
     tenants: bool = False
     children: bool = False  # workloads carry requests with n > 1 (where n is declared)
+    beams: bool = False  # workloads carry beam searches (where beam_width is declared)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
 from engines.testing.processing import declared_greedy_filters
 from engines.testing.properties import (
+    beam_search,
     children,
     constraints,
     drain,
@@ -47,7 +48,7 @@ from engines.testing.unseeded import DRAWS
 __all__ = ["CHECKS", "KV", "LOAD", "PROMPT_LOGPROBS", "PROPERTIES", "REFERENCE", "REGISTRY",
            "SLOTS", "SLOT_CHECKS", "VARIANTS", "Applicability", "Check", "Draws", "Given",
            "Moment", "Need", "Property",
-           "CHILDREN", "STOP_STRINGS", "TOKENIZER",
+           "CHILDREN", "STOP_STRINGS", "TOKENIZER", "BEAMS",
            "applicability", "catalogue", "check_named", "draws_sampling", "known_checks",
            "summary_notes"]
 
@@ -87,6 +88,9 @@ STOP_STRINGS = Need("stop strings", lambda g: TEXT_PARAMS <= g.limits.sampling_f
 CHILDREN = Need("n > 1", lambda g: "n" in g.limits.sampling_fields,
                 "{check} needs n in supported_sampling (of the engine and of every engine it "
                 "is compared with)")
+BEAMS = Need("beam search", lambda g: "beam_width" in g.limits.sampling_fields,
+             "{check} needs beam_width in supported_sampling (of the engine and of every "
+             "engine it is compared with)")
 VARIANTS = Need("config variants", lambda g: g.variants,
                 "no config variant given (--engine-variant NAME=MODULE:CALLABLE)")
 
@@ -135,6 +139,8 @@ REGISTRY: tuple[Check, ...] = (
           tally=stop_strings.TALLY),
     Check("children", children.check_children, needs=(CHILDREN,),
           draws=Draws(children=True), tally=children.TALLY),
+    Check("beam_search", beam_search.check_beam_search, needs=(BEAMS,),
+          draws=Draws(beams=True), tally=beam_search.TALLY),
     Check("token_range", requests.check_token_range),
     BUDGET_FINISH,
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),
@@ -145,7 +151,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("slot_lengths", slots.check_slot_lengths, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("zero_waste", slots.check_zero_waste, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("work_conservation", slots.check_work_conservation, needs=(SLOTS,)),
-    Check("kv_accounting", kv.check_kv_accounting, needs=(KV,), tally=kv.TALLY),
+    Check("kv_accounting", kv.check_kv_accounting, needs=(KV,), draws=Draws(children=True),
+          tally=kv.TALLY),
     Check("drain", drain.check_drain, needs=(LOAD,)),
     Check("isolation", isolation.check_isolation, needs=(OWN_KV, TENANTS), draws=_TENANTS,
           tally=isolation.TALLY),

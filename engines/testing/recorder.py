@@ -24,6 +24,7 @@ from engines.protocol import (
     Request,
     SlotIntrospection,
     StepOutput,
+    child_key,
     kv_extra_blocks,
     load_settle_s,
     loras,
@@ -281,11 +282,20 @@ class Recorder:
             block_size=int(eng.kv_block_size),
             total=int(eng.kv_total_blocks),
             free=int(self.call("kv_free_blocks()", eng.kv_free_blocks)),
-            tables={self.to_display.get(r, r): tuple(int(b) for b in t)
+            tables={self._kv_display(r): tuple(int(b) for b in t)
                     for r, t in dict(tables).items()},
-            cached={self.to_display.get(r, r): int(n) for r, n in dict(cached).items()},
+            cached={self._kv_display(r): int(n) for r, n in dict(cached).items()},
             extra=kv_extra_blocks(eng),
         )
+
+    def _kv_display(self, key: Hashable) -> Hashable:
+        """A KV table's key in display ids: a request's, or a child's (child_key)."""
+        if key in self.to_display:
+            return self.to_display[key]
+        if isinstance(key, tuple) and len(key) == 2 and key[0] in self.to_display \
+                and child_key(key[0], key[1]) == key:
+            return child_key(self.to_display[key[0]], key[1])
+        return key
 
     def _load_at_rest(self) -> None:
         """Poll the engine's own load until it reports nothing left (load_left), or until

@@ -69,7 +69,7 @@ def strategy_for(ctx: SuiteContext, check: str) -> st.SearchStrategy[Workload]:
     draws = check_named(check).draws
     return workloads(limits_for(ctx, check), alone=ctx.oracle.tokens, min_bad=draws.bad[0],
                      max_bad=draws.bad[1], seed_group=draws.seed_groups,
-                     children=draws.children)
+                     children=draws.children, beams=draws.beams)
 
 
 def _stream_seed(ctx: SuiteContext, settings: Settings) -> int | None:

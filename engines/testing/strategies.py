@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_requests_for
+from engines.testing.beam_draws import beam_requests, draws_beams
 from engines.testing.children_draws import draws_children, families
 from engines.testing.constraint_draws import constrained, satisfiable
 from engines.testing.limits import EngineLimits
@@ -394,6 +395,7 @@ def workloads(
     max_bad: int = 1,
     seed_group: bool = False,
     children: bool = False,
+    beams: bool = False,
 ) -> Workload:
     """A whole workload: a request mix (with a group of seeds, when `seed_group`), its arrival
     schedule, aborts (for Abortable engines, when `aborts`) and min_bad..max_bad bad
@@ -403,6 +405,8 @@ def workloads(
         reqs += draw(seed_groups(limits, len(reqs)))
     if children and draws_children(limits):  # engines.testing.children_draws
         reqs += draw(families(limits, len(reqs)))
+    if beams and draws_beams(limits):  # engines.testing.beam_draws
+        reqs += draw(beam_requests(limits, len(reqs)))
     idle = limits.max_tokens + 2
     arrivals = draw(arrival_schedules(len(reqs), idle_gap=idle))
     plan = draw(aborts_for(reqs, arrivals)) if aborts and limits.abortable else ()

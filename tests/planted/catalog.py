@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.planted.beam_bugs import BEAM_PLANTED
 from tests.planted.children_bugs import CHILDREN_PLANTED
 from tests.planted.constraint_bugs import CONSTRAINT_PLANTED
 from tests.planted.continuous_bugs import CONTINUOUS_PLANTED
@@ -18,6 +19,7 @@ from tests.planted.toy_bugs import PLANTED
 
 ALL_PLANTED: list[Any] = [*PLANTED, *EDGE_PLANTED, *CRASH_PLANTED, *CONTINUOUS_PLANTED,
                           *MODEL_PLANTED, *PAGED_PLANTED, *SAMPLING_PLANTED, *TEXT_PLANTED,
-                          *CONSTRAINT_PLANTED, *CHILDREN_PLANTED, *SPEC_SEARCHED]
+                          *CONSTRAINT_PLANTED, *CHILDREN_PLANTED, *SPEC_SEARCHED,
+                          *BEAM_PLANTED]
 # Correct engines the suite must pass (no false alarm).
 ALL_CONTROLS: list[Any] = [*CONTROLS]

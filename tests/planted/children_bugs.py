@@ -1,10 +1,13 @@
-"""Planted bugs in n > 1 (engines.core.children) on the reference ContinuousBatchEngine."""
+"""Planted bugs in n > 1 (engines.core.children) on the reference ContinuousBatchEngine, and
+in the paged engine's copy-on-write forks (engines.paged.fork)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from engines.core.sampling import make_generator
+from engines.paged.engine import PagedEngine
+from engines.paged.state import PagedRequest
 from engines.protocol import Request
 from engines.slot.continuous import ContinuousBatchEngine
 
@@ -23,4 +26,20 @@ class ChildrenShareASeed(ContinuousBatchEngine):
                 seq.generator = make_generator(params.seed, self.device)
 
 
-CHILDREN_PLANTED: list[Any] = [ChildrenShareASeed]
+class ForkedBlockFreedUnderSibling(PagedEngine):
+    """A finishing child returns the blocks it forked from its sibling outright (every hold
+    on them, as if it were their only holder) while the sibling still reads them; the blocks
+    are counted free, then handed to other requests and overwritten."""
+
+    caught_by = "kv_accounting"
+
+    def _release_blocks(self, seq: PagedRequest) -> None:
+        if seq.family > 1:
+            for block in seq.blocks:
+                self.pool.free([block] * self.pool.ref_counts[block])
+        else:  # the sibling's own release then skips what is already free
+            self.pool.free([b for b in seq.blocks if self.pool.ref_counts[b] > 0])
+        seq.blocks = []
+
+
+CHILDREN_PLANTED: list[Any] = [ChildrenShareASeed, ForkedBlockFreedUnderSibling]

@@ -2,13 +2,21 @@
 or free, a request holds exactly the blocks its cached tokens need (no fewer, and no more
 than the extra the engine declares in `kv_extra_blocks`), blocks are shared only as full
 prefix blocks over the same tokens, and a drained engine holds nothing (as vLLM's own tests
-assert of an empty scheduler)."""
+assert of an empty scheduler).
+
+Children of a request with n > 1 (listed under engines.protocol.child_key, each with its own
+tokens: the prompt, then its own outputs) may also share a partially filled block
+copy-on-write, at the same index, if every position any of them has cached in it holds the
+same token in each: a child that wrote its own token into a block its sibling still reads
+fails, and so does a block freed while a sibling holds it (held + free exceeds the pool).
+Unrelated requests still share full prefix blocks only."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Hashable
 
+from engines.protocol import child_key
 from engines.testing.check import Check
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.crash import EngineCrashed
@@ -19,12 +27,40 @@ __all__ = ["TALLY", "check_kv_accounting"]
 
 
 def _streams(trace: Trace, upto: int) -> dict[Hashable, tuple[int, ...]]:
-    """Each request's tokens known after step `upto`: its prompt, then its outputs."""
+    """Each request's tokens known after step `upto`: its prompt, then its outputs (each
+    child of a request with n > 1: its own outputs, under its child_key)."""
     out = {}
     for r in trace.workload.requests:
-        gen = [t for s, o in trace.outputs.get(r.request_id, []) if s <= upto for t in o.token_ids]
-        out[r.request_id] = (*r.prompt_token_ids, *gen)
+        rid, n = r.request_id, r.params.n
+        kids = n if isinstance(n, int) and n > 1 else 0
+        gen: dict[int, list[int]] = {i: [] for i in range(max(kids, 1))}
+        for s, o in trace.outputs.get(rid, []):
+            if s <= upto and (o.index in gen or not kids):
+                gen.setdefault(o.index, []).extend(o.token_ids)
+        if not kids:
+            out[rid] = (*r.prompt_token_ids, *(t for ts in gen.values() for t in ts))
+            continue
+        for i in range(kids):
+            out[child_key(rid, i)] = (*r.prompt_token_ids, *gen[i])
     return out
+
+
+def _siblings(a: Hashable, b: Hashable, streams: dict[Hashable, tuple[int, ...]]) -> bool:
+    """Whether two table keys are children of one request (both child keys the suite knows:
+    a plain request id never is)."""
+    return (a in streams and b in streams and isinstance(a, tuple) and isinstance(b, tuple)
+            and len(a) == len(b) == 2 and a[0] == b[0] and child_key(a[0], a[1]) == a)
+
+
+def _shared_partial(a: Hashable, b: Hashable, j: int, jb: int, bs: int, kv: KVSnapshot,
+                    streams: dict[Hashable, tuple[int, ...]]) -> bool:
+    """A partial block two children may share copy-on-write: the same index, and the same
+    token at every position either has cached in it."""
+    if j != jb or not _siblings(a, b, streams):
+        return False
+    upto = min(max(kv.cached.get(a, 0), kv.cached.get(b, 0)), (j + 1) * bs)
+    sa, sb = streams[a], streams[b]
+    return len(sa) >= upto and len(sb) >= upto and sa[:upto] == sb[:upto]
 
 
 def _judge_snapshot(check: Check, kv: KVSnapshot, streams: dict[Hashable, tuple[int, ...]],
@@ -67,13 +103,16 @@ def _judge_snapshot(check: Check, kv: KVSnapshot, streams: dict[Hashable, tuple[
             sa, sb = streams.get(a, ()), streams.get(b, ())
             same = ja == jb and len(sa) >= end and len(sb) >= end and sa[:end] == sb[:end]
             full = min(kv.cached.get(a, 0), kv.cached.get(b, 0)) >= end
-            if not (same and full):
+            if not (same and full) and not _shared_partial(a, b, ja, jb, bs, kv, streams):
                 raise check.fail(
                     f"{when}, block {block} is held by {a!r} (as its "
                     f"block {ja}) and by {b!r} (as its block {jb}), but it is not a full "
                     f"block of a prefix both share: tokens up to {end} "
                     f"{'agree' if same else 'differ'}, cached "
-                    f"{kv.cached.get(a, 0)} and {kv.cached.get(b, 0)}.")
+                    f"{kv.cached.get(a, 0)} and {kv.cached.get(b, 0)}"
+                    + (" (children of one request may share a partial block only while "
+                       "every position either has cached in it holds the same token: "
+                       "copy-on-write)." if _siblings(a, b, streams) else "."))
 
 
 def check_kv_accounting(check: Check, trace: Trace, judge: Judge) -> dict[str, int]:

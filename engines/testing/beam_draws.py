@@ -1,0 +1,55 @@
+"""Hypothesis draws of beam-search requests (beam_width > 1), for engines that declare
+`beam_width` (every engine compared declaring it: the check needs it, and no other check
+draws beams): greedy only, as beams are; widths 2..4; n up to the width where `n` is
+declared; length penalties around generate's default (where `length_penalty` is declared);
+half of them with many stop ids, so that beams end at different lengths and the length
+normalisation decides between them.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from engines.protocol import Request, SamplingParams
+from engines.testing.limits import EngineLimits
+
+__all__ = ["beam_requests", "draws_beams"]
+
+# Tokens per beam at most: long enough for beams of different lengths to compete.
+BEAM_BUDGET = 6
+# Length penalties drawn: generate's default (1), off (0), longer favoured (2), shorter (-1).
+LENGTH_PENALTIES = (1.0, 0.0, 2.0, -1.0, 0.5)
+# Stop ids, where drawn: one id in this many (a candidate among the best ends often).
+STOP_STRIDES = (8, 16)
+
+
+def draws_beams(limits: EngineLimits) -> bool:
+    """Whether beam requests may be drawn: every engine compared declares `beam_width`."""
+    return "beam_width" in limits.sampling_fields
+
+
+@st.composite
+def beam_requests(draw: st.DrawFn, limits: EngineLimits, start: int) -> list[Request]:
+    """1..3 beam requests."""
+    fields = limits.sampling_fields
+    out = []
+    for i in range(draw(st.integers(1, 3), label="beam requests")):
+        cap = max(1, min(limits.short_prompt, limits.max_model_len - 2))
+        prompt = tuple(draw(st.lists(st.integers(0, limits.vocab_size - 1), min_size=1,
+                                     max_size=cap), label=f"beam{i}.prompt"))
+        budget = draw(st.integers(1, max(1, min(BEAM_BUDGET, limits.max_model_len
+                                                - len(prompt) - 1))), label=f"beam{i}.budget")
+        width = draw(st.integers(2, 4), label=f"beam{i}.width")
+        n = draw(st.integers(1, width), label=f"beam{i}.n") if "n" in fields else 1
+        penalty = (draw(st.sampled_from(LENGTH_PENALTIES), label=f"beam{i}.length_penalty")
+                   if "length_penalty" in fields else 1.0)
+        stride = draw(st.one_of(st.none(), st.sampled_from(STOP_STRIDES)),
+                      label=f"beam{i}.stride")
+        stops: tuple[int, ...] = ()
+        if stride is not None:
+            offset = draw(st.integers(0, stride - 1), label=f"beam{i}.stops")
+            stops = tuple(range(offset, limits.vocab_size, stride))
+        params = SamplingParams(max_tokens=budget, beam_width=width, n=n,
+                                length_penalty=penalty, stop_token_ids=stops)
+        out.append(Request(prompt, params, request_id=f"r{start + i}"))
+    return out

@@ -1,0 +1,183 @@
+"""beam_search: a request with beam_width > 1 gets its n best beams as children 0..n-1, each
+finishing once (STOP exactly when it ends with a stop id, LENGTH at max_tokens, no stop id
+before its end); batched it returns the beams it returns served alone; and the reference
+engine's beams (engines.core.beams states the rule: transformers' generate with
+early_stopping=False). Catches beam state mixed between requests batched together
+(tensorrtllm_backend #682), beam index arithmetic (vLLM #31081), scores ranked without the
+length normalisation.
+
+Ties. Served alone and batched on one engine under exact parity, the beams must be equal.
+Against the reference (or batched vs alone under tie-aware parity), fp32 noise may reorder
+beams whose scores (nearly) tie, or part a search at its pruning boundary. Beams that differ
+are then scored, the same way for both lists, from the reference engine's own raw logprobs
+(each beam token's logprob, served alone with every candidate asked for: logprobs =
+vocabulary size): cumulative logprob / generated length ** length_penalty. They are accepted
+if, rank by rank, the two lists' scores agree within the judge's tolerance (a near-tie, or
+a different search of equal worth); else the check fails. Without a vocabulary size or with
+a reference whose logprobs are not raw, beams that differ fail under exact parity and are
+left unjudged (counted) under tie-aware parity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
+from engines.testing.check import Check
+from engines.testing.coverage import Coverage, Tally
+from engines.testing.oracle import Alone, AloneOracle
+from engines.testing.properties.base import Judge, describe
+from engines.testing.recorder import Trace
+
+__all__ = ["TALLY", "check_beam_search", "is_beam_search"]
+
+
+def is_beam_search(params: SamplingParams) -> bool:
+    return isinstance(params.beam_width, int) and params.beam_width > 1
+
+
+def _count(params: SamplingParams) -> int:
+    return params.n if isinstance(params.n, int) and params.n > 1 else 1
+
+
+def _about(r: Request) -> str:
+    p = r.params
+    return (f"beam_width={p.beam_width}, n={p.n}, length_penalty={p.length_penalty}, "
+            f"max_tokens={p.max_tokens}, {len(p.stop_token_ids)} stop id(s)")
+
+
+def _streams(trace: Trace, rid: Hashable) -> dict[int, list[StepOutput]]:
+    out: dict[int, list[StepOutput]] = {}
+    for _, o in trace.outputs.get(rid, []):
+        out.setdefault(o.index, []).append(o)
+    return out
+
+
+def _shape(check: Check, trace: Trace, r: Request,
+           streams: dict[int, list[StepOutput]]) -> list[tuple[int, ...]]:
+    """Each child's tokens, after checking that each finished once within its budget, with
+    a reason its tokens agree with."""
+    __tracebackhide__ = True
+    p, n = r.params, _count(r.params)
+    where = f"{describe(r, trace)} ({_about(r)})"
+    stray = sorted(i for i in streams if not 0 <= i < n)
+    if stray:
+        raise check.fail(f"{where} got outputs for children {stray}; expected beams "
+                         f"0..{n - 1}.")
+    beams = []
+    stops = set(p.stop_token_ids)
+    for i in range(n):
+        outs = streams.get(i, [])
+        ends = [k for k, o in enumerate(outs) if o.finished]
+        if ends != [len(outs) - 1]:
+            raise check.fail(f"{where}: beam {i} finished {len(ends)} time(s), "
+                             f"{'not last' if ends else 'never'}; each of the n best beams "
+                             "finishes exactly once.")
+        toks = tuple(t for o in outs for t in o.token_ids)
+        reason = outs[-1].finish_reason
+        early = [k for k, t in enumerate(toks[:-1]) if t in stops]
+        wrong = (not toks or len(toks) > p.max_tokens or bool(early)
+                 or (reason == FinishReason.STOP) != (toks[-1] in stops)
+                 or (reason == FinishReason.LENGTH and len(toks) != p.max_tokens)
+                 or reason not in (FinishReason.STOP, FinishReason.LENGTH))
+        if wrong:
+            raise check.fail(f"{where}: beam {i} is {list(toks)}, finishing {reason}; a beam "
+                             "ends at its first stop id (STOP) or at max_tokens (LENGTH).")
+        beams.append(toks)
+    return beams
+
+
+def _alone_beams(alone: Alone, n: int) -> list[tuple[int, ...]]:
+    if n > 1 and alone.children is not None:
+        return list(alone.children)
+    return [alone.tokens]
+
+
+def _score(reference: AloneOracle, prompt: Sequence[int], beam: Sequence[int],
+           params: SamplingParams, vocab: int) -> float | None:
+    """The beam's score from the reference's raw logprobs (None where one is missing)."""
+    total = 0.0
+    for j, token in enumerate(beam):
+        alone = reference((*prompt, *beam[:j]), SamplingParams(max_tokens=1, logprobs=vocab))
+        top = alone.top_logprobs[0] if alone.top_logprobs else {}
+        if token not in top:
+            return None
+        total += top[token]
+    return total / (len(beam) ** params.length_penalty)
+
+
+def _near_tie(judge: Judge, r: Request, got: list[tuple[int, ...]],
+              want: list[tuple[int, ...]]) -> str | None:
+    """Why two beam lists are forgiven as a near-tie (None: they are not, or cannot be
+    scored)."""
+    reference = judge.reference
+    if reference is None or not judge.vocab_size or judge.reference_logprobs_of != "raw":
+        return None
+    scores = []
+    for beams in (got, want):
+        row = [_score(reference, r.prompt_token_ids, b, r.params, judge.vocab_size)
+               for b in beams]
+        if any(s is None for s in row):
+            return None
+        scores.append([float(s) for s in row if s is not None])
+    gaps = [abs(a - b) for a, b in zip(*scores, strict=True)]
+    if max(gaps) > judge.tolerance:
+        return None
+    return f"scores agree rank by rank within {max(gaps):.2g}"
+
+
+def _compare(check: Check, judge: Judge, trace: Trace, r: Request, got: list[tuple[int, ...]],
+             want: list[tuple[int, ...]], what: str, strict: bool) -> int:
+    """Fail unless the beams agree (or tie); 1 if forgiven as a tie or left unjudged."""
+    __tracebackhide__ = True
+    if got == want:
+        return 0
+    if _near_tie(judge, r, got, want) is not None:
+        return 1
+    if not strict and (judge.reference is None or not judge.vocab_size):
+        return 1
+    raise check.fail(f"{describe(r, trace)} ({_about(r)}) returned the beams "
+                     f"{[list(b) for b in got]} in this workload but {[list(b) for b in want]} "
+                     f"{what}, best first; scored from the reference's logprobs (cumulative "
+                     "logprob / length ** length_penalty) they differ by more than the "
+                     f"tolerance {judge.tolerance}, or could not be scored.")
+
+
+def _add(coverage: Coverage, judged: tuple[int, int, int], check: str) -> None:
+    for key, n in zip(("beam searches judged", "beam searches against the reference",
+                       "beam lists forgiven as near-ties or left unjudged"), judged,
+                      strict=True):
+        coverage.counts[key] += n
+
+
+TALLY = Tally(_add)
+
+
+def check_beam_search(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, int]:
+    """Every beam request: its children's shape; its beams as served alone (exactly, under
+    exact parity); as the reference engine's (near-ties forgiven, above)."""
+    __tracebackhide__ = True
+    judged = referenced = forgiven = 0
+    for r in trace.workload.requests:
+        p = r.params
+        if not is_beam_search(p):
+            continue
+        judged += 1
+        streams = _streams(trace, r.request_id)
+        if r.request_id in trace.aborted_at or trace.stalled:  # cut short: children only
+            stray = sorted(i for i in streams if not 0 <= i < _count(p))
+            if stray:
+                raise check.fail(f"{describe(r, trace)} ({_about(r)}) got outputs for "
+                                 f"children {stray}.")
+            continue
+        beams = _shape(check, trace, r, streams)
+        n = _count(p)
+        alone = _alone_beams(judge.oracle(r.prompt_token_ids, p), n)
+        exact = judge.parity == "exact"
+        forgiven += _compare(check, judge, trace, r, beams, alone, "served alone", exact)
+        if judge.reference is not None:
+            referenced += 1
+            want = _alone_beams(judge.reference(r.prompt_token_ids, p), n)
+            forgiven += _compare(check, judge, trace, r, beams, want,
+                                 "on the reference engine", True)
+    return judged, referenced, forgiven

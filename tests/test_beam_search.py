@@ -1,0 +1,109 @@
+"""Beam search (engines.core.beams) in the sequential engine against an oracle nobody here
+wrote: transformers' generate with num_beams, num_return_sequences, length_penalty,
+do_sample=False, early_stopping=False (its default) and eos_token_id = the request's stop
+ids, over the same model; and the beam_search check's bite."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams, StepOutput
+from engines.sequential import SequentialEngine
+from tests.planted.beam_bugs import BEAM_PLANTED
+from tests.planted.harness import hunt, pinned
+
+
+def _serve(engine: SequentialEngine, prompt: tuple[int, ...],
+           params: SamplingParams) -> list[list[StepOutput]]:
+    engine.add_request(Request(prompt, params, request_id="b"))
+    outs: dict[int, list[StepOutput]] = {}
+    while engine.has_work():
+        for o in engine.step():
+            outs.setdefault(o.index, []).append(o)
+    return [outs[i] for i in range(params.n)]
+
+
+def _generate(model: Any, prompt: tuple[int, ...], p: SamplingParams) -> list[tuple[int, ...]]:
+    """generate's n best beams, each cut after its first stop id (generate pads the shorter
+    ones with the first stop id)."""
+    eos = list(p.stop_token_ids) or None
+    config = GenerationConfig(num_beams=p.beam_width, num_return_sequences=p.n,
+                              length_penalty=p.length_penalty, do_sample=False,
+                              early_stopping=False, max_new_tokens=p.max_tokens,
+                              eos_token_id=eos, pad_token_id=eos[0] if eos else None)
+    with torch.inference_mode():
+        rows = model.generate(torch.tensor([prompt]), generation_config=config,
+                              attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+    out = []
+    for row in rows.tolist():
+        gen = row[len(prompt):]
+        end = next((k + 1 for k, t in enumerate(gen) if t in p.stop_token_ids), len(gen))
+        out.append(tuple(gen[:end]))
+    return out
+
+
+def _cases(count: int) -> list[tuple[tuple[int, ...], SamplingParams]]:
+    rng = random.Random(35)
+    cases = []
+    for _ in range(count):
+        prompt = tuple(rng.randrange(1024) for _ in range(rng.randint(1, 8)))
+        width = rng.randint(2, 4)
+        stride = rng.choice([None, 8, 16])
+        stops = () if stride is None else tuple(range(rng.randrange(stride), 1024, stride))
+        cases.append((prompt, SamplingParams(
+            max_tokens=rng.randint(1, 8), beam_width=width, n=rng.randint(1, width),
+            length_penalty=rng.choice([1.0, 0.0, 2.0, -1.0, 0.5]), stop_token_ids=stops)))
+    return cases
+
+
+def test_beams_equal_transformers_generate() -> None:
+    engine = SequentialEngine()
+    uneven = 0  # cases whose returned beams end at different lengths
+    for prompt, params in _cases(24):
+        want = _generate(engine.model, prompt, params)
+        outs = _serve(engine, prompt, params)
+        got = [tuple(t for o in child for t in o.token_ids) for child in outs]
+        assert got == want, (prompt, params)
+        for child, beam in zip(outs, got, strict=True):
+            assert len(child) == 1 and child[0].finished  # each beam whole, in one output
+            stop = beam[-1] in params.stop_token_ids
+            assert child[0].finish_reason == (FinishReason.STOP if stop else
+                                              FinishReason.LENGTH)
+        uneven += len({len(b) for b in got}) > 1
+    assert uneven >= 3  # the length normalisation decided between beams of unequal length
+
+
+def test_beam_requests_refuse_what_the_search_does_not_do() -> None:
+    engine = SequentialEngine()
+    for extra in ({"temperature": 1.0}, {"logprobs": 1}, {"top_k": 3}, {"stop": ("a",)}):
+        with pytest.raises(InvalidRequest, match="not supported with beam search"):
+            engine.add_request(Request((1, 2), SamplingParams(beam_width=2, **extra)))
+    with pytest.raises(InvalidRequest, match="n must be <= beam_width"):
+        engine.add_request(Request((1, 2), SamplingParams(beam_width=2, n=3)))
+
+
+def test_aborting_a_beam_search_ends_every_beam() -> None:
+    engine = SequentialEngine()
+    engine.add_request(Request((1, 2), SamplingParams(max_tokens=8, beam_width=3, n=2),
+                               request_id="b"))
+    engine.add_request(Request((3,), SamplingParams(max_tokens=2), request_id="after"))
+    engine.step()
+    engine.step()
+    engine.abort_request("b")
+    outs = engine.step()
+    assert sorted(o.index for o in outs if o.finish_reason == FinishReason.ABORT) == [0, 1]
+    while engine.has_work():
+        outs += engine.step()
+    assert [o.finished for o in outs if o.request_id == "after"][-1]
+
+
+@pytest.mark.parametrize("bug", BEAM_PLANTED, ids=lambda b: b.__name__)
+def test_suite_catches_beam_bugs(bug: Any) -> None:
+    caught = hunt(bug, settings=pinned(60, shrink=False))
+    assert caught is not None and caught.prop == bug.caught_by, str(caught)
+    assert "as a runnable script" in str(caught)
