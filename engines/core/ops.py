@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 # Weights at least this large (in elements) are multiplied by oneDNN with a pre-packed weight
 # on a CPU: `python scripts/linear_kernels.py` measured it 1.2-2.2x faster than F.linear's MKL
@@ -48,6 +49,11 @@ def activation(module: Any, hidden_act: str | None) -> Any:
     return F.silu if hidden_act == "silu" else module
 
 
+# Each packed weight's oneDNN copy, by the weight tensor itself (weakly: an engine's weights
+# and their copies go when the engine does), for `linear` inside compiled graphs.
+_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
 class Linear:
     """y = x @ w.T (+ b): F.linear, or oneDNN with the weight packed once on a CPU for weights
     of PACK_ELEMENTS or more. The packed product sums in another order than MKL's, so it moves
@@ -66,6 +72,7 @@ class Linear:
         if pack:
             with torch.no_grad():
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+            _PACKED[weight] = self.packed
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
@@ -73,6 +80,26 @@ class Linear:
         out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias,
                                                                 "none", [], "")
         return out
+
+
+@torch.library.custom_op("engines::linear", mutates_args=())
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear(x, weight, bias), by oneDNN where a Linear packed `weight`: the same product
+    as Linear's, as one op a compiled graph can call. torch.compile cannot take the packed
+    copy itself (an opaque oneDNN tensor; inductor lowers oneDNN's linear only for weights
+    it froze into the graph, and a graph here takes its weights as inputs, so that every
+    engine in a process shares it): the op looks it up from the plain weight it is given."""
+    packed = _PACKED.get(weight)
+    if packed is None:
+        return F.linear(x, weight, bias)
+    out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return out
+
+
+@linear.register_fake
+def _linear_shape(x: torch.Tensor, weight: torch.Tensor,
+                  bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
 def rope_tables(rotary: nn.Module, length: int, device: torch.device,

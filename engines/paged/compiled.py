@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engines.core.ops import rms_norm
+from engines.core.ops import linear, rms_norm
 
 COMPILE_MODES = ("off", "step", "graphs")
 # Decode batch buckets: vLLM's default CUDA-graph capture sizes (1, 2, 4, 8, 16, 24, ...).
@@ -82,13 +82,17 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
                wanted: torch.Tensor, embed: torch.Tensor, rope: torch.Tensor,
                final: torch.Tensor, head_w: torch.Tensor, head_b: torch.Tensor | None,
                layers: Sequence[Weights], kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
-               dims: tuple[int, int, int], eps: float, scale: float) -> torch.Tensor:
+               dims: tuple[int, int, int], eps: float, scale: float,
+               packed: bool = False) -> torch.Tensor:
     """Packed tokens [T] at `positions`, each written to (write_blocks, write_offsets) and
     attending to its table row up to its position: the first rows of `tables` [T_a, blocks_a]
     for the first T_a tokens, `tables_b` [T - T_a, blocks_b] for the others (two widths: a
     token reads its group's whole width, so short rows apart from long ones read less);
     logits of the packed indices `wanted`. kv: each layer's (keys [blocks, kv_heads, D,
-    block_size], values [blocks, block_size, kv_heads, D])."""
+    block_size], values [blocks, block_size, kv_heads, D]). `packed`: the weights are
+    multiplied by oneDNN from their packed copies (engines.core.ops.linear, the eager
+    forward's product: on the small preset 2x MKL's, which F.linear here would call)."""
+    mm = linear if packed else F.linear
     h, hkv, d = dims
     n, split = tokens.shape[0], tables.shape[0]
     x = embed.index_select(0, tokens)
@@ -96,7 +100,7 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
     for i, (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gate_up_w, down_w, qn, kn) in enumerate(layers):
         assert ln1 is not None and qkv_w is not None and o_w is not None
         assert ln2 is not None and gate_up_w is not None and down_w is not None
-        qkv = F.linear(rms_norm(x, ln1, eps), qkv_w, qkv_b)
+        qkv = mm(rms_norm(x, ln1, eps), qkv_w, qkv_b)
         if qn is None or kn is None:
             qk = qkv[:, : (h + hkv) * d].view(n, h + hkv, d)
             qk = qk * cos + qk.roll(d // 2, -1) * sin
@@ -116,10 +120,10 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
         if tables_b.shape[0]:
             attn = torch.cat((attn, _attention(q[split:], positions[split:], tables_b, keys,
                                                values, scale)))
-        x = x + F.linear(attn.reshape(n, h * d), o_w, o_b)
-        gate, up = F.linear(rms_norm(x, ln2, eps), gate_up_w).chunk(2, dim=-1)
-        x = x + F.linear(F.silu(gate) * up, down_w)
-    return F.linear(rms_norm(x.index_select(0, wanted), final, eps), head_w, head_b)
+        x = x + mm(attn.reshape(n, h * d), o_w, o_b)
+        gate, up = mm(rms_norm(x, ln2, eps), gate_up_w, None).chunk(2, dim=-1)
+        x = x + mm(F.silu(gate) * up, down_w, None)
+    return mm(rms_norm(x.index_select(0, wanted), final, eps), head_w, head_b)
 
 
 class CompiledSteps:

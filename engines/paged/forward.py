@@ -180,7 +180,11 @@ class PagedForward(DecoderParts):
             for layer in self.packed_layers)
         return (self.embed_weight, self.rope, self.final_norm.weight, self.head.weight,
                 self.head.bias, layers, tuple(self._kv),
-                (self.num_heads, self.num_kv_heads, self.head_dim), eps.pop(), self.scale)
+                (self.num_heads, self.num_kv_heads, self.head_dim), eps.pop(), self.scale,
+                # oneDNN's packed products where the eager forward uses them (any weight:
+                # engines.core.ops.linear multiplies the others by F.linear).
+                any(lin.packed is not None for layer in self.packed_layers
+                    for lin in (layer.qkv, layer.o, layer.gate_up, layer.down, self.head)))
 
     def lora_shapes(self) -> list[dict[str, tuple[int, tuple[int, ...]]]]:
         """Per layer, per packed projection: (in features, each part's out features)."""
