@@ -53,3 +53,10 @@ def test_spec_counters_only_where_the_server_speculates() -> None:
     d = LlamaServer(speculative=True, name="llama-draft")
     assert d.name == "llama-draft"
     assert d.counters(lambda path: METRICS) == llama_counters(METRICS, speculative=True)
+
+
+def test_n_is_llama_servers_n_cmpl_where_declared() -> None:
+    d = LlamaServer(children=True)
+    assert "n" in supported_sampling(d) and "n" not in supported_sampling(LlamaServer())
+    assert d.body(Request((1,), SamplingParams(n=3)), None)["n_cmpl"] == 3
+    assert "n_cmpl" not in d.body(Request((1,), SamplingParams()), None)

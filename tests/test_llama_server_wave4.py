@@ -105,3 +105,38 @@ def test_lora_per_request_on_llama_server(launched: None) -> None:
     for i in range(0, len(requests), len(names) + 1):
         base = got[requests[i].request_id]
         assert any(got[requests[i + k].request_id] != base for k in range(1, len(names) + 1))
+
+
+def test_children_on_llama_server(launched: None) -> None:
+    from engines.adapters.http.llama_variants import llama_server_n
+    from engines.protocol import FinishReason
+    from tests.helpers import hf_generate
+
+    eng = llama_server_n()
+
+    def children(request: Request) -> tuple[dict[int, list[int]], dict[int, FinishReason]]:
+        eng.add_request(request)
+        toks: dict[int, list[int]] = {}
+        fins: dict[int, FinishReason] = {}
+        while eng.has_work():
+            for o in eng.step():
+                assert o.index not in fins, f"child {o.index} got an output after finishing"
+                toks.setdefault(o.index, []).extend(o.token_ids)
+                if o.finish_reason is not None:
+                    fins[o.index] = o.finish_reason
+        return toks, fins
+
+    seeded = SamplingParams(max_tokens=5, n=3, temperature=1.0, seed=7, logprobs=1)
+    toks, fins = children(Request((5, 6, 7), seeded))
+    assert sorted(toks) == [0, 1, 2] and set(fins.values()) == {FinishReason.LENGTH}
+    assert len({tuple(t) for t in toks.values()}) == 3  # sampled children differ
+    assert children(Request((5, 6, 7), seeded))[0] == toks  # and are reproducible
+    greedy, _ = children(Request((5, 6, 7), SamplingParams(max_tokens=5, n=2)))
+    assert greedy == {0: hf_generate((5, 6, 7), 5), 1: hf_generate((5, 6, 7), 5)}
+    # A stop id ends the child that reaches it (STOP) and no other.
+    stop = toks[1][1]
+    cut, fins = children(Request((5, 6, 7), SamplingParams(
+        max_tokens=5, n=3, temperature=1.0, seed=7, stop_token_ids=(stop,))))
+    assert cut[1] == toks[1][:2] and fins[1] is FinishReason.STOP
+    assert all(cut[i] == toks[i][:toks[i].index(stop) + 1] if stop in toks[i] else
+               cut[i] == toks[i] for i in (0, 2))

@@ -268,7 +268,7 @@ class LlamaServer:
 
     def __init__(self, *, cache_prompt: bool = False, vocab_size: int | None = None,
                  loras: Mapping[str, int] | None = None, speculative: bool = False,
-                 name: str | None = None) -> None:
+                 children: bool = False, name: str | None = None) -> None:
         self.cache_prompt = cache_prompt
         self.name = name or ("llama-cache-prompt" if cache_prompt else "llama")
         self.vocab_size = vocab_size
@@ -279,6 +279,11 @@ class LlamaServer:
             fields.add("allowed_token_ids")
         if self.loras:
             fields.add("lora")
+        # n > 1 as llama-server's n_cmpl: its children stream over the request's one
+        # response, each message naming its child (`index`); an adapter that keeps a stream
+        # per child (engines.adapters.http.llama_variants.LlamaEngine) declares it.
+        if children:
+            fields.add("n")
         self.supported_sampling = frozenset(fields)
 
     def body(self, request: Request, model: str | None) -> dict[str, Any]:
@@ -303,6 +308,8 @@ class LlamaServer:
             body["seed"] = int(p.seed)
         if p.logprobs > 0:
             body["n_probs"] = int(p.logprobs)
+        if p.n > 1:
+            body["n_cmpl"] = int(p.n)
         bias = self._bias(request)
         if bias:
             body["logit_bias"] = bias
