@@ -61,8 +61,9 @@ LLAMA_FACTORIES=()
 if [[ -n $ALL ]]; then
     LLAMA_FACTORIES=(engines.adapters.http:llama_server engines.adapters.http:llama_server_one_slot
                      engines.adapters.http:llama_server_cache_prompt)
-    # Wave 4: speculation (a draft model, n-gram lookup) and per-request LoRA adapters.
-    LLAMA_FACTORIES+=(engines.adapters.http.llama_variants:llama_server_draft
+    # Wave 4: n > 1, speculation (a draft model, n-gram lookup), per-request LoRA adapters.
+    LLAMA_FACTORIES+=(engines.adapters.http.llama_variants:llama_server_n
+                      engines.adapters.http.llama_variants:llama_server_draft
                       engines.adapters.http.llama_variants:llama_server_ngram_simple
                       engines.adapters.http.llama_variants:llama_server_ngram_mod
                       engines.adapters.http.llama_variants:llama_server_lora
