@@ -61,6 +61,13 @@ LLAMA_FACTORIES=()
 if [[ -n $ALL ]]; then
     LLAMA_FACTORIES=(engines.adapters.http:llama_server engines.adapters.http:llama_server_one_slot
                      engines.adapters.http:llama_server_cache_prompt)
+    # Wave 4: n > 1, speculation (a draft model, n-gram lookup), per-request LoRA adapters.
+    LLAMA_FACTORIES+=(engines.adapters.http.llama_variants:llama_server_n
+                      engines.adapters.http.llama_variants:llama_server_draft
+                      engines.adapters.http.llama_variants:llama_server_ngram_simple
+                      engines.adapters.http.llama_variants:llama_server_ngram_mod
+                      engines.adapters.http.llama_variants:llama_server_lora
+                      engines.adapters.http.llama_variants:llama_server_lora_cache_prompt)
 fi
 if [[ -n $ALL ]]; then
     HF_FACTORIES+=(engines.adapters.hf.variants:hf_block_sharing
@@ -256,7 +263,7 @@ if [[ ${#LLAMA_FACTORIES[@]} -gt 0 ]]; then
              "built: see above)"
     else
         export BATCHING_LLAMA_SERVER=$LLAMA_BIN
-        adapter_tests "$PY" tests/test_llama_server.py
+        adapter_tests "$PY" tests/test_llama_server.py tests/test_llama_server_wave4.py
         suites "$PY" "$@" -- "${LLAMA_FACTORIES[@]}"
         unset BATCHING_LLAMA_SERVER
     fi

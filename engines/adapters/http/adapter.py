@@ -102,7 +102,7 @@ class HTTPEngine:
         url: str,
         *,
         vocab_size: int,
-        dialect: str = "openai",
+        dialect: str | Dialect = "openai",
         model: str | None = None,
         max_model_len: int | None = None,
         max_concurrency: int | None = None,
@@ -119,7 +119,8 @@ class HTTPEngine:
         if int(vocab_size) < 1:
             raise ValueError(f"vocab_size: {vocab_size!r} is not a positive number of tokens")
         self.url = url.rstrip("/")
-        self.dialect: Dialect = dialect_named(dialect)
+        # A name, or a dialect configured for this one server (e.g. its LoRA adapters' ids).
+        self.dialect: Dialect = dialect_named(dialect) if isinstance(dialect, str) else dialect
         self.supported_sampling = self.dialect.supported_sampling
         self.logprobs_of = logprobs_of(self.dialect)  # the dialect declares it as engines do
         self.stall_timeout = float(stall_timeout)

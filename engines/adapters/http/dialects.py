@@ -90,14 +90,25 @@ LLAMA_WAITING = "llamacpp:requests_deferred"
 
 # Prompt tokens a slot reused from its cache (cache_prompt), as Exercised's prefix-cache hits.
 LLAMA_CACHED = "llamacpp:prompt_tokens_cached_total"
+# Speculative decoding's draft tokens and, of those, the accepted ones (Exercised's names),
+# counted by the server when a request's slot finishes; present in builds that speculate.
+LLAMA_SPEC = {"llamacpp:spec_decode_num_draft_tokens_total": "spec_draft_tokens",
+              "llamacpp:spec_decode_num_accepted_tokens_total": "spec_accepted_tokens"}
 
 
-def llama_counters(text: str) -> dict[str, int] | None:
-    """Prefix-cache hit tokens so far from llama-server's /metrics text; None where absent."""
+def llama_counters(text: str, *, speculative: bool = False) -> dict[str, int] | None:
+    """Prefix-cache hit tokens so far from llama-server's /metrics text (and, for a server
+    launched to speculate, its draft and accepted tokens); None where absent. A server that
+    does not speculate reports zeros for drafts: not passed on, as Exercised's counters are
+    absent where a feature is, never zero."""
     found = samples(text)
     if LLAMA_CACHED not in found:
         return None
-    return {"prefix_cache_hit_tokens": round(sum(found[LLAMA_CACHED]))}
+    out = {"prefix_cache_hit_tokens": round(sum(found[LLAMA_CACHED]))}
+    if speculative:
+        out.update({ours: round(sum(found[name])) for name, ours in LLAMA_SPEC.items()
+                    if name in found})
+    return out
 
 
 def llama_load(text: str, source: str) -> Load | None:
@@ -234,6 +245,17 @@ class LlamaServer:
 
     cache_prompt: whether a slot may reuse the KV of its previous prompt's common prefix
     (dialect "llama-cache-prompt"); off in "llama", so nothing carries over between requests.
+
+    Constraints: `logit_bias` is llama.cpp's own, the first sampler of its chain (added to
+    the raw logit, before penalties and temperature, as the protocol orders it); given the
+    vocabulary size (`vocab_size`), `allowed_token_ids` is a bias of -inf (llama.cpp's
+    `false`) on every other id. bad_words has no llama-server field (its nearest, a banned
+    token, is a one-token word only): not declared. `loras`: adapter name -> its id on this
+    server (launched with each at scale 0): a request's `lora` sends that adapter at scale 1
+    and every other at 0; a base request sends none. llama-server has no cache salt: not
+    declared.
+    `speculative`: the server was launched to speculate (a draft model or an n-gram mode),
+    so its draft counters are passed on as Exercised's.
     """
 
     path = "/completion"
@@ -244,9 +266,25 @@ class LlamaServer:
     logprobs_of = "raw"
     client_stops = True  # the adapter applies stop_token_ids (see above)
 
-    def __init__(self, *, cache_prompt: bool = False) -> None:
+    def __init__(self, *, cache_prompt: bool = False, vocab_size: int | None = None,
+                 loras: Mapping[str, int] | None = None, speculative: bool = False,
+                 children: bool = False, name: str | None = None) -> None:
         self.cache_prompt = cache_prompt
-        self.name = "llama-cache-prompt" if cache_prompt else "llama"
+        self.name = name or ("llama-cache-prompt" if cache_prompt else "llama")
+        self.vocab_size = vocab_size
+        self.loras = dict(loras or {})
+        self.speculative = speculative
+        fields = set(LlamaServer.supported_sampling) | {"logit_bias"}
+        if vocab_size is not None:
+            fields.add("allowed_token_ids")
+        if self.loras:
+            fields.add("lora")
+        # n > 1 as llama-server's n_cmpl: its children stream over the request's one
+        # response, each message naming its child (`index`); an adapter that keeps a stream
+        # per child (engines.adapters.http.llama_variants.LlamaEngine) declares it.
+        if children:
+            fields.add("n")
+        self.supported_sampling = frozenset(fields)
 
     def body(self, request: Request, model: str | None) -> dict[str, Any]:
         p = request.params
@@ -270,7 +308,31 @@ class LlamaServer:
             body["seed"] = int(p.seed)
         if p.logprobs > 0:
             body["n_probs"] = int(p.logprobs)
+        if p.n > 1:
+            body["n_cmpl"] = int(p.n)
+        bias = self._bias(request)
+        if bias:
+            body["logit_bias"] = bias
+        if request.lora is not None:
+            # The named adapter at scale 1 and every other listed at 0 (the server's default
+            # for one left out, said here rather than relied on). A base request sends no
+            # `lora`, as a client that knows nothing of adapters does: the server then runs
+            # its launch-time scales, all 0.
+            body["lora"] = [{"id": i, "scale": 1.0 if name == request.lora else 0.0}
+                            for name, i in sorted(self.loras.items(), key=lambda kv: kv[1])]
         return body
+
+    def _bias(self, request: Request) -> list[list[Any]]:
+        """llama-server's logit_bias pairs: the request's biases, and `false` (-inf) on every
+        id allowed_token_ids leaves out."""
+        p = request.params
+        out: list[list[Any]] = [[int(t), float(b)] for t, b in p.logit_bias]
+        if p.allowed_token_ids is not None:
+            if self.vocab_size is None:  # not declared: check_request refused it already
+                raise ValueError("allowed_token_ids: the llama dialect needs vocab_size")
+            allowed = set(p.allowed_token_ids)
+            out += [[t, False] for t in range(self.vocab_size) if t not in allowed]
+        return out
 
     def event(self, data: Mapping[str, Any]) -> Event | None:
         if "error" in data:
@@ -309,7 +371,7 @@ class LlamaServer:
         return llama_load(get_text("/metrics"), source + "/metrics")
 
     def counters(self, get_text: Callable[[str], str]) -> dict[str, int] | None:
-        return llama_counters(get_text("/metrics"))
+        return llama_counters(get_text("/metrics"), speculative=self.speculative)
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (

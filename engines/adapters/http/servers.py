@@ -120,7 +120,9 @@ def llama_server_process(preset: str = "tiny", *, seed: int = 0, slots: int = 4,
         # the F32 reference and flipped greedy near-ties; without both, within 1e-5.
         "--cache-type-k", "f32", "--cache-type-v", "f32", "--flash-attn", "off",
         # One thread: the machine's other core belongs to the benchmarks (and the reference).
-        "-t", "1", "-tb", "1", "--seed", str(seed), "--no-webui",
+        # No --seed: it is the seed of every request that names none, which would make all
+        # unseeded requests draw alike (`seed` is the preset's weights', not sampling's).
+        "-t", "1", "-tb", "1", "--no-webui",
         # /metrics and /slots: what the server says it runs (the drain check reads them).
         "--metrics", "--slots", *extra,
     ]

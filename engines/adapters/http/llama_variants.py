@@ -1,0 +1,221 @@
+"""llama-server configurations of wave 4, each a zero-argument factory for `--engine
+engines.adapters.http.llama_variants:FACTORY` (or `--engine-variant NAME=...`), on the tiny
+preset and compared with the sequential reference on the same weights (the plain ones are in
+engines.adapters.http.variants):
+
+- speculative decoding: a draft model (`-md`: the `tiny-draft` preset, the tiny preset's
+  first two layers, converted like the target) and llama.cpp's n-gram drafters
+  (`--spec-type ngram-simple`, `ngram-mod`), each with lookups short enough that the
+  tiny model's repetitive output makes drafts hit; the server's draft and accepted tokens
+  are the adapter's Exercised counters;
+- LoRA: the tiny preset's first zoo adapters (engines.loras), converted to GGUF LoRA and
+  loaded at scale 0 (`--lora-scaled FILE:0`); a request's `lora` names one, and the adapter
+  declares `loras` (name -> PEFT directory, what the reference loads).
+
+Every configuration launches its own server once per process (engines.adapters.http.servers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engines.adapters.common.book import Live
+from engines.adapters.http.adapter import HTTPEngine, ServerError
+from engines.adapters.http.convert import gguf_model
+from engines.adapters.http.dialects import Event, LlamaServer
+from engines.adapters.http.launch import Server
+from engines.adapters.http.servers import llama_server_binary, llama_server_process
+from engines.adapters.http.stream import Arrival
+from engines.protocol import FinishReason, StepOutput
+
+__all__ = ["LORAS", "SPEC_LOGPROBS", "LlamaEngine", "llama_server_draft", "llama_server_lora",
+           "llama_server_lora_cache_prompt", "llama_server_n", "llama_server_ngram_mod",
+           "llama_server_ngram_simple"]
+
+PRESET = "tiny"
+DRAFT_PRESET = "tiny-draft"
+LORAS = 3  # zoo adapters a LoRA server loads (ranks 8, 4, 8)
+# Draft tokens a step proposes: enough for a run of several accepted tokens, few enough that
+# a rejection early in the run is common too.
+DRAFT_MAX = 4
+
+
+# What the speculating configurations get wrong, declared (strict: a fix is noticed).
+SPEC_LOGPROBS = ("llama-server sends no completion_probabilities for the tokens of a "
+                 "speculative step (every token after a slot's first, while it drafts), "
+                 "accepted drafts or not (llama.cpp PR 27196, open; docs/findings.md R-h3-1)")
+
+
+@dataclass(slots=True)
+class _Child:
+    emitted: int = 0  # tokens returned so far
+    done: bool = False
+
+
+class LlamaEngine(HTTPEngine):
+    """HTTPEngine over a llama-server, declaring what the server was launched with beside
+    what its dialect says: `loras` (adapter name -> the PEFT directory its GGUF was converted
+    from, which a reference engine loads) where it serves adapters, and the checks the
+    configuration knowingly fails (`known_failures`, check name -> why).
+
+    n > 1 (where the dialect declares `n`): llama-server's n_cmpl streams every child over
+    the request's one response, each message naming its child (`index`); each child gets
+    its own outputs (StepOutput.index), its own budget and finish, and its own stop ids (a
+    child that reaches one finishes STOP; the stream is closed once every child has
+    finished). An aborted request's one ABORT output is its child 0's (the suite counts an
+    aborted request's children as cut short)."""
+
+    def __init__(self, url: str, *, loras: Mapping[str, str] | None = None,
+                 known_failures: Mapping[str, str] | None = None, **kw: Any) -> None:
+        super().__init__(url, **kw)
+        if loras:
+            self.loras = dict(loras)
+        self.expected_failed_checks = {**self.expected_failed_checks, **(known_failures or {})}
+        self._kids: dict[str, dict[int, _Child]] = {}  # stream key -> child -> its state
+        self._index = 0  # the child of the message being read
+
+    def abort_request(self, request_id: Hashable) -> None:
+        key = next((live.key for live in self._book.live()
+                    if live.request.request_id == request_id), None)
+        super().abort_request(request_id)
+        if key is not None:
+            self._kids.pop(key, None)
+
+    def _take(self, arrival: Arrival) -> StepOutput | None:
+        data = arrival.data
+        self._index = int(data.get("index") or 0) if isinstance(data, Mapping) else 0
+        return super()._take(arrival)
+
+    def _delta(self, live: Live, event: Event) -> StepOutput | None:
+        n = live.request.params.n
+        if n <= 1:
+            return super()._delta(live, event)
+        if not 0 <= self._index < n:
+            raise ServerError(f"{self.url}: request {live.request.request_id!r} (n={n}) got "
+                              f"a message for child {self._index}")
+        kids = self._kids.setdefault(live.key, {})
+        kid = kids.setdefault(self._index, _Child())
+        if kid.done:  # a child finished by a stop id: the server's later tokens are past it
+            return None
+        tokens, finish = event.token_ids, event.finish
+        tops, sampled = event.top_logprobs, event.logprobs
+        stops = live.request.params.stop_token_ids
+        cut = next((i + 1 for i, t in enumerate(tokens) if t in stops), None)
+        if cut is not None:
+            tokens, finish = tokens[:cut], FinishReason.STOP
+            tops = None if tops is None else tops[:cut]
+            sampled = None if sampled is None else sampled[:cut]
+        if finish is FinishReason.ABORT:
+            raise ServerError(f"{self.url} aborted request {live.request.request_id!r} on its "
+                              f"own{self._log_hint()}")
+        kid.emitted += len(tokens)
+        kid.done = finish is not None
+        if live.request.params.logprobs > 0:
+            tops = tuple(tops or ())
+            if sampled is None and len(tops) == len(tokens) and all(
+                    t in m for t, m in zip(tokens, tops, strict=True)):
+                sampled = tuple(m[t] for t, m in zip(tokens, tops, strict=True))
+        else:
+            tops = sampled = None
+        if not tokens and finish is None:
+            return None
+        out = StepOutput(live.request.request_id, tuple(tokens), finish, tops, sampled,
+                         index=self._index)
+        if len(kids) == n and all(k.done for k in kids.values()):
+            # Every child finished: the request leaves the book, its stream is closed.
+            self._book.delta(live, (), FinishReason.STOP)
+            self._tokens.pop(live.key, None)
+            self._kids.pop(live.key, None)
+            self._client.cancel(live.key)
+        return out
+
+
+def _vocab() -> int:
+    from engines.models import PRESETS
+
+    return int(PRESETS[PRESET].config["vocab_size"])
+
+
+def _engine(server: Server, *, cache_prompt: bool = False, speculative: bool = False,
+            loras: Mapping[str, str] | None = None, name: str) -> LlamaEngine:
+    ids = {n: i for i, n in enumerate(loras or {})}  # --lora flags' order
+    dialect = LlamaServer(cache_prompt=cache_prompt, vocab_size=_vocab(), loras=ids,
+                          speculative=speculative, name=name)
+    known = {"logprobs": SPEC_LOGPROBS} if speculative else {}
+    return LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, loras=loras,
+                       known_failures=known, log=str(server.log))
+
+
+def _draft_args() -> tuple[str, ...]:
+    draft = gguf_model(DRAFT_PRESET, binary=llama_server_binary())
+    # `--spec-type draft-simple` said: this build infers a type for `-md` only from a
+    # draft GGUF's own metadata, and otherwise loads the draft and speculates not at all
+    # (logged at info level only). The draft's KV in F32 as the target's (its default is
+    # F16); one thread, as the target.
+    return ("-md", str(draft), "--spec-type", "draft-simple",
+            "--spec-draft-n-max", str(DRAFT_MAX),
+            "--spec-draft-type-k", "f32", "--spec-draft-type-v", "f32", "-td", "1")
+
+
+def llama_server_n() -> LlamaEngine:
+    """llama-server on the tiny preset (4 slots, cache_prompt off) declaring n > 1 (its
+    n_cmpl, at most the slots: the suite draws 2 to 4 children)."""
+    server = llama_server_process(PRESET)
+    dialect = LlamaServer(vocab_size=_vocab(), children=True, name="llama-n")
+    return LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, log=str(server.log))
+
+
+def llama_server_draft() -> LlamaEngine:
+    """Speculative decoding with a draft model: tiny-draft (the tiny preset's first 2 of 4
+    layers, the same vocabulary) proposes up to 4 tokens a step, the target verifies them."""
+    server = llama_server_process(PRESET, extra=_draft_args())
+    return _engine(server, speculative=True, name="llama-draft")
+
+
+def llama_server_ngram_simple() -> LlamaEngine:
+    """Speculative decoding by prompt lookup (`ngram-simple`): the 2 tokens before the
+    position looked up in the request's own context, the 4 that followed them drafted."""
+    server = llama_server_process(PRESET, extra=(
+        "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
+        "--spec-ngram-simple-size-m", str(DRAFT_MAX)))
+    return _engine(server, speculative=True, name="llama-ngram-simple")
+
+
+def llama_server_ngram_mod() -> LlamaEngine:
+    """Speculative decoding by llama.cpp's `ngram-mod` drafter (a hashed n-gram pool shared
+    by the server's slots), its lookup 2 tokens, drafts of 1 to 4."""
+    server = llama_server_process(PRESET, extra=(
+        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "2",
+        "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", str(DRAFT_MAX)))
+    return _engine(server, speculative=True, name="llama-ngram-mod")
+
+
+def _lora_server() -> tuple[Server, dict[str, str]]:
+    from engines.adapters.http.llama_lora import gguf_loras
+
+    converted = gguf_loras(PRESET, LORAS, seed=0, binary=llama_server_binary())
+    # Each at scale 0 by --lora-scaled FILE:0, not --lora-init-without-apply: in this build
+    # that flag leaves every adapter at scale 1 for requests that name none (llama.cpp
+    # #28674, open; docs/findings.md), so base requests would run every adapter at once.
+    args: list[str] = []
+    for _, gguf in converted.values():
+        if "," in str(gguf) or ":" in str(gguf):  # the flag's own separators
+            raise ValueError(f"--lora-scaled: the path {gguf} holds ',' or ':'")
+        args += ["--lora-scaled", f"{gguf}:0"]
+    server = llama_server_process(PRESET, extra=tuple(args))
+    return server, {name: peft for name, (peft, _) in converted.items()}
+
+
+def llama_server_lora() -> LlamaEngine:
+    """The tiny preset's first 3 zoo LoRA adapters, per request (`lora`), cache_prompt off."""
+    server, loras = _lora_server()
+    return _engine(server, loras=loras, name="llama-lora")
+
+
+def llama_server_lora_cache_prompt() -> LlamaEngine:
+    """As llama_server_lora with cache_prompt on: a slot may reuse the KV of its last
+    request's prompt, which must not happen across adapters."""
+    server, loras = _lora_server()
+    return _engine(server, loras=loras, cache_prompt=True, name="llama-lora-cache-prompt")

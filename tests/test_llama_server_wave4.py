@@ -1,0 +1,142 @@
+"""llama-server's wave-4 configurations behind the HTTP adapter (engines.adapters.http
+.llama_variants): speculative decoding (a draft model, n-gram lookup) gives the reference's
+greedy tokens with drafts proposed and accepted; logit_bias and allowed_token_ids as the
+reference applies them; a request's LoRA adapter (converted from the zoo's PEFT one) as the
+PEFT reference serves it.
+
+Runs only where BATCHING_LLAMA_SERVER names the binary (bash ci/llama-server-env.sh builds
+it; ci/test-third-party.sh sets it under ALL_VARIANTS), skipped visibly elsewhere. One test
+per server, so that each server is launched once."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not installed")
+
+from engines.adapters.http.servers import LLAMA_SERVER  # noqa: E402
+from engines.protocol import Engine, Request, SamplingParams  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get(LLAMA_SERVER),
+    reason=f"{LLAMA_SERVER} does not name a llama-server binary (bash ci/llama-server-env.sh "
+           "builds one; ci/test-third-party.sh sets it under ALL_VARIANTS): the real "
+           "llama-server wave-4 tests did not run")
+
+
+def _repetitive(n: int, seed: int) -> tuple[int, ...]:
+    """A prompt of a short phrase said over and over: an n-gram drafter's best case."""
+    from tests.helpers import make_prompts
+
+    (phrase,) = make_prompts([5], seed=seed)
+    return (phrase * (n // 5 + 1))[:n]
+
+
+def _served(eng: Engine, requests: list[Request]) -> dict[object, list[int]]:
+    from tests.helpers import run_tokens
+
+    return run_tokens(eng, requests)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("factory", ["llama_server_draft", "llama_server_ngram_simple"])
+def test_speculating_server_gives_the_reference_greedy_tokens(launched: None,
+                                                               factory: str) -> None:
+    from engines.adapters.http import llama_variants
+    from tests.helpers import alone, make_prompts
+
+    eng = getattr(llama_variants, factory)()
+    before = eng.exercised()
+    prompts = [*make_prompts([3, 17, 40], seed=11), _repetitive(30, 1), _repetitive(12, 2)]
+    requests = [Request(p, SamplingParams(max_tokens=n))
+                for p, n in zip(prompts, [40, 25, 60, 40, 33], strict=True)]
+    got = _served(eng, requests)
+    want = alone(requests)
+    for r in requests:
+        assert got[r.request_id] == want[r.request_id], f"request {r.request_id}"
+    after = eng.exercised()
+    drafted = after["spec_draft_tokens"] - before["spec_draft_tokens"]
+    accepted = after["spec_accepted_tokens"] - before["spec_accepted_tokens"]
+    # Speculation was exercised, both ways: drafts accepted and drafts rejected.
+    assert 0 < accepted < drafted, (drafted, accepted)
+
+
+def test_bias_and_allowed_ids_on_llama_server(launched: None) -> None:
+    from engines.adapters.http.llama_variants import llama_server_draft
+    from engines.sequential import SequentialEngine
+    from tests.helpers import make_prompts, run_tokens
+
+    # On the speculating server: a bias must hold on drafted positions too.
+    eng = llama_server_draft()
+    (p, q) = make_prompts([6, 9], seed=3)
+    requests = [Request(p, SamplingParams(max_tokens=12, logit_bias=((7, 100.0),))),
+                Request(q, SamplingParams(max_tokens=12, logit_bias=((5, 3.0), (9, -1.5)),
+                                          repetition_penalty=1.3)),
+                Request(q, SamplingParams(max_tokens=12, allowed_token_ids=(1, 2, 3, 500)))]
+    got = run_tokens(eng, requests)
+    ref = run_tokens(SequentialEngine(), [Request(r.prompt_token_ids, r.params,
+                                                  request_id=("ref", r.request_id))
+                                          for r in requests])
+    for r in requests:
+        assert got[r.request_id] == ref[("ref", r.request_id)], f"request {r.request_id}"
+    assert set(got[requests[0].request_id]) == {7}
+    assert set(got[requests[2].request_id]) <= {1, 2, 3, 500}
+
+
+def test_lora_per_request_on_llama_server(launched: None) -> None:
+    from engines.adapters.http.llama_variants import llama_server_lora
+    from engines.sequential import SequentialEngine
+    from tests.helpers import make_prompts, run_tokens
+
+    eng = llama_server_lora()
+    names = sorted(eng.loras)
+    assert len(names) == 3 and {"lora"} <= eng.supported_sampling
+    prompts = make_prompts([4, 11, 23], seed=7)
+    requests = [Request(p, SamplingParams(max_tokens=16), lora=lora)
+                for p in prompts for lora in (None, *names)]
+    got = run_tokens(eng, requests)
+    ref = run_tokens(SequentialEngine(loras=eng.loras),
+                     [Request(r.prompt_token_ids, r.params, lora=r.lora,
+                              request_id=("ref", r.request_id)) for r in requests])
+    for r in requests:
+        assert got[r.request_id] == ref[("ref", r.request_id)], f"{r.lora} {r.request_id}"
+    # The adapters change greedy tokens (else the comparison above proves nothing).
+    for i in range(0, len(requests), len(names) + 1):
+        base = got[requests[i].request_id]
+        assert any(got[requests[i + k].request_id] != base for k in range(1, len(names) + 1))
+
+
+def test_children_on_llama_server(launched: None) -> None:
+    from engines.adapters.http.llama_variants import llama_server_n
+    from engines.protocol import FinishReason
+    from tests.helpers import hf_generate
+
+    eng = llama_server_n()
+
+    def children(request: Request) -> tuple[dict[int, list[int]], dict[int, FinishReason]]:
+        eng.add_request(request)
+        toks: dict[int, list[int]] = {}
+        fins: dict[int, FinishReason] = {}
+        while eng.has_work():
+            for o in eng.step():
+                assert o.index not in fins, f"child {o.index} got an output after finishing"
+                toks.setdefault(o.index, []).extend(o.token_ids)
+                if o.finish_reason is not None:
+                    fins[o.index] = o.finish_reason
+        return toks, fins
+
+    seeded = SamplingParams(max_tokens=5, n=3, temperature=1.0, seed=7, logprobs=1)
+    toks, fins = children(Request((5, 6, 7), seeded))
+    assert sorted(toks) == [0, 1, 2] and set(fins.values()) == {FinishReason.LENGTH}
+    assert len({tuple(t) for t in toks.values()}) == 3  # sampled children differ
+    assert children(Request((5, 6, 7), seeded))[0] == toks  # and are reproducible
+    greedy, _ = children(Request((5, 6, 7), SamplingParams(max_tokens=5, n=2)))
+    assert greedy == {0: hf_generate((5, 6, 7), 5), 1: hf_generate((5, 6, 7), 5)}
+    # A stop id ends the child that reaches it (STOP) and no other.
+    stop = toks[1][1]
+    cut, fins = children(Request((5, 6, 7), SamplingParams(
+        max_tokens=5, n=3, temperature=1.0, seed=7, stop_token_ids=(stop,))))
+    assert cut[1] == toks[1][:2] and fins[1] is FinishReason.STOP
+    assert all(cut[i] == toks[i][:toks[i].index(stop) + 1] if stop in toks[i] else
+               cut[i] == toks[i] for i in (0, 2))
