@@ -15,11 +15,14 @@ from engines.adapters.vllm.adapter import VLLMEngine, vllm_cpu
 
 __all__ = [
     "vllm_chunked_prefill",
+    "vllm_loras",
     "vllm_one_seq",
     "vllm_preemption",
     "vllm_prefix_caching",
     "vllm_serving_chunked_prefill",
     "vllm_serving_prefix_caching",
+    "vllm_spec_draft",
+    "vllm_spec_ngram",
     "vllm_stress",
 ]
 
@@ -63,6 +66,43 @@ def vllm_stress() -> VLLMEngine:
     return vllm_cpu(label="vllm_stress", max_batch_size=4, enable_prefix_caching=True,
                     max_num_batched_tokens=16, max_model_len=_SMALL_CONTEXT,
                     block_size=_BLOCK, num_blocks=_SMALL_CONTEXT // _BLOCK)
+
+
+def vllm_loras() -> VLLMEngine:
+    """The tiny preset's first ZOO_ADAPTERS seeded PEFT adapters (engines.lora_engines, the
+    same directories our engines serve), 2 LoRA slots (so a batch of three adapters waits for
+    one, and adapters added at run time evict others), prefix caching on (tenants' blocks
+    must not be shared: the `isolation` check), 8 sequences. Needs peft beside vllm (the
+    reference serves the adapters through it)."""
+    from engines.lora_engines import ZOO_ADAPTERS
+    from engines.loras import zoo_loras
+
+    return vllm_cpu(label="vllm_loras", enable_prefix_caching=True, block_size=_BLOCK,
+                    num_blocks=8 * 512 // _BLOCK, max_loras=2,
+                    loras=zoo_loras("tiny", ZOO_ADAPTERS))
+
+
+def _spec(**config: object) -> tuple[tuple[str, object], ...]:
+    return tuple(sorted(config.items()))
+
+
+def vllm_spec_ngram() -> VLLMEngine:
+    """Speculative decoding by prompt lookup (vLLM's "ngram": 3 draft tokens from the
+    latest 1-3 token n-gram's earlier continuation), verified in one target forward."""
+    return vllm_cpu(label="vllm_spec_ngram", block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK,
+                    speculative=_spec(method="ngram", num_speculative_tokens=3,
+                                      prompt_lookup_min=1, prompt_lookup_max=3))
+
+
+def vllm_spec_draft() -> VLLMEngine:
+    """Speculative decoding by a draft model: the tiny-draft preset (the tiny preset's first
+    2 of 4 layers, the same vocabulary), 3 draft tokens a step."""
+    from engines.adapters.vllm.config import model_dir
+
+    draft = str(model_dir("tiny-draft", 0))
+    return vllm_cpu(label="vllm_spec_draft", block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK,
+                    speculative=_spec(method="draft_model", model=draft,
+                                      num_speculative_tokens=3))
 
 
 # For the bench (peer figures), not the suite: vllm_cpu's defaults (8 sequences, a pool that
