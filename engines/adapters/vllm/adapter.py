@@ -41,6 +41,7 @@ import vllm
 # isort: on
 
 import dataclasses
+import time
 
 import engines.adapters.vllm.pool as engine_pool
 from engines.adapters.common.book import RequestBook
@@ -71,6 +72,7 @@ __all__ = ["VLLMConfig", "VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cp
 # salts; with a tokenizer, stop strings. Not beam_width/length_penalty (params.BEAM_REFUSAL).
 # "lora" where the engine was built with LoRA slots (VLLMConfig.max_loras).
 WAVE4 = CONSTRAINT_PARAMS | {"n", "prompt_logprobs", "cache_salt"}
+GRAMMAR_WAIT_S = 60.0
 
 
 class VLLMEngine:
@@ -203,6 +205,13 @@ class VLLMEngine:
         if not self._engine.has_unfinished_requests():
             return outputs
         results = self._engine.step()
+        # A guided request waits, unscheduled, while vLLM compiles its grammar in a thread:
+        # a step() that only waits for it would do no work, and a loaded machine can take
+        # dozens of them. One step of ours is one that does some (for at most a minute).
+        deadline = time.monotonic() + GRAMMAR_WAIT_S
+        while not results and self._view.compiling_grammars() and time.monotonic() < deadline:
+            time.sleep(0.002)
+            results = self._engine.step()
         self._view.observe(self._tally)
         for result in results:
             key, index = self._split.get(result.request_id, (result.request_id, None))
