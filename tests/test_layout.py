@@ -151,6 +151,8 @@ FLOW: dict[str, set[str]] = {
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("engines.adapters.http.llama_lora", "engines.loras"):
         "the zoo's PEFT adapters converted to llama-server's GGUF LoRA (zoo data, as presets)",
+    ("engines.adapters.vllm.variants", "engines.loras"):
+        "vllm_loras serves the zoo's seeded PEFT adapters (their directories, built once)",
 }
 # The old public spec paths, deprecated aliases for one release: thin re-exports of where the
 # code now is that warn, naming it.

@@ -149,8 +149,13 @@ class OpenAICompletions:
     name = "openai"
     path = "/v1/completions"
     health_path = "/health"
-    # vLLM has every field; its logprobs are of the raw distribution by default.
-    supported_sampling = ALL_PARAMS
+    # vLLM has every field; its logprobs are of the raw distribution by default. Of wave 4's,
+    # the two that OpenAI's body carries as token ids: allowed_token_ids (vLLM's extra) and
+    # logit_bias. Not bad_words (vLLM's server takes strings and tokenizes them, with a
+    # space-prefixed variant: not the protocol's token sequences), nor guided, stop strings
+    # or text (the server's checkpoint carries the word-level tokenizer, whose text is no
+    # BPE's), nor n, prompt_logprobs (one stream per request here).
+    supported_sampling = ALL_PARAMS | {"allowed_token_ids", "logit_bias"}
     logprobs_of = "raw"
 
     def body(self, request: Request, model: str | None) -> dict[str, Any]:
@@ -179,6 +184,10 @@ class OpenAICompletions:
         if p.logprobs > 0:
             body["logprobs"] = int(p.logprobs)
             body["return_tokens_as_token_ids"] = True
+        if p.allowed_token_ids is not None:
+            body["allowed_token_ids"] = [int(t) for t in p.allowed_token_ids]
+        if p.logit_bias:  # OpenAI's map: token id (a string key) -> bias
+            body["logit_bias"] = {str(int(t)): float(b) for t, b in p.logit_bias}
         return body
 
     def event(self, data: Mapping[str, Any]) -> Event | None:

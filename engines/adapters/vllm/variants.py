@@ -15,11 +15,14 @@ from engines.adapters.vllm.adapter import VLLMEngine, vllm_cpu
 
 __all__ = [
     "vllm_chunked_prefill",
+    "vllm_loras",
     "vllm_one_seq",
     "vllm_preemption",
     "vllm_prefix_caching",
     "vllm_serving_chunked_prefill",
     "vllm_serving_prefix_caching",
+    "vllm_spec_draft",
+    "vllm_spec_ngram",
     "vllm_stress",
 ]
 
@@ -63,6 +66,52 @@ def vllm_stress() -> VLLMEngine:
     return vllm_cpu(label="vllm_stress", max_batch_size=4, enable_prefix_caching=True,
                     max_num_batched_tokens=16, max_model_len=_SMALL_CONTEXT,
                     block_size=_BLOCK, num_blocks=_SMALL_CONTEXT // _BLOCK)
+
+
+# vllm-cpu 0.32.0 (docs/findings.md, report R-h1-1; vllm-project/vllm PRs #48421, #49656,
+# open): a base row's "no adapter" index -1 gathers the last LoRA slot's weights, so a base
+# request batched beside adapters gets the last slot's delta once that slot holds one. Slots
+# fill first-free, so with one slot more than the adapters ever served at once the last slot
+# stays empty (its weights zero) and base rows are right; tests/test_adapters_vllm_wave4.py
+# reaches the bug with max_loras=1.
+SPARE_LORA_SLOTS = 1
+# As our engines serve them (engines.lora_engines.ZOO_ADAPTERS: ranks 8 and 4 mixed).
+_ADAPTERS = 3
+
+
+def vllm_loras() -> VLLMEngine:
+    """The tiny preset's first 3 seeded PEFT adapters (engines.lora_engines', the same
+    directories our engines serve), a LoRA slot each plus the spare one report R-h1-1
+    needs, prefix caching on (tenants' blocks must not be shared: the `isolation` check), 8
+    sequences. Needs peft beside vllm (the reference serves the adapters through it)."""
+    from engines.loras import zoo_loras
+
+    return vllm_cpu(label="vllm_loras", enable_prefix_caching=True, block_size=_BLOCK,
+                    num_blocks=8 * 512 // _BLOCK, max_loras=_ADAPTERS + SPARE_LORA_SLOTS,
+                    loras=zoo_loras("tiny", _ADAPTERS))
+
+
+def _spec(**config: object) -> tuple[tuple[str, object], ...]:
+    return tuple(sorted(config.items()))
+
+
+def vllm_spec_ngram() -> VLLMEngine:
+    """Speculative decoding by prompt lookup (vLLM's "ngram": 3 draft tokens from the
+    latest 1-3 token n-gram's earlier continuation), verified in one target forward."""
+    return vllm_cpu(label="vllm_spec_ngram", block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK,
+                    speculative=_spec(method="ngram", num_speculative_tokens=3,
+                                      prompt_lookup_min=1, prompt_lookup_max=3))
+
+
+def vllm_spec_draft() -> VLLMEngine:
+    """Speculative decoding by a draft model: the tiny-draft preset (the tiny preset's first
+    2 of 4 layers, the same vocabulary), 3 draft tokens a step."""
+    from engines.adapters.vllm.config import model_dir
+
+    draft = str(model_dir("tiny-draft", 0))
+    return vllm_cpu(label="vllm_spec_draft", block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK,
+                    speculative=_spec(method="draft_model", model=draft,
+                                      num_speculative_tokens=3))
 
 
 # For the bench (peer figures), not the suite: vllm_cpu's defaults (8 sequences, a pool that

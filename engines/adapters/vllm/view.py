@@ -71,6 +71,13 @@ class SchedulerView:
             del self._preemptions[gone]
             self._chunked.discard(gone)
 
+    def compiling_grammars(self) -> bool:
+        """Whether a request waits for its structured-output grammar (vLLM compiles grammars
+        in a thread pool; until then the request is not scheduled)."""
+        requests = getattr(self._scheduler, "requests", None) or {}
+        return any(str(getattr(r, "status", "")).endswith("WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR")
+                   for r in requests.values())
+
     # -- the KV pool ---------------------------------------------------------------------------
     def _need(self) -> tuple[Any, Any, Any]:
         if self._scheduler is None or self._manager is None or self._pool is None:
