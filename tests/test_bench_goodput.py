@@ -118,6 +118,18 @@ def test_a_narrow_bracket_is_bisected_only_to_the_width_asked_for() -> None:
     assert len(rates) == 4, rates
 
 
+def test_a_capacity_profile_chooses_the_next_rate_from_the_last_verdict() -> None:
+    # 1.2 x the start rate, widened by 1.5 while it passes, then bisected geometrically until
+    # the bracket is as narrow as one step leaves a factor-2 one (sqrt 2): then done.
+    profile = rate_profiles.CapacityProfile(10.0, iterations=1, max_expand=2)
+    assert profile.next_rate(None) == pytest.approx(12.0)
+    with pytest.raises(ValueError, match="a verdict is needed"):
+        profile.next_rate(None)
+    assert profile.next_rate(True) == pytest.approx(18.0)
+    assert profile.next_rate(False) == pytest.approx(math.sqrt(12.0 * 18.0))
+    assert profile.next_rate(False) is None
+
+
 def test_a_generous_slo_gives_the_capacity_and_an_impossible_one_zero() -> None:
     cap, good = _fifo_search(SLO(ttft_s=100.0, itl_s=100.0))
     assert (good.low, good.high) == (cap.low, cap.high) and len(good.probes) == 1
