@@ -61,6 +61,8 @@ def test_speculating_variants_match_generate_and_count_accepted_drafts(factory: 
     counts = eng.exercised()  # type: ignore[attr-defined]
     assert counts["spec_accepted_tokens"] > 0
     assert "spec_draft_tokens" not in counts  # the library gives none under step: absent
+    # It refuses beams and n > 1 under speculation: not declared there.
+    assert not supported_sampling(eng) & {"n", "beam_width", "length_penalty"}
 
 
 def test_a_plain_engine_counts_nothing() -> None:
