@@ -25,7 +25,7 @@ from engines.protocol import (
     supported_sampling,
     tokenizer_of,
 )
-from tests.helpers import drain, greedy, hf_generate, make_prompts
+from tests.helpers import drain, greedy, hf_generate, make_prompts, preset_generate
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("openvino_genai") is None,
@@ -61,6 +61,22 @@ def test_speculating_variants_match_generate_and_count_accepted_drafts(factory: 
     counts = eng.exercised()  # type: ignore[attr-defined]
     assert counts["spec_accepted_tokens"] > 0
     assert "spec_draft_tokens" not in counts  # the library gives none under step: absent
+    # It refuses beams and n > 1 under speculation, and breaks min_tokens (R-h2-4): not
+    # declared there.
+    assert not supported_sampling(eng) & {"n", "beam_width", "length_penalty", "min_tokens"}
+
+
+def test_a_draft_model_gives_filtered_sampling_the_drafts_tokens() -> None:
+    # Pins docs/findings.md report R-h2-3 (why openvino_draft_model declares greedy_filters):
+    # top_k 1 must be the target's greedy; the library returns the draft model's. If this
+    # starts failing, drop that declaration.
+    from engines.adapters.openvino.variants import openvino_draft_model
+
+    prompt = (640, 3, 199, 77, 512)
+    request = Request(prompt, SamplingParams(max_tokens=8, temperature=1.5, top_k=1, seed=0))
+    tokens, _ = drain(openvino_draft_model(), [request])[request.request_id]
+    assert tokens != hf_generate(prompt, 8)
+    assert tokens[1:] == preset_generate("tiny-draft", (*prompt, tokens[0]), 7)
 
 
 def test_a_plain_engine_counts_nothing() -> None:

@@ -96,6 +96,7 @@ __all__ = [
     "LONGROPE_FAILS",
     "OpenVINOConfig",
     "OpenVINOEngine",
+    "SPECULATIVE_SAMPLING",
     "STRUCTURED_SAMPLING",
     "SUPPORTED_SAMPLING",
     "RequestDropped",
@@ -121,6 +122,10 @@ SUPPORTED_SAMPLING = (ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
                       | {"n", "beam_width", "length_penalty"})
 # The structured-output variant's (engines.adapters.openvino.variants).
 STRUCTURED_SAMPLING = SUPPORTED_SAMPLING | {"guided"}
+# A speculating pipeline refuses beams and n > 1 ("Beam search and parallel sampling are not
+# compatible with assistant generation"), and does not hold a stop id back until min_tokens
+# in the tokens it verifies (docs/findings.md report R-h2-4).
+SPECULATIVE_SAMPLING = SUPPORTED_SAMPLING - {"n", "beam_width", "length_penalty", "min_tokens"}
 # fp32 everywhere: the CPU plugin's defaults (bf16 inference where the CPU has it, a u8 or f16
 # KV cache) would move greedy tokens at near-ties.
 PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -392,6 +397,8 @@ class OpenVINOEngine:
 class SpeculativeOpenVINOEngine(OpenVINOEngine):
     """The pipeline with a drafter (engines.adapters.openvino.speculation): the same protocol,
     and the accepted drafts counted (`exercised()`; the library gives no count of drafts)."""
+
+    supported_sampling = SPECULATIVE_SAMPLING
 
     def exercised(self) -> dict[str, int]:
         return {ACCEPTED: self._accepted}
