@@ -192,7 +192,7 @@ def llama_server_ngram_mod() -> LlamaEngine:
     return _engine(server, speculative=True, name="llama-ngram-mod")
 
 
-def _lora_server() -> tuple[Server, dict[str, str]]:
+def _lora_server(slots: int = 4) -> tuple[Server, dict[str, str]]:
     from engines.adapters.http.llama_lora import gguf_loras
 
     converted = gguf_loras(PRESET, LORAS, seed=0, binary=llama_server_binary())
@@ -204,7 +204,7 @@ def _lora_server() -> tuple[Server, dict[str, str]]:
         if "," in str(gguf) or ":" in str(gguf):  # the flag's own separators
             raise ValueError(f"--lora-scaled: the path {gguf} holds ',' or ':'")
         args += ["--lora-scaled", f"{gguf}:0"]
-    server = llama_server_process(PRESET, extra=tuple(args))
+    server = llama_server_process(PRESET, slots=slots, extra=tuple(args))
     return server, {name: peft for name, (peft, _) in converted.items()}
 
 
