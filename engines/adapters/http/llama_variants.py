@@ -141,8 +141,10 @@ def _vocab() -> int:
 def _engine(server: Server, *, cache_prompt: bool = False, speculative: bool = False,
             loras: Mapping[str, str] | None = None, name: str) -> LlamaEngine:
     ids = {n: i for i, n in enumerate(loras or {})}  # --lora flags' order
+    # With cache_prompt, a base request names every adapter at scale 0 (R-h3-3: without a
+    # `lora` list the server reuses prompt KV an adapter computed).
     dialect = LlamaServer(cache_prompt=cache_prompt, vocab_size=_vocab(), loras=ids,
-                          speculative=speculative, name=name)
+                          speculative=speculative, explicit_base=cache_prompt, name=name)
     known = {"logprobs": SPEC_LOGPROBS} if speculative else {}
     return LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, loras=loras,
                        known_failures=known, log=str(server.log))
@@ -216,6 +218,9 @@ def llama_server_lora() -> LlamaEngine:
 
 def llama_server_lora_cache_prompt() -> LlamaEngine:
     """As llama_server_lora with cache_prompt on: a slot may reuse the KV of its last
-    request's prompt, which must not happen across adapters."""
+    request's prompt, which must not happen across adapters. Base requests list every
+    adapter at scale 0: sent without `lora` (as llama_server_lora sends them), they reuse KV
+    an adapter computed, and the suite fails parity, reference_parity and prefill_decode
+    (docs/findings.md R-h3-3, pinned by tests/test_llama_server_wave4.py)."""
     server, loras = _lora_server()
     return _engine(server, loras=loras, cache_prompt=True, name="llama-lora-cache-prompt")
