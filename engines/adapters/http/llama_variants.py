@@ -177,19 +177,21 @@ def llama_server_draft() -> LlamaEngine:
 
 
 def llama_server_ngram_simple() -> LlamaEngine:
-    """Speculative decoding by prompt lookup (`ngram-simple`): the 2 tokens before the
-    position looked up in the request's own context, the 4 that followed them drafted."""
+    """Speculative decoding by prompt lookup (`ngram-simple`): the last token looked up in
+    the request's own context, the 4 that followed it there drafted. A 1-token lookup: the
+    tiny model's random prompts seldom repeat longer n-grams, and a configuration that
+    drafts only now and then would fail `logprobs` (R-h3-1) only now and then."""
     server = llama_server_process(PRESET, extra=(
-        "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
+        "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
         "--spec-ngram-simple-size-m", str(DRAFT_MAX)))
     return _engine(server, speculative=True, name="llama-ngram-simple")
 
 
 def llama_server_ngram_mod() -> LlamaEngine:
     """Speculative decoding by llama.cpp's `ngram-mod` drafter (a hashed n-gram pool shared
-    by the server's slots), its lookup 2 tokens, drafts of 1 to 4."""
+    by the server's slots), its lookup 1 token (as ngram-simple's), drafts of 1 to 4."""
     server = llama_server_process(PRESET, extra=(
-        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "2",
+        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1",
         "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", str(DRAFT_MAX)))
     return _engine(server, speculative=True, name="llama-ngram-mod")
 
