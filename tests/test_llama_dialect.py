@@ -60,3 +60,10 @@ def test_n_is_llama_servers_n_cmpl_where_declared() -> None:
     assert "n" in supported_sampling(d) and "n" not in supported_sampling(LlamaServer())
     assert d.body(Request((1,), SamplingParams(n=3)), None)["n_cmpl"] == 3
     assert "n_cmpl" not in d.body(Request((1,), SamplingParams()), None)
+
+
+def test_explicit_base_lists_every_adapter_at_zero() -> None:
+    d = LlamaServer(loras={"a": 0, "b": 1}, explicit_base=True)
+    assert d.body(Request((1,)), None)["lora"] == [{"id": 0, "scale": 0.0},
+                                                   {"id": 1, "scale": 0.0}]
+    assert "lora" not in LlamaServer(explicit_base=True).body(Request((1,)), None)

@@ -140,3 +140,25 @@ def test_children_on_llama_server(launched: None) -> None:
     assert cut[1] == toks[1][:2] and fins[1] is FinishReason.STOP
     assert all(cut[i] == toks[i][:toks[i].index(stop) + 1] if stop in toks[i] else
                cut[i] == toks[i] for i in (0, 2))
+
+
+def test_a_base_request_after_an_adapter_reuses_its_prompt_kv(launched: None) -> None:
+    """Pins docs/findings.md R-h3-3 (llama.cpp, the class of #26207): on one slot with
+    cache_prompt, a request without `lora` after one under an adapter reuses the prompt KV
+    the adapter computed, and its tokens are not the base model's. This test fails once
+    llama.cpp clears the slot's prompt on that change: then drop the pin and the note."""
+    from engines.adapters.http.dialects import LlamaServer
+    from engines.adapters.http.llama_variants import LlamaEngine, _lora_server, _vocab
+    from tests.helpers import hf_generate, run_tokens
+
+    server, loras = _lora_server(slots=1)
+    name = sorted(loras)[0]
+    dialect = LlamaServer(cache_prompt=True, vocab_size=_vocab(), loras={name: 0}, name="pin")
+    eng = LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, loras={name: loras[name]})
+    prompt = tuple(range(100, 160))
+    base = hf_generate(prompt, 6)
+    params = SamplingParams(max_tokens=6)
+    assert run_tokens(eng, [Request(prompt, params, request_id="cold")])["cold"] == base
+    run_tokens(eng, [Request(prompt, params, lora=name, request_id="adapter")])
+    after = run_tokens(eng, [Request(prompt, params, request_id="after")])["after"]
+    assert after != base, "fixed upstream? a base request after an adapter's is the base model"

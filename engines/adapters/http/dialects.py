@@ -277,8 +277,10 @@ class LlamaServer:
 
     def __init__(self, *, cache_prompt: bool = False, vocab_size: int | None = None,
                  loras: Mapping[str, int] | None = None, speculative: bool = False,
-                 children: bool = False, name: str | None = None) -> None:
+                 children: bool = False, explicit_base: bool = False,
+                 name: str | None = None) -> None:
         self.cache_prompt = cache_prompt
+        self.explicit_base = explicit_base
         self.name = name or ("llama-cache-prompt" if cache_prompt else "llama")
         self.vocab_size = vocab_size
         self.loras = dict(loras or {})
@@ -322,11 +324,13 @@ class LlamaServer:
         bias = self._bias(request)
         if bias:
             body["logit_bias"] = bias
-        if request.lora is not None:
+        if request.lora is not None or (self.explicit_base and self.loras):
             # The named adapter at scale 1 and every other listed at 0 (the server's default
             # for one left out, said here rather than relied on). A base request sends no
             # `lora`, as a client that knows nothing of adapters does: the server then runs
-            # its launch-time scales, all 0.
+            # its launch-time scales, all 0; with `explicit_base` it lists every adapter at
+            # 0, the one form after which the server does not reuse a slot's prompt KV
+            # computed under an adapter (docs/findings.md R-h3-3).
             body["lora"] = [{"id": i, "scale": 1.0 if name == request.lora else 0.0}
                             for name, i in sorted(self.loras.items(), key=lambda kv: kv[1])]
         return body

@@ -141,8 +141,10 @@ def _vocab() -> int:
 def _engine(server: Server, *, cache_prompt: bool = False, speculative: bool = False,
             loras: Mapping[str, str] | None = None, name: str) -> LlamaEngine:
     ids = {n: i for i, n in enumerate(loras or {})}  # --lora flags' order
+    # With cache_prompt, a base request names every adapter at scale 0 (R-h3-3: without a
+    # `lora` list the server reuses prompt KV an adapter computed).
     dialect = LlamaServer(cache_prompt=cache_prompt, vocab_size=_vocab(), loras=ids,
-                          speculative=speculative, name=name)
+                          speculative=speculative, explicit_base=cache_prompt, name=name)
     known = {"logprobs": SPEC_LOGPROBS} if speculative else {}
     return LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, loras=loras,
                        known_failures=known, log=str(server.log))
@@ -175,24 +177,26 @@ def llama_server_draft() -> LlamaEngine:
 
 
 def llama_server_ngram_simple() -> LlamaEngine:
-    """Speculative decoding by prompt lookup (`ngram-simple`): the 2 tokens before the
-    position looked up in the request's own context, the 4 that followed them drafted."""
+    """Speculative decoding by prompt lookup (`ngram-simple`): the last token looked up in
+    the request's own context, the 4 that followed it there drafted. A 1-token lookup: the
+    tiny model's random prompts seldom repeat longer n-grams, and a configuration that
+    drafts only now and then would fail `logprobs` (R-h3-1) only now and then."""
     server = llama_server_process(PRESET, extra=(
-        "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
+        "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
         "--spec-ngram-simple-size-m", str(DRAFT_MAX)))
     return _engine(server, speculative=True, name="llama-ngram-simple")
 
 
 def llama_server_ngram_mod() -> LlamaEngine:
     """Speculative decoding by llama.cpp's `ngram-mod` drafter (a hashed n-gram pool shared
-    by the server's slots), its lookup 2 tokens, drafts of 1 to 4."""
+    by the server's slots), its lookup 1 token (as ngram-simple's), drafts of 1 to 4."""
     server = llama_server_process(PRESET, extra=(
-        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "2",
+        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1",
         "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", str(DRAFT_MAX)))
     return _engine(server, speculative=True, name="llama-ngram-mod")
 
 
-def _lora_server() -> tuple[Server, dict[str, str]]:
+def _lora_server(slots: int = 4) -> tuple[Server, dict[str, str]]:
     from engines.adapters.http.llama_lora import gguf_loras
 
     converted = gguf_loras(PRESET, LORAS, seed=0, binary=llama_server_binary())
@@ -204,7 +208,7 @@ def _lora_server() -> tuple[Server, dict[str, str]]:
         if "," in str(gguf) or ":" in str(gguf):  # the flag's own separators
             raise ValueError(f"--lora-scaled: the path {gguf} holds ',' or ':'")
         args += ["--lora-scaled", f"{gguf}:0"]
-    server = llama_server_process(PRESET, extra=tuple(args))
+    server = llama_server_process(PRESET, slots=slots, extra=tuple(args))
     return server, {name: peft for name, (peft, _) in converted.items()}
 
 
@@ -216,6 +220,9 @@ def llama_server_lora() -> LlamaEngine:
 
 def llama_server_lora_cache_prompt() -> LlamaEngine:
     """As llama_server_lora with cache_prompt on: a slot may reuse the KV of its last
-    request's prompt, which must not happen across adapters."""
+    request's prompt, which must not happen across adapters. Base requests list every
+    adapter at scale 0: sent without `lora` (as llama_server_lora sends them), they reuse KV
+    an adapter computed, and the suite fails parity, reference_parity and prefill_decode
+    (docs/findings.md R-h3-3, pinned by tests/test_llama_server_wave4.py)."""
     server, loras = _lora_server()
     return _engine(server, loras=loras, cache_prompt=True, name="llama-lora-cache-prompt")
