@@ -10,6 +10,7 @@ from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.constraint_seeds import constraint_workloads
 from engines.testing.limits import EngineLimits
 from engines.testing.revisits import again_after_finish, seeded
+from engines.testing.sequence_draws import sequence_workload
 from engines.testing.stop_draws import stop_string_workload
 from engines.testing.strategies import AloneFn, pseudo_tokens
 from engines.testing.tenant_draws import isolation_workload
@@ -106,6 +107,8 @@ def seed_workloads(
         out.append(greedy_filter_workload(limits))
     if limits.unseeded_draws and "temperature" in limits.sampling_fields:
         out.append(distribution_workload(limits))
+    if limits.sequence_draws and "temperature" in limits.sampling_fields:
+        out.append(sequence_workload(limits))  # engines.testing.sequence_draws
     out += constraint_workloads(limits, alone)  # where the engine declares constraints
     if bad:
         kinds = [k for k in bad_kinds(limits) if k != "duplicate id"]
