@@ -43,6 +43,7 @@ from engines.testing.properties import (
     unseeded_draws,
 )
 from engines.testing.sequence_draws import SEQUENCE_DRAWS
+from engines.testing.spec_coverage import speculation_notes
 from engines.testing.tenant_draws import has_tenants
 from engines.testing.unseeded import DRAWS
 
@@ -188,7 +189,7 @@ def summary_notes(data: Mapping[str, int]) -> list[str]:
     for check in catalogue():
         if check.tally is not None:
             out += check.tally.notes(data, check.name)
-    return out
+    return out + speculation_notes(data)  # engines.testing.spec_coverage
 
 
 def draws_sampling(declared: Mapping[str, str]) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.constraint_seeds import constraint_workloads
+from engines.testing.draft_draws import draft_hit_workload
 from engines.testing.limits import EngineLimits
 from engines.testing.revisits import again_after_finish, seeded
 from engines.testing.sequence_draws import sequence_workload
@@ -91,6 +92,9 @@ def seed_workloads(
         aborts = (Abort(0, f"r{len(burst) - 1}"), Abort(1, "r1"), Abort(2, "r0"))
         out.append(Workload(tuple(burst), tuple(0 for _ in burst), aborts, label="aborts"))
     if alone is not None:
+        hits = draft_hit_workload(limits, req, alone)  # engines.testing.draft_draws
+        if hits is not None:
+            out.append(hits)
         out.append(_stop_edges(limits, alone, budget))
         strings = stop_string_workload(limits, alone)  # engines.testing.stop_draws
         if strings is not None:
