@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import torch
+
 from engines.paged.engine import PagedEngine
 from engines.paged.speculate import Speculation
 from engines.paged.state import PagedRequest
@@ -17,6 +19,7 @@ class ScriptedDrafter:
 
     def __init__(self, continuations: Mapping[tuple[int, ...], list[int]], k: int = 3) -> None:
         self.continuations, self.k = continuations, k
+        self.probs: dict[PagedRequest, list[torch.Tensor]] = {}  # greedy drafts only
 
     def _next(self, seq: PagedRequest) -> list[int]:
         known = self.continuations[seq.request.prompt_token_ids]

@@ -179,6 +179,10 @@ def _tops(logits: torch.Tensor, seqs: Sequence[RequestState], tokens: Sequence[i
     return tops, chosen
 
 
+# For callers that choose the tokens themselves (speculation's min(1, p/q) rule).
+top_logprobs = _tops
+
+
 def sample(
     logits: torch.Tensor, seqs: Sequence[RequestState], *, masks: MaskFn | None = None,
 ) -> tuple[list[int], list[Mapping[int, float] | None], list[float | None]]:

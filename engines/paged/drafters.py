@@ -2,9 +2,12 @@
 proposes, for a decoding request, up to k tokens that the target model then verifies in one
 forward.
 
-Both draft greedily: a draft is a point mass, so verification needs no draft probabilities
-(the target's own token at each position decides, engines.paged.speculate). What a drafter
-proposes changes how many tokens a step emits, never which: a wrong draft is rejected.
+Both draft greedily by default: a draft is a point mass, so verification needs no draft
+probabilities (the target's own token at each position decides, engines.paged.speculate).
+What a drafter proposes changes how many tokens a step emits, never which: a wrong draft is
+rejected. DraftModelDrafter(sampled=True) draws a sampled request's drafts from its own
+processed distribution instead and hands that distribution (`probs`) to the verifier, which
+applies the min(1, p/q) rule (engines.paged.spec_sampling).
 
 - NgramDrafter (prompt lookup): the last n tokens of prompt + output, found earlier in the
   same request (longest n first, the latest occurrence), propose the tokens that followed.
@@ -31,10 +34,15 @@ import torch
 
 from engines.models import load_model
 from engines.paged.forward import PagedForward, Row
+from engines.paged.spec_sampling import draft_probs, inverse_cdf, uniform
 from engines.paged.state import PagedRequest
 
 
 class Drafter(Protocol):
+    # The distribution each of the latest proposal's drafts was drawn from, by request (only
+    # requests whose drafts were sampled): what the verifier's min(1, p/q) rule needs.
+    probs: dict[PagedRequest, list[torch.Tensor]]
+
     def wants(self, seq: PagedRequest, k: int) -> int:
         """How many draft tokens (at most k) it could propose for seq this step."""
         ...
@@ -78,6 +86,7 @@ class NgramDrafter:
             raise ValueError(f"ngram: need 1 <= n_min <= n_max, got {n_min}, {n_max}")
         self.n_max, self.n_min = n_max, n_min
         self._found: dict[PagedRequest, list[int]] = {}
+        self.probs: dict[PagedRequest, list[torch.Tensor]] = {}  # never sampled
 
     def wants(self, seq: PagedRequest, k: int) -> int:
         found = prompt_lookup(seq.tokens(0, seq.num_tokens), k, self.n_max, self.n_min)
@@ -90,11 +99,14 @@ class NgramDrafter:
 
 
 class DraftModelDrafter:
-    """A small model's greedy tokens, k forwards (batched over the rows) a step."""
+    """A small model's greedy tokens, k forwards (batched over the rows) a step; with
+    `sampled`, a sampled request's tokens drawn from the model's processed distribution."""
 
     def __init__(self, model: Any, *, vocab_size: int, num_blocks: int, block_size: int,
                  max_model_len: int, seats: int, seed: int, device: torch.device,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, sampled: bool = False) -> None:
+        self.sampled = sampled
+        self.probs: dict[PagedRequest, list[torch.Tensor]] = {}
         if isinstance(model, torch.nn.Module):
             self.model = model
         else:
@@ -114,6 +126,8 @@ class DraftModelDrafter:
     def propose(self, counts: Mapping[PagedRequest, int]) -> dict[PagedRequest, list[int]]:
         drafts: dict[PagedRequest, list[int]] = {seq: [] for seq in counts}
         active = [seq for seq, n in counts.items() if n > 0]
+        self.probs = {seq: [] for seq in active
+                      if self.sampled and seq.request.params.temperature > 0.0}
         rnd = 0
         while active:
             rows = []
@@ -125,7 +139,14 @@ class DraftModelDrafter:
                 else:  # the draft token just proposed, after the tokens before it
                     start, tokens = seq.num_tokens - 1 + rnd, [drafts[seq][-1]]
                 rows.append(Row(tokens, start, seq.blocks, True, seat=seq.seat))
-            picks = self.runner.forward(rows).argmax(dim=-1).tolist()
+            logits = self.runner.forward(rows)
+            picks = logits.argmax(dim=-1).tolist()
+            drawn = [i for i, seq in enumerate(active) if seq in self.probs]
+            if drawn:
+                q = draft_probs(logits[drawn], [active[i] for i in drawn])
+                for i, row_q in zip(drawn, q, strict=True):
+                    self.probs[active[i]].append(row_q)
+                    picks[i] = inverse_cdf(row_q, uniform(active[i]))
             for seq, row, token in zip(active, rows, picks, strict=True):
                 drafts[seq].append(token)
                 seq.draft_computed = row.start + len(row.tokens)

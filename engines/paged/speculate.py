@@ -24,9 +24,14 @@ That is the standard speculative-sampling rule for a point-mass q (accept with p
 min(1, p(d)/q(d)) = p(d); otherwise a token from max(0, p - q) normalised, which is p without
 d, renormalised: the race's winner given that it is not d), realised with the randomness that
 plain decoding would use. Hence a seeded request's tokens are the same as without speculation
-(and alone or batched): the drafts change how many tokens a step emits, never which. A
-sampled draft q (not a point mass) would need its own uniform draws, and its tokens would
-differ from plain decoding's; not built.
+(and alone or batched): the drafts change how many tokens a step emits, never which.
+
+With `sampled_drafts` (draft model only) a sampled request's drafts are drawn from the draft
+model's processed distribution q, and the round's token at a drafted offset is the textbook
+rule's (`_round`, engines.paged.spec_sampling): d accepted with probability min(1, p/q),
+else a draw from the normalised residual max(0, p - q), every uniform from the request's own
+generator. Its tokens follow p as plain decoding's do, but they are other tokens, and depend
+on the drafts each step verified (so on the batch): see speculative_draft_sampled.
 
 After verification a row that emitted m tokens caches num_computed + m tokens (the KV of the
 rejected drafts is garbage past that, overwritten later), gives back every block past what
@@ -48,9 +53,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engines.core.sampling import sample
+from engines.core.sampling import sample, top_logprobs
 from engines.paged.drafters import Drafter, DraftModelDrafter, NgramDrafter
 from engines.paged.forward import Row
+from engines.paged.spec_sampling import inverse_cdf, target_probs, uniform
 from engines.paged.state import PagedRequest
 from engines.protocol import StepOutput
 
@@ -68,12 +74,18 @@ class Speculation:
     ngram_max: int = 3  # prompt lookup: the longest suffix matched (tried first)
     ngram_min: int = 1  # ... and the shortest
     draft_model: str = "tiny-draft"  # a preset or checkpoint sharing the target's vocabulary
+    # Draft model only: a sampled request's drafts drawn from the draft's distribution q and
+    # verified by the min(1, p/q) rule (engines.paged.spec_sampling); off: greedy drafts.
+    sampled_drafts: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"speculation.method: {self.method!r} is not one of {METHODS}")
         if self.num_tokens < 1:
             raise ValueError(f"speculation.num_tokens: must be >= 1, got {self.num_tokens}")
+        if self.sampled_drafts and self.method != "draft":
+            raise ValueError("speculation.sampled_drafts: needs method 'draft' (a prompt "
+                             "lookup's drafts have no distribution)")
 
 
 def merged(run: Sequence[StepOutput]) -> StepOutput:
@@ -111,7 +123,8 @@ class SpeculativeSteps:
         elif speculation.method == "ngram":
             self.drafter = NgramDrafter(speculation.ngram_max, speculation.ngram_min)
         else:
-            self.drafter = DraftModelDrafter(speculation.draft_model, **draft)
+            self.drafter = DraftModelDrafter(speculation.draft_model,
+                                             sampled=speculation.sampled_drafts, **draft)
 
     def _add_drafts(self, decoding: list[PagedRequest], plan: dict[PagedRequest, int],
                     budget: int) -> None:
@@ -161,7 +174,7 @@ class SpeculativeSteps:
         x = torch.cat([ready_logits, *(spec_logits[s][:1] for s in drafts)])
         rnd = 0
         while seqs:
-            tokens, tops, logprobs = sample(x, seqs)
+            tokens, tops, logprobs = self._round(x, seqs, rnd, drafts)
             going = []
             for seq, token, top, logprob in zip(seqs, tokens, tops, logprobs, strict=True):
                 runs.setdefault(seq, []).append(seq.append(token, top, logprob))
@@ -173,6 +186,49 @@ class SpeculativeSteps:
             if going:
                 x = torch.stack([spec_logits[s][rnd] for s in going])
         return runs
+
+    def _round(self, x: torch.Tensor, seqs: list[PagedRequest], rnd: int,
+               drafts: Mapping[PagedRequest, Sequence[int]]
+               ) -> tuple[list[int], list[Mapping[int, float] | None], list[float | None]]:
+        """One round's tokens (and raw top logprobs) for the rows `x` holds the logits of:
+        the sampler's draw, or for a row with a sampled draft at offset rnd, the min(1, p/q)
+        rule (engines.paged.spec_sampling)."""
+        assert self.drafter is not None
+        probs = self.drafter.probs
+        ruled = [i for i, s in enumerate(seqs) if s in probs and rnd < len(drafts[s])]
+        if not ruled:
+            return sample(x, seqs)
+        n = len(seqs)
+        tokens = [0] * n
+        tops_: list[Mapping[int, float] | None] = [None] * n
+        logprobs: list[float | None] = [None] * n
+        plain = [i for i in range(n) if i not in set(ruled)]
+        if plain:
+            got = sample(x[plain], [seqs[i] for i in plain])
+            for j, i in enumerate(plain):
+                tokens[i], tops_[i], logprobs[i] = got[0][j], got[1][j], got[2][j]
+        rows = [seqs[i] for i in ruled]
+        p = target_probs(x[ruled], rows)
+        for j, (i, seq) in enumerate(zip(ruled, rows, strict=True)):
+            tokens[i] = self._speculative_token(seq, p[j], probs[seq][rnd], drafts[seq][rnd])
+        ruled_tops, ruled_lps = top_logprobs(x[ruled], rows, [tokens[i] for i in ruled])
+        for j, i in enumerate(ruled):
+            tops_[i], logprobs[i] = ruled_tops[j], ruled_lps[j]
+        return tokens, tops_, logprobs
+
+    def _speculative_token(self, seq: PagedRequest, p: torch.Tensor, q: torch.Tensor,
+                           draft: int) -> int:
+        """The draft with probability min(1, p(d) / q(d)), else a draw from the residual."""
+        if uniform(seq) * float(q[draft]) < float(p[draft]):
+            return draft
+        return inverse_cdf(self._residual(p, q), uniform(seq))
+
+    def _residual(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """max(0, p - q), normalised; p itself where that is all zero (p == q, where a
+        rejection takes a rounding error)."""
+        r = torch.clamp(p.double() - q.double(), min=0.0)
+        total = float(r.sum())
+        return p.double() / float(p.sum()) if total <= 0.0 else r / total
 
     def _emitted(self, seq: PagedRequest, run: Sequence[StepOutput], drafted: int
                  ) -> StepOutput:

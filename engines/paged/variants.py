@@ -20,7 +20,7 @@ from engines.paged.speculate import Speculation
 
 __all__ = ["VARIANTS", "budget_8", "compiled_graphs", "compiled_step", "equal_memory",
            "no_prefix_caching", "one_at_a_time", "small_pool", "speculative_draft",
-           "speculative_ngram", "speculative_self"]
+           "speculative_draft_sampled", "speculative_ngram", "speculative_self"]
 
 
 def no_prefix_caching() -> PagedEngine:
@@ -98,6 +98,28 @@ def speculative_self() -> PagedEngine:
     return PagedEngine(speculation=Speculation("draft", num_tokens=3, draft_model="tiny"))
 
 
+def speculative_draft_sampled() -> PagedEngine:
+    """speculative_draft with sampled drafts: a sampled request's drafts drawn from
+    tiny-draft's processed distribution q and verified by the min(1, p/q) rule, a rejection
+    resampled from the normalised residual (engines.paged.spec_sampling). Greedy tokens are
+    the default engine's; sampled ones follow the same distribution by other draws, so it
+    declares `seeds` broken and `sequence_distribution` judges its sampled tokens. Not a variant
+    for the `variants` check (its seeded tokens are not the default's)."""
+    return _SampledDrafts(speculation=Speculation("draft", num_tokens=3, sampled_drafts=True))
+
+
+class _SampledDrafts(PagedEngine):
+    # A seeded request stays reproducible under the same batch, but not across batches: its
+    # generator gives as many uniforms a step as the step verified drafts, and under a full
+    # step budget, a short pool or a preemption (the seed workloads overflow the pool) that
+    # number differs from its alone run's. Declared, so the suite draws no seeded requests
+    # elsewhere and judges its sampling by distribution (sequence_distribution).
+    expected_failed_checks = {
+        "seeds": "sampled drafts (the min(1, p/q) rule) take a seeded request's uniforms "
+                 "step by step by the drafts verified, which preemption and the step budget "
+                 "change: its tokens depend on the batch"}
+
+
 VARIANTS = {
     "no_prefix_caching": no_prefix_caching,
     "budget_8": budget_8,
@@ -109,4 +131,5 @@ VARIANTS = {
     "speculative_ngram": speculative_ngram,
     "speculative_draft": speculative_draft,
     "speculative_self": speculative_self,
+    "speculative_draft_sampled": speculative_draft_sampled,
 }

@@ -60,6 +60,7 @@ class Draws:
     prompt_logprobs: int = 0  # prompt logprobs every drawn request asks for (if declared)
     greedy_filters: bool = False  # unseeded draws under filters that leave one token
     unseeded_draws: int = 0  # a seed workload of this many unseeded draws per group
+    sequence_draws: int = 0  # a seed workload of this many unseeded sampled sequences
     # A Hypothesis search after the seed workloads: not for a statistical check, judged once
     # on its seed workload (a search would multiply its false-alarm rate, and a replay of a
     # statistical failure is not a replay).

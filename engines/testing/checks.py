@@ -37,11 +37,14 @@ from engines.testing.properties import (
     prompt_logprobs,
     requests,
     seeds,
+    sequence_draws,
     slots,
     stop_strings,
     streamed_text,
     unseeded_draws,
 )
+from engines.testing.sequence_draws import SEQUENCE_DRAWS
+from engines.testing.spec_coverage import speculation_notes
 from engines.testing.tenant_draws import has_tenants
 from engines.testing.unseeded import DRAWS
 
@@ -131,6 +134,10 @@ REGISTRY: tuple[Check, ...] = (
     Check("sampling_distribution", unseeded_draws.check_sampling_distribution,
           needs=(REFERENCE, TEMPERATURE), draws=Draws(unseeded_draws=DRAWS, search=False),
           tally=unseeded_draws.TALLY),
+    Check("sequence_distribution", sequence_draws.check_sequence_distribution,
+          needs=(REFERENCE, TEMPERATURE),
+          draws=Draws(sequence_draws=SEQUENCE_DRAWS, search=False),
+          tally=sequence_draws.TALLY),
     Check("constraints", constraints.check_constraints, needs=(CONSTRAINTS,),
           draws=Draws(constraints=True), tally=constraints.TALLY),
     Check("streamed_text", streamed_text.check_streamed_text, needs=(TOKENIZER,),
@@ -189,7 +196,7 @@ def summary_notes(data: Mapping[str, int]) -> list[str]:
     for check in catalogue():
         if check.tally is not None:
             out += check.tally.notes(data, check.name)
-    return out
+    return out + speculation_notes(data)  # engines.testing.spec_coverage
 
 
 def draws_sampling(declared: Mapping[str, str]) -> bool:

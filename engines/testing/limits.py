@@ -63,6 +63,8 @@ class EngineLimits:
     greedy_filters: tuple[str, ...] = ()
     # Unseeded draws per group of the distribution check's workload (0: none).
     unseeded_draws: int = 0
+    # Unseeded sampled sequences of the sequence_distribution check's workload (0: none).
+    sequence_draws: int = 0
     # The directory of the engine's tokenizer.json (engines.protocol.tokenizer_of): guided
     # decoding is drawn only with one, and judged by it.
     tokenizer: str | None = None

@@ -60,6 +60,8 @@ def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
         limits = dataclasses.replace(limits, greedy_filters=declared_greedy_filters(limits))
     if found.draws.unseeded_draws:
         limits = dataclasses.replace(limits, unseeded_draws=found.draws.unseeded_draws)
+    if found.draws.sequence_draws:
+        limits = dataclasses.replace(limits, sequence_draws=found.draws.sequence_draws)
     if found.draws.constraints:
         limits = dataclasses.replace(limits, constraints_dense=True)
     return limits

@@ -8,8 +8,10 @@ from collections.abc import Callable, Sequence
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.constraint_seeds import constraint_workloads
+from engines.testing.draft_draws import draft_hit_workload
 from engines.testing.limits import EngineLimits
 from engines.testing.revisits import again_after_finish, seeded
+from engines.testing.sequence_draws import sequence_workload
 from engines.testing.stop_draws import stop_string_workload
 from engines.testing.strategies import AloneFn, pseudo_tokens
 from engines.testing.tenant_draws import isolation_workload
@@ -90,6 +92,9 @@ def seed_workloads(
         aborts = (Abort(0, f"r{len(burst) - 1}"), Abort(1, "r1"), Abort(2, "r0"))
         out.append(Workload(tuple(burst), tuple(0 for _ in burst), aborts, label="aborts"))
     if alone is not None:
+        hits = draft_hit_workload(limits, req, alone)  # engines.testing.draft_draws
+        if hits is not None:
+            out.append(hits)
         out.append(_stop_edges(limits, alone, budget))
         strings = stop_string_workload(limits, alone)  # engines.testing.stop_draws
         if strings is not None:
@@ -106,6 +111,8 @@ def seed_workloads(
         out.append(greedy_filter_workload(limits))
     if limits.unseeded_draws and "temperature" in limits.sampling_fields:
         out.append(distribution_workload(limits))
+    if limits.sequence_draws and "temperature" in limits.sampling_fields:
+        out.append(sequence_workload(limits))  # engines.testing.sequence_draws
     out += constraint_workloads(limits, alone)  # where the engine declares constraints
     if bad:
         kinds = [k for k in bad_kinds(limits) if k != "duplicate id"]

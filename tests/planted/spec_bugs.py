@@ -2,7 +2,8 @@
 speculating PagedEngine with one method overridden each, each a mistake the trackers report
 of speculating engines (issue 32): the bonus token lost, acceptance judged on another row's
 draft, rejected drafts' KV left held, a stop id inside an accepted run ignored, the verified
-span placed one position off.
+span placed one position off; and, with sampled drafts (the min(1, p/q) rule), the residual
+not normalised.
 
 Every bug needs drafts accepted, and the tiny preset's own continuations are hard to draft
 (the n-gram drafter's drafts are accepted about 2% of the time over the suite's draws, the
@@ -18,18 +19,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from engines.paged.engine import PagedEngine
 from engines.paged.forward import Row
 from engines.paged.speculate import Speculation, merged
 from engines.paged.state import PagedRequest
+from engines.paged.variants import speculative_draft_sampled
 from engines.protocol import StepOutput
 from engines.sequential import SequentialEngine
 
-__all__ = ["SPEC_PLANTED", "SPEC_SEARCHED", "AcceptsOnAnotherRowsDraft", "DropsBonusToken",
-           "IgnoresStopInRun", "KeepsRejectedDraftBlocks", "SpeculatingControl",
-           "VerifiesOneEarly"]
+__all__ = ["SPEC_DISTRIBUTION", "SPEC_PLANTED", "SPEC_SEARCHED", "AcceptsOnAnotherRowsDraft",
+           "DropsBonusToken",
+           "IgnoresStopInRun", "KeepsRejectedDraftBlocks", "ResidualNotNormalised",
+           "SampledDraftsControl", "SpeculatingControl", "VerifiesOneEarly"]
 
 SELF_DRAFT = Speculation("draft", num_tokens=3, draft_model="tiny")
+# Sampled drafts from tiny-draft: q differs from p, so sampled drafts are rejected often.
+SAMPLED_DRAFTS = Speculation("draft", num_tokens=3, sampled_drafts=True)
 
 
 class _Speculating(PagedEngine):
@@ -115,8 +122,36 @@ class VerifiesOneEarly(_Speculating):
                    seat=row.seat, lora=row.lora)
 
 
+class SampledDraftsControl(PagedEngine):
+    """Correct: speculative_draft_sampled's configuration (tiny-draft's sampled drafts, the
+    min(1, p/q) rule), for the no-false-alarm runs of the distribution check."""
+
+    reference = SequentialEngine
+    expected_failed_checks = speculative_draft_sampled().expected_failed_checks
+
+    def __init__(self, **kw: Any) -> None:
+        kw.setdefault("speculation", SAMPLED_DRAFTS)
+        super().__init__(**kw)
+
+
+class ResidualNotNormalised(SampledDraftsControl):
+    """A rejected sampled draft is replaced by an inverse-CDF draw from max(0, p - q) as it
+    is, not normalised: a uniform past its total mass (1 - the acceptance probability) falls
+    to the last token of positive residual."""
+
+    # Greedy rows never reach it and seeded ones are declared broken: only the tokens'
+    # distribution shows it, from the second token on.
+    caught_by = "sequence_distribution"
+
+    def _residual(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(p.double() - q.double(), min=0.0)
+
+
 SPEC_PLANTED: list[Any] = [DropsBonusToken, AcceptsOnAnotherRowsDraft,
                            KeepsRejectedDraftBlocks, IgnoresStopInRun, VerifiesOneEarly]
+# Caught by a statistical check judged on its seed workload only (no search):
+# tests/test_spec_distribution.py runs it, seeded so that the verdict is reproducible.
+SPEC_DISTRIBUTION: list[Any] = [ResidualNotNormalised]
 # Those the suite's search finds in a few drawn workloads (the catalog's report runs them);
 # AcceptsOnAnotherRowsDraft is caught by a probe that scripts the drafts.
 SPEC_SEARCHED: list[Any] = [b for b in SPEC_PLANTED if b is not AcceptsOnAnotherRowsDraft]

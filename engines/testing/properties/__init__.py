@@ -1,6 +1,6 @@
 """The properties (docs/architecture.md describes each), each a function judging one Trace for
 the check it is handed, one file per theme: parity, requests, seeds, logprobs,
-prompt_logprobs, greedy_filters, unseeded_draws, slots, kv, isolation (tenants),
+prompt_logprobs, greedy_filters, unseeded_draws, sequence_draws, slots, kv, isolation (tenants),
 drain.
 
 A property raises `check.fail(...)` with a sentence naming the request, the step, what was
