@@ -42,4 +42,16 @@ class ForkedBlockFreedUnderSibling(PagedEngine):
         seq.blocks = []
 
 
-CHILDREN_PLANTED: list[Any] = [ChildrenShareASeed, ForkedBlockFreedUnderSibling]
+class ChildWritesSharedBlock(PagedEngine):
+    """No copy-on-write: a child writes its token into the partial prompt block it shares
+    with its siblings, overwriting what they read at that position (each sibling then
+    writes its own there in turn)."""
+
+    caught_by = "kv_accounting"
+
+    def _private_tail(self, seq: PagedRequest) -> int:
+        return 0
+
+
+CHILDREN_PLANTED: list[Any] = [ChildrenShareASeed, ForkedBlockFreedUnderSibling,
+                               ChildWritesSharedBlock]
