@@ -1,6 +1,6 @@
 """Beam search (engines.core.beams) in the sequential engine against an oracle nobody here
 wrote: transformers' generate with num_beams, num_return_sequences, length_penalty,
-do_sample=False, early_stopping=False (its default) and eos_token_id = the request's stop
+do_sample=False, early_stopping="never" and eos_token_id = the request's stop
 ids, over the same model; and the beam_search check's bite."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _generate(model: Any, prompt: tuple[int, ...], p: SamplingParams) -> list[tu
     eos = list(p.stop_token_ids) or None
     config = GenerationConfig(num_beams=p.beam_width, num_return_sequences=p.n,
                               length_penalty=p.length_penalty, do_sample=False,
-                              early_stopping=False, max_new_tokens=p.max_tokens,
+                              early_stopping="never", max_new_tokens=p.max_tokens,
                               eos_token_id=eos, pad_token_id=eos[0] if eos else None)
     with torch.inference_mode():
         rows = model.generate(torch.tensor([prompt]), generation_config=config,

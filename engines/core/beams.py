@@ -1,6 +1,6 @@
 """Beam search (SamplingParams.beam_width > 1): the search itself, apart from any KV cache.
 
-The rule is transformers' generate(num_beams=W, do_sample=False, early_stopping=False,
+The rule is transformers' generate(num_beams=W, do_sample=False, early_stopping="never",
 length_penalty=lp, num_return_sequences=n, eos_token_id=<the stop ids>, max_new_tokens=
 max_tokens) (tests/test_beam_search.py runs it as the oracle), stated here so that an engine
 needs no transformers to follow it:
@@ -13,8 +13,13 @@ needs no transformers to follow it:
   length ** length_penalty (length: its generated tokens, the stop id included); the best W
   finished hypotheses are kept. The first W candidates that do not end are the next beams.
 - The search ends when no beam can go on (max_tokens), or when W hypotheses are finished and
-  the best running beam's cumulative logprob / its length ** length_penalty is not above the
-  worst of them (generate's early_stopping=False heuristic).
+  no running beam can still beat the worst of them: the best running beam's cumulative
+  logprob / L ** length_penalty is not above it, with L = max_tokens where length_penalty > 0
+  (a longer beam's logprob only falls, so that is the best score it can reach) and its
+  present length otherwise (generate's early_stopping="never"). generate's default heuristic
+  (early_stopping=False) takes the present length always, and so can stop before a longer
+  beam overtakes the finished ones; "never" returns the best beams the search can find, as
+  CTranslate2's beam search does when its patience is never reached.
 - The n best finished hypotheses are the children 0..n-1, best first, each finishing STOP if
   it ends with a stop id, else LENGTH.
 
@@ -101,7 +106,8 @@ class BeamSearch:
             return []
         self.beams, self.logprobs = beams, torch.tensor(kept, dtype=torch.float32)
         if len(self.finished) >= width:
-            best = float(self.normalise(self.logprobs[:1], length)[0])
+            reach = self.params.max_tokens if self.params.length_penalty > 0 else length
+            best = float(self.normalise(self.logprobs[:1], reach)[0])
             if not best > self.finished[-1].score:
                 self.done = True
                 return []

@@ -2,7 +2,7 @@
 finishing once (STOP exactly when it ends with a stop id, LENGTH at max_tokens, no stop id
 before its end); batched it returns the beams it returns served alone; and the reference
 engine's beams (engines.core.beams states the rule: transformers' generate with
-early_stopping=False). Catches beam state mixed between requests batched together
+early_stopping="never"). Catches beam state mixed between requests batched together
 (tensorrtllm_backend #682), beam index arithmetic (vLLM #31081), scores ranked without the
 length normalisation.
 
