@@ -104,7 +104,10 @@ class IgnoresStopInRun(_Speculating):
     def _accepts(self, seq: PagedRequest, rnd: int, token: int,
                  drafts: Mapping[PagedRequest, Sequence[int]]) -> bool:
         own = drafts[seq]
-        return rnd < len(own) and token == own[rnd]
+        # Only a stop id is ignored: a run going on past a stop string or the budget would
+        # trip the engine's own detokenizer first, a crash rather than this bug's symptom.
+        ended = seq.finished and token not in seq.request.params.stop_token_ids
+        return not ended and rnd < len(own) and token == own[rnd]
 
 
 class VerifiesOneEarly(_Speculating):
