@@ -116,7 +116,7 @@ def _hf_beams(prompt: tuple[int, ...], width: int, n: int, length_penalty: float
     out = model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=width,
                          num_return_sequences=n, length_penalty=length_penalty,
                          do_sample=False, max_new_tokens=max_tokens, eos_token_id=stop,
-                         pad_token_id=0 if stop is None else stop, early_stopping=False)
+                         pad_token_id=0 if stop is None else stop, early_stopping="never")
     rows = out[:, len(prompt):].tolist()
     return [row[:row.index(stop) + 1] if stop in row else row for row in rows]
 

@@ -208,6 +208,10 @@ def _generation_config(p: SamplingParams, speculation: Speculation | None = None
         gc.num_beams = int(p.beam_width)
         gc.num_return_sequences = int(p.beam_width)  # every beam comes back (sequences.py)
         gc.length_penalty = float(p.length_penalty)
+        # The protocol's search (engines.core.beams) runs until no beam can still overtake the
+        # finished ones: transformers' early_stopping="never", the library's NEVER (its
+        # default HEURISTIC can stop before a longer beam overtakes).
+        gc.stop_criteria = openvino_genai.StopCriteria.NEVER
     elif p.n > 1:
         gc.num_return_sequences = int(p.n)
         if not gc.do_sample:  # the library refuses greedy n > 1: top_k 1 is the argmax
