@@ -20,11 +20,12 @@ def importable_examples(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_engine_option_runs_the_suite_with_readable_ids(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(*SUITE, "--engine", "examples.toy_engine:ToyEngine", "-v")
-    # reference_parity, sampling_distribution: no reference; variants: none given;
+    # reference_parity, sampling_distribution, sequence_distribution: no reference;
+    # variants: none given;
     # kv_accounting, isolation: no KV view; drain: no load view; prompt_logprobs, children,
     # greedy_filters, constraints, beam_search: not declared; streamed_text, stop_strings: no
     # tokenizer
-    result.assert_outcomes(passed=13, skipped=13)
+    result.assert_outcomes(passed=13, skipped=14)
     result.stdout.fnmatch_lines([
         "batching-engines: engine examples.toy_engine:ToyEngine, parity exact, *",
         "*test_conformance[[]ToyEngine-parity[]] PASSED*",
@@ -60,11 +61,12 @@ def test_fixture_override_pulls_the_suite_in(pytester: pytest.Pytester) -> None:
     )
     pytester.makepyfile(test_mine="from engines.testing.conformance import *  # noqa: F403\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "--hypothesis-profile=batching-dev")
-    # reference_parity, sampling_distribution: no reference; variants: none given;
+    # reference_parity, sampling_distribution, sequence_distribution: no reference;
+    # variants: none given;
     # kv_accounting, isolation: no KV view; drain: no load view; prompt_logprobs, children,
     # greedy_filters, constraints, beam_search: not declared; streamed_text, stop_strings: no
     # tokenizer
-    result.assert_outcomes(passed=13, skipped=13)
+    result.assert_outcomes(passed=13, skipped=14)
 
 
 def test_declared_expected_failures_are_strict_xfails(pytester: pytest.Pytester) -> None:

@@ -5,8 +5,8 @@ baseline otherwise). The library verifies the drafts itself; greedy, its tokens 
 model's own greedy continuation, so it is an oracle for our paged engine's speculation that
 nobody here wrote (tests/test_hf_assisted.py), and it runs under the suite like any engine.
 
-Declares greedy decoding only (`max_tokens`, `stop_token_ids`): no sampling, seeds or
-logprobs are sent to it.
+Declares greedy decoding only (`max_tokens`, `stop_token_ids`) and `seeds` broken (it
+refuses sampled requests): no sampling, seeds or logprobs are sent to it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ __all__ = ["HFAssistedEngine", "hf_assisted_draft", "hf_assisted_lookup"]
 class HFAssistedEngine(HFGenerateEngine):
     name = "hf-assisted"
     supported_sampling = frozenset({"max_tokens", "stop_token_ids"})
+    # Greedy only: seeded sampling is refused (the suite then draws no seeded requests).
+    expected_failed_checks = {"seeds": "greedy only: sampled requests are refused"}
 
     def __init__(self, model: str | Path = "tiny", *, assistant: str | None = None,
                  prompt_lookup: int = 0, seed: int = 0, device: str = "cpu",
