@@ -103,7 +103,7 @@ def test_an_engine_that_declares_seeds_unsupported(pytester: pytest.Pytester) ->
                 super().add_request(request)
     """)
     result = pytester.runpytest(*SUITE, "--engine", "noseeds:NoSeeds", "-rxX")
-    result.assert_outcomes(passed=12, skipped=13, xfailed=1)
+    result.assert_outcomes(passed=12, skipped=14, xfailed=1)
     result.stdout.fnmatch_lines(["*NoSeeds-seeds*refuses seeded sampling*"])
 
 

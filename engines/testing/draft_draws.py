@@ -3,10 +3,9 @@ draft models are accepted where the continuation repeats what came before, which
 search's random prompts rarely give. Two prompts: a short chunk repeated (the continuation
 of its latest occurrence is in the prompt), and a prompt followed by its own greedy
 continuation and the prompt again (the model, served it again, tends to repeat it: random
-weights decode in cycles). Each greedy and, where temperature is declared, sampled (seeded
-where seeded sampling is drawn), with budgets long enough for several drafting steps,
-arriving together. On an engine that
-does not speculate these are ordinary requests; the coverage summary's speculation sentence
+weights decode in cycles). Each greedy and, where seeded sampling is drawn, sampled and
+seeded, with budgets long enough for several drafting steps, arriving together. On an engine
+that does not speculate these are ordinary requests; the coverage summary's speculation sentence
 (engines.testing.spec_coverage) says whether drafts were accepted.
 """
 
@@ -41,10 +40,9 @@ def draft_hit_workload(limits: EngineLimits, req: Callable[..., Request],
     reqs: list[Request] = []
     for prompt in prompts:
         reqs.append(req(len(reqs), prompt, budget))
-        if "temperature" not in limits.sampling_fields:
+        # Sampled only where seeded sampling is drawn: an engine that declares seeds broken
+        # is sent no sampled request outside the seeds check (it may refuse them all).
+        if "temperature" not in limits.sampling_fields or not limits.sampling:
             continue
-        sampled: dict[str, object] = {"temperature": 0.8}
-        if limits.sampling:
-            sampled["seed"] = 32 + len(reqs)
-        reqs.append(req(len(reqs), prompt, budget, **sampled))
+        reqs.append(req(len(reqs), prompt, budget, temperature=0.8, seed=32 + len(reqs)))
     return Workload(tuple(reqs), (0,) * len(reqs), label="prompts whose drafts can hit")
