@@ -98,6 +98,8 @@ def merged(run: Sequence[StepOutput]) -> StepOutput:
     return dataclasses.replace(
         run[0], token_ids=tuple(t for o in run for t in o.token_ids),
         finish_reason=run[-1].finish_reason, top_logprobs=cat([o.top_logprobs for o in run]),
+        # every token's text delta, not only the first's (streamed_text, stop_strings)
+        text=None if all(o.text is None for o in run) else "".join(o.text or "" for o in run),
         logprobs=cat([o.logprobs for o in run]))
 
 
