@@ -71,6 +71,7 @@ if [[ -n $ALL ]]; then
 fi
 if [[ -n $ALL ]]; then
     HF_FACTORIES+=(engines.adapters.hf.variants:hf_block_sharing
+                   engines.adapters.hf.variants:hf_children
                    engines.adapters.hf.variants:hf_small_budget
                    engines.adapters.hf.variants:hf_small_cache)
     # vllm_loras: the zoo's LoRA adapters and cache salts (the `isolation` check). Not the

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 
-from engines.adapters.hf import make_engine
+from engines.adapters.hf.variants import hf_children as make_engine
 from engines.protocol import Engine, FinishReason, Request, SamplingParams
 from tests.helpers import hf_generate, make_prompts
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from hypothesis import Phase
 from hypothesis import settings as Settings
+from hypothesis.errors import FlakyFailure
 
 from engines.testing.context import SuiteContext, SuiteOptions, build_context
 from engines.testing.crash import EngineCrashed
@@ -49,4 +50,12 @@ def hunt(bug: Any, *, seeds: bool = True, settings: Settings | None = None,
         return caught
     except EngineCrashed as crash:
         return crash_finding(crash)
+    except FlakyFailure as flaky:
+        # The check failed, and a rerun of the same workload did not: a bug whose symptom
+        # depends on the engine's state before the workload (e.g. a pooled engine's free
+        # list). Caught all the same: its first violation is the finding.
+        first = next((e for e in flaky.exceptions if isinstance(e, Violation)), None)
+        if first is None:
+            raise
+        return first
     return None

@@ -88,7 +88,10 @@ class HFContinuousEngine(KVMixin):
     # The library samples every row under one generation config, so per-request penalties,
     # top-k/top-p/min-p or min_tokens would be this adapter's sampling (engines/adapters/hf/
     # sampler.py), not transformers': the protocol's base fields only, the rest refused.
-    supported_sampling = BASE_PARAMS | {"n"}
+    # n > 1 (below) is declared by the hf_children variant only: under batching-ci the
+    # kv_accounting check found a block the view does not account for after a one-token
+    # prompt's children (served as requests of their own, R-h4-4), not yet explained.
+    supported_sampling = BASE_PARAMS
 
     def __init__(
         self,
