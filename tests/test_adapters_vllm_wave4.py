@@ -155,13 +155,13 @@ def test_prompt_logprobs_are_the_references_on_the_first_output_only() -> None:
 
 
 def test_stop_strings_and_streamed_text() -> None:
-    # Stop strings are mapped but not declared (report R-h1-3): on these prompts, which end
+    # Stop strings are mapped but not declared (report 41): on these prompts, which end
     # on whole characters, the mapping is judged here.
     from tokenizers import Tokenizer
 
     engine = make_engine()
     assert "stop" not in engine.supported_sampling
-    assert "R-h1-3" in engine.expected_failed_checks["streamed_text"]
+    assert "report 41" in engine.expected_failed_checks["streamed_text"]
     engine.supported_sampling |= TEXT_PARAMS
     directory = tokenizer_of(engine)
     assert directory is not None
@@ -193,9 +193,9 @@ def test_stop_strings_and_streamed_text() -> None:
 
 
 def test_guided_logprobs_are_declared_after_the_mask() -> None:
-    # Report R-h1-4: vLLM's raw logprobs of a guided request are after its grammar's mask.
+    # Report 42: vLLM's raw logprobs of a guided request are after its grammar's mask.
     engine = make_engine()
-    assert "R-h1-4" in engine.expected_failed_checks["logprobs"]
+    assert "report 42" in engine.expected_failed_checks["logprobs"]
     tops = {}
     for name, params in (("g", SamplingParams(max_tokens=1, logprobs=2,
                                                guided=Guided("choice", ("yes", "no")))),
@@ -210,7 +210,7 @@ def test_guided_logprobs_are_declared_after_the_mask() -> None:
 @pytest.mark.xfail(
     strict=True, reason="vllm-cpu 0.32.0 bug: the first text delta holds the whole prompt's "
     "text when the prompt ends mid-character (vllm-project/vllm#48853, open; docs/findings.md "
-    "report R-h1-3)")
+    "report 41)")
 def test_the_text_of_a_prompt_ending_mid_character_stays_out_of_the_output() -> None:
     from tokenizers import Tokenizer
 
@@ -257,7 +257,7 @@ def test_loras_serve_the_zoo_adapters_as_peft_does() -> None:
     names = sorted(engine.loras)
     assert len(names) == 3 and "lora" in engine.supported_sampling
     prompts = make_prompts([9, 40, 5], seed=3)
-    # Base rows beside three adapters (the batch that shows report R-h1-1 without the spare
+    # Base rows beside three adapters (the batch that shows report 37 without the spare
     # slot), then each request alone on the reference.
     requests = [Request(prompts[i % 3], SamplingParams(max_tokens=8), request_id=f"l{i}",
                         lora=[None, *names][i % 4]) for i in range(8)]
@@ -288,7 +288,7 @@ def test_loras_serve_the_zoo_adapters_as_peft_does() -> None:
 @pytest.mark.xfail(
     strict=True, reason="vllm-cpu 0.32.0 bug: a base request batched beside a LoRA request "
     "gets the last LoRA slot's delta (PunicaWrapperCPU gathers slot -1 for 'no adapter'); "
-    "docs/findings.md report R-h1-1, vllm-project/vllm PRs #48421 and #49656 (open)")
+    "docs/findings.md report 37, vllm-project/vllm PRs #48421 and #49656 (open)")
 def test_a_base_row_beside_a_lora_row_gets_no_delta() -> None:
     pytest.importorskip("peft", reason="peft not installed (the reference's LoRA)")
     from engines.adapters.vllm.adapter import vllm_cpu
@@ -324,7 +324,7 @@ def test_speculation_runs_on_the_cpu_and_keeps_greedy_tokens(factory: str) -> No
     # The issue expected vLLM's CPU runner to refuse a speculative config; vllm-cpu 0.32.0
     # builds and runs both prompt lookup and a draft model. In a subprocess: building a
     # second engine in a process that built a speculative one fails in vLLM's kernel
-    # registration (report R-h1-2 in docs/findings.md).
+    # registration (report 38 in docs/findings.md).
     out = subprocess.run([sys.executable, "-c", _SPEC.format(factory=factory)],
                          capture_output=True, text=True, timeout=600, check=True).stdout
     (line,) = [x for x in out.splitlines() if x.startswith("TOKENS ")]

@@ -176,7 +176,7 @@ def _reference(requests: Iterable[Request]) -> Children:
 def test_bad_words_equal_the_reference_batched_beside_other_lengths(engine: Engine) -> None:
     """bad_words through `suppress_sequences`: one token, two and three tokens, and the pair
     across the prompt's end (banned by the library only when a shorter prompt shares the
-    batch: report R-h4-3, which the adapter's batching avoids)."""
+    batch: report 30, which the adapter's batching avoids)."""
     short, long = make_prompts([3, 7], seed=10)
     first = _reference([Request(long, SamplingParams(max_tokens=8), request_id="p")])
     g = first[("p", 0)][0]
@@ -190,7 +190,7 @@ def test_bad_words_equal_the_reference_batched_beside_other_lengths(engine: Engi
 
 
 def test_the_library_bans_across_a_longer_prompts_end_in_a_batch() -> None:
-    """Report R-h4-3 as it is on ctranslate2 4.8.5: the same prompt, alone and beside a
+    """Report 30 as it is on ctranslate2 4.8.5: the same prompt, alone and beside a
     shorter one, with the bad word (its last token, its first greedy token)."""
     import ctranslate2
 

@@ -72,7 +72,7 @@ def test_abort_a_request_with_children() -> None:
 
 
 def test_children_of_a_one_token_prompt() -> None:
-    """The library crashes forking a one-token prompt (report R-h4-4); the adapter serves its
+    """The library crashes forking a one-token prompt (report 31); the adapter serves its
     children as requests of their own: greedy children agree with generate, seeded ones
     follow the seed rule."""
     got = _run(make_engine(), [Request((0,), SamplingParams(max_tokens=4, n=2), request_id="g"),

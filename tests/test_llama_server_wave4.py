@@ -143,7 +143,7 @@ def test_children_on_llama_server(launched: None) -> None:
 
 
 def test_a_base_request_after_an_adapter_reuses_its_prompt_kv(launched: None) -> None:
-    """Pins docs/findings.md R-h3-3 (llama.cpp, the class of #26207): on one slot with
+    """Pins docs/findings.md report 36 (llama.cpp, the class of #26207): on one slot with
     cache_prompt, a request without `lora` after one under an adapter reuses the prompt KV
     the adapter computed, and its tokens are not the base model's. This test fails once
     llama.cpp clears the slot's prompt on that change: then drop the pin and the note."""

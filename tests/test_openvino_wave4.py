@@ -61,13 +61,13 @@ def test_speculating_variants_match_generate_and_count_accepted_drafts(factory: 
     counts = eng.exercised()  # type: ignore[attr-defined]
     assert counts["spec_accepted_tokens"] > 0
     assert "spec_draft_tokens" not in counts  # the library gives none under step: absent
-    # It refuses beams and n > 1 under speculation, and breaks min_tokens (R-h2-4): not
+    # It refuses beams and n > 1 under speculation, and breaks min_tokens (report 40): not
     # declared there.
     assert not supported_sampling(eng) & {"n", "beam_width", "length_penalty", "min_tokens"}
 
 
 def test_a_draft_model_gives_filtered_sampling_the_drafts_tokens() -> None:
-    # Pins docs/findings.md report R-h2-3 (why openvino_draft_model declares greedy_filters):
+    # Pins docs/findings.md report 39 (why openvino_draft_model declares greedy_filters):
     # top_k 1 must be the target's greedy; the library returns the draft model's. If this
     # starts failing, drop that declaration.
     from engines.adapters.openvino.variants import openvino_draft_model

@@ -60,10 +60,10 @@ def test_factory_declares_what_the_library_has(engine: Engine) -> None:
     assert isinstance(engine, Engine) and isinstance(engine, Abortable)
     assert (engine.vocab_size, engine.max_model_len) == (1024, 512)
     assert engine.max_concurrency == 4  # type: ignore[attr-defined]  # the library's default
-    # seeds: no per-turn seed on the CPU; streamed_text: its stream loses text (R-h4-1).
+    # seeds: no per-turn seed on the CPU; streamed_text: its stream loses text (report 28).
     declared = set(engine.expected_failed_checks)  # type: ignore[attr-defined]
     assert declared == {"seeds", "streamed_text"}
-    # guided only in the ortgenai_guided variant (report R-h4-2).
+    # guided only in the ortgenai_guided variant (report 29).
     assert supported_sampling(engine) == SUPPORTED_SAMPLING - {"guided"}
     assert "seed" not in SUPPORTED_SAMPLING
     assert not isinstance(engine, KVIntrospection)

@@ -75,7 +75,7 @@ def test_guided_batch_equals_the_reference(engine: Engine, seed: int) -> None:
     assert guided_stops, "no guided request reached its grammar's end: nothing was judged"
     for rid, (tokens, _, text) in got.items():
         full = decode(tok, tokens)
-        # The library's stream: equal to the decode unless it met report R-h4-1.
+        # The library's stream: equal to the decode unless it met report 28.
         assert text == full or "\ufffd" in full, (rid, text, full)
 
 
@@ -93,7 +93,7 @@ def test_the_default_factory_leaves_guided_out() -> None:
     from engines.adapters.ortgenai import make_engine
     from engines.adapters.ortgenai.adapter import GUIDANCE_LOSES_BYTES
 
-    assert "R-h4-2" in GUIDANCE_LOSES_BYTES
+    assert "report 29" in GUIDANCE_LOSES_BYTES
     eng = make_engine()
     assert "guided" not in eng.supported_sampling and eng.tokenizer is not None
     with pytest.raises(InvalidRequest, match="guided"):
@@ -101,7 +101,7 @@ def test_the_default_factory_leaves_guided_out() -> None:
 
 
 def test_a_grammar_needing_a_partial_character_token_fails_the_turn(engine: Engine) -> None:
-    """Report R-h4-2, as it is on 0.18.0: choices that share only a character's first byte.
+    """Report 29, as it is on 0.18.0: choices that share only a character's first byte.
     A fresh engine: the failure leaves the library's Engine unhealthy."""
     from engines.adapters.ortgenai.adapter import TurnFailed
     from engines.adapters.ortgenai.variants import ortgenai_guided

@@ -43,7 +43,7 @@ Translations (where the library's semantics differ from the protocol):
   `patience` n (the library refuses more hypotheses than beam_size x patience), the same
   tokens n times. Child k of a request is hypothesis k.
 - bad_words: the library's `suppress_sequences` (per batch), batched only with requests of
-  the same bad words and prompt length (engines.adapters.ct2.bad_words: report R-h4-3).
+  the same bad words and prompt length (engines.adapters.ct2.bad_words: report 30).
 - beam search (`beam_width`, `n`, `length_penalty`): the library's beam search, which calls
   no callback, so a beam batch runs to its end within one step (engines.adapters.ct2.beams:
   its batching key, and the patience that keeps the library from stopping early).

@@ -6,7 +6,7 @@ so far ends with all but its last token, never across the prompt's end (measured
 sequential reference, tests/test_ct2_beams.py). In a batch of prompts of different lengths the
 longer prompts' tails are fed through the decoding loop, and the library then counts them as
 output: a bad word made of a longer prompt's last token and its first generated one is banned
-there, and not alone (docs/findings.md report R-h4-3). So a request with bad words shares a
+there, and not alone (docs/findings.md report 30). So a request with bad words shares a
 batch only with requests of the same bad words and the same prompt length, where no prompt
 has a tail in the loop.
 """

@@ -24,7 +24,7 @@ Translations (where the library's semantics differ from the protocol):
   add_request. Child 0 is the request, child i the library's child i - 1; sampled children
   draw with seed + i (engines.core.children's rule) through the adapter's sampler. A
   one-token prompt's children are requests of their own: the library's fork fails there
-  (docs/findings.md report R-h4-4). Greedy children use the fork too, which the library's
+  (docs/findings.md report 31). Greedy children use the fork too, which the library's
   own generate_batch refuses to configure (num_return_sequences needs do_sample there):
   they are identical, as the protocol's greedy children are.
 
@@ -90,7 +90,7 @@ class HFContinuousEngine(KVMixin):
     # sampler.py), not transformers': the protocol's base fields only, the rest refused.
     # n > 1 (below) is declared by the hf_children variant only: under batching-ci the
     # kv_accounting check found a block the view does not account for after a one-token
-    # prompt's children (served as requests of their own, R-h4-4), not yet explained.
+    # prompt's children (served as requests of their own, report 31), not yet explained.
     supported_sampling = BASE_PARAMS
 
     def __init__(
@@ -166,7 +166,7 @@ class HFContinuousEngine(KVMixin):
                 self._children[child] = (live, i, row)
                 self._sampler.add(row)
         # The library forks after prefilling all but the prompt's last token, and crashes on a
-        # one-token prompt (nothing to prefill: docs/findings.md report R-h4-4): there each
+        # one-token prompt (nothing to prefill: docs/findings.md report 31): there each
         # child is a request of its own under the child's key, the same computation unshared.
         own = params.n > 1 and len(request.prompt_token_ids) == 1
         keys = [key, *(f"{key}__child#{i}" for i in range(params.n - 1))] if own else [key]

@@ -330,7 +330,7 @@ class LlamaServer:
             # `lora`, as a client that knows nothing of adapters does: the server then runs
             # its launch-time scales, all 0; with `explicit_base` it lists every adapter at
             # 0, the one form after which the server does not reuse a slot's prompt KV
-            # computed under an adapter (docs/findings.md R-h3-3).
+            # computed under an adapter (docs/findings.md report 36).
             body["lora"] = [{"id": i, "scale": 1.0 if name == request.lora else 0.0}
                             for name, i in sorted(self.loras.items(), key=lambda kv: kv[1])]
         return body

@@ -43,7 +43,7 @@ DRAFT_MAX = 4
 # What the speculating configurations get wrong, declared (strict: a fix is noticed).
 SPEC_LOGPROBS = ("llama-server sends no completion_probabilities for the tokens of a "
                  "speculative step (every token after a slot's first, while it drafts), "
-                 "accepted drafts or not (llama.cpp PR 27196, open; docs/findings.md R-h3-1)")
+                 "accepted drafts or not (llama.cpp PR 27196, open; docs/findings.md report 34)")
 
 
 def _vocab() -> int:
@@ -55,7 +55,7 @@ def _vocab() -> int:
 def _engine(server: Server, *, cache_prompt: bool = False, speculative: bool = False,
             loras: Mapping[str, str] | None = None, name: str) -> LlamaEngine:
     ids = {n: i for i, n in enumerate(loras or {})}  # --lora flags' order
-    # With cache_prompt, a base request names every adapter at scale 0 (R-h3-3: without a
+    # With cache_prompt, a base request names every adapter at scale 0 (report 36: without a
     # `lora` list the server reuses prompt KV an adapter computed).
     dialect = LlamaServer(cache_prompt=cache_prompt, vocab_size=_vocab(), loras=ids,
                           speculative=speculative, explicit_base=cache_prompt, name=name)
@@ -94,7 +94,7 @@ def llama_server_ngram_simple() -> LlamaEngine:
     """Speculative decoding by prompt lookup (`ngram-simple`): the last token looked up in
     the request's own context, the 4 that followed it there drafted. A 1-token lookup: the
     tiny model's random prompts seldom repeat longer n-grams, and a configuration that
-    drafts only now and then would fail `logprobs` (R-h3-1) only now and then."""
+    drafts only now and then would fail `logprobs` (report 34) only now and then."""
     server = llama_server_process(PRESET, extra=(
         "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
         "--spec-ngram-simple-size-m", str(DRAFT_MAX)))
@@ -137,6 +137,6 @@ def llama_server_lora_cache_prompt() -> LlamaEngine:
     request's prompt, which must not happen across adapters. Base requests list every
     adapter at scale 0: sent without `lora` (as llama_server_lora sends them), they reuse KV
     an adapter computed, and the suite fails parity, reference_parity and prefill_decode
-    (docs/findings.md R-h3-3, pinned by tests/test_llama_server_wave4.py)."""
+    (docs/findings.md report 36, pinned by tests/test_llama_server_wave4.py)."""
     server, loras = _lora_server()
     return _engine(server, loras=loras, cache_prompt=True, name="llama-lora-cache-prompt")

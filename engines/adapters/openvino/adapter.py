@@ -114,7 +114,7 @@ LOGPROBS_LIMIT = ("openvino-genai returns the chosen token's logprob only: top_l
 # Wave 4: n (num_return_sequences) and beam search (num_beams, length_penalty) are mapped;
 # guided decoding (its StructuredOutputConfig) is a variant's (STRUCTURED_SAMPLING). Not
 # declared (docs/engines.md): stop strings (the library cuts the tokens of a stop string out of
-# the output, and may end a request with no output at all: docs/findings.md report R-h2-1),
+# the output, and may end a request with no output at all: docs/findings.md report 32),
 # allowed ids, logit bias and bad words (no GenerationConfig field), prompt logprobs (none in
 # the pipeline's outputs), LoRA (not applied per request under add_request/step) and cache
 # salts (no such field).
@@ -124,7 +124,7 @@ SUPPORTED_SAMPLING = (ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
 STRUCTURED_SAMPLING = SUPPORTED_SAMPLING | {"guided"}
 # A speculating pipeline refuses beams and n > 1 ("Beam search and parallel sampling are not
 # compatible with assistant generation"), and does not hold a stop id back until min_tokens
-# in the tokens it verifies (docs/findings.md report R-h2-4).
+# in the tokens it verifies (docs/findings.md report 40).
 SPECULATIVE_SAMPLING = SUPPORTED_SAMPLING - {"n", "beam_width", "length_penalty", "min_tokens"}
 # fp32 everywhere: the CPU plugin's defaults (bf16 inference where the CPU has it, a u8 or f16
 # KV cache) would move greedy tokens at near-ties.

@@ -30,12 +30,12 @@ ACCEPTED = "spec_accepted_tokens"  # the Exercised counter this module can give
 # near its budget's end depend on the requests the pipeline served before it.
 DRAFT_SEEDS = ("openvino-genai's speculative decoding with a draft model samples a seeded "
                "request's last tokens differently depending on the requests served before it "
-               "(docs/findings.md report R-h2-2): seeded sampling is not reproducible there")
+               "(docs/findings.md report 33): seeded sampling is not reproducible there")
 # And a sampled request whose filters leave one token (top_k 1, a tiny top_p) gets the draft
 # model's greedy tokens, not the target's.
 DRAFT_FILTERS = ("openvino-genai's speculative decoding with a draft model accepts the draft "
                  "model's tokens for a sampled request whose top_k / top_p / min_p leave one "
-                 "token (docs/findings.md report R-h2-3): such a request is not the target's "
+                 "token (docs/findings.md report 39): such a request is not the target's "
                  "greedy")
 
 SpeculationKind = Literal["draft", "prompt_lookup"]

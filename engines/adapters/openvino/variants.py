@@ -92,7 +92,7 @@ def openvino_draft_model() -> OpenVINOEngine:
     layers, converted alike) proposes 3 tokens a step, the target verifies them in one
     forward. Its seeded sampling depends on the requests served before, and a sampled
     request whose filters leave one token gets the draft's tokens (docs/findings.md reports
-    R-h2-2, R-h2-3): `seeds` and `greedy_filters` declared."""
+    report 33, report 39): `seeds` and `greedy_filters` declared."""
     engine = openvino_genai_engine(label="openvino_draft_model",
                                    speculation=Speculation("draft", num_assistant_tokens=3))
     engine.expected_failed_checks = {**engine.expected_failed_checks, "seeds": DRAFT_SEEDS,

@@ -33,7 +33,7 @@ Translations (where the library's semantics differ from the protocol):
 
 - guided (declared by the `ortgenai_guided` variant only: the library's guidance fails on
   grammars that need a token carrying part of a character, GUIDANCE_LOSES_BYTES, report
-  R-h4-2, and then serves nothing more): the turn's guidance (`set_guidance`, llguidance
+  report 29, and then serves nothing more): the turn's guidance (`set_guidance`, llguidance
   inside the library, as in the reference; engines.adapters.ortgenai.guidance maps each
   kind). The library ends a guided
   turn with EOS at the grammar's end, forced where the text can go no further: there the
@@ -43,7 +43,7 @@ Translations (where the library's semantics differ from the protocol):
 - text: the model directory carries the presets' byte-level BPE (convert.with_tokenizer), the
   engine declares it (`tokenizer`), and each output's `text` is what the library's own
   incremental detokenizer (`Tokenizer.create_stream()`) makes of its new tokens. It loses
-  characters after an incomplete UTF-8 sequence (docs/findings.md report R-h4-1): the
+  characters after an incomplete UTF-8 sequence (docs/findings.md report 28): the
   streamed_text check is declared an expected failure with that reason.
 
 Declared unsupported (left out of supported_sampling, so refused by name), with the reason:
@@ -109,18 +109,18 @@ SEEDS_UNSUPPORTED = ("onnxruntime-genai 0.18.0 on the CPU: 'A per-turn seed requ
                      "and its builder makes those for CUDA only: seeded requests are refused "
                      "and unseeded ones draw from the library's shared RNG")
 # onnxruntime-genai <= 0.18.0 (the newest): its TokenizerStream loses the characters after a
-# byte that starts no complete UTF-8 character (docs/findings.md, report R-h4-1).
+# byte that starts no complete UTF-8 character (docs/findings.md, report 28).
 STREAM_LOSES_TEXT = ("onnxruntime-genai 0.18.0's TokenizerStream drops the characters that "
                      "follow an incomplete UTF-8 sequence (bytes E3 81, then ' in', streams "
-                     "'in'; docs/findings.md report R-h4-1): the streamed text is not the "
+                     "'in'; docs/findings.md report 28): the streamed text is not the "
                      "decode of the tokens")
 # onnxruntime-genai <= 0.18.0: its guidance sees a token that carries part of a UTF-8
 # character as the bytes of U+FFFD, so a grammar whose text needs such a token fails the turn
-# and leaves the Engine unhealthy for every later request (docs/findings.md, report R-h4-2).
+# and leaves the Engine unhealthy for every later request (docs/findings.md, report 29).
 GUIDANCE_LOSES_BYTES = ("onnxruntime-genai 0.18.0's guidance sees every token that carries "
                         "part of a UTF-8 character as U+FFFD's bytes: a grammar that needs one "
                         "(choices 'é' | 'ü') fails with ENGINE_EXECUTION_FAILURE and the Engine "
-                        "refuses everything after (docs/findings.md report R-h4-2)")
+                        "refuses everything after (docs/findings.md report 29)")
 _EVENTS = 1024  # event buffer capacity: more than one step's events for any batch size here
 
 

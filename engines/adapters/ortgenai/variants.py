@@ -37,6 +37,6 @@ def ortgenai_max() -> OrtGenaiEngine:
 def ortgenai_guided() -> OrtGenaiEngine:
     """The default configuration declaring guided decoding (the library's guidance), which the
     default leaves out: its guidance fails on grammars that need a token carrying part of a
-    UTF-8 character (docs/findings.md report R-h4-2), so this one is for runs that judge the
+    UTF-8 character (docs/findings.md report 29), so this one is for runs that judge the
     mapping and find that bug, not for a run that must pass."""
     return ortgenai_engine(label="ortgenai_guided", guided=True)

