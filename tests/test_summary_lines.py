@@ -95,7 +95,10 @@ def test_a_reference_without_logprobs_is_named_as_the_source(pytester: pytest.Py
 
 def test_judgeable_groups_are_counted_as_judged(pytester: pytest.Pytester) -> None:
     assert seeds_needed({j: math.log(0.01) for j in range(5)}) == 5  # the groups have 6+
-    out = _summary(pytester, "--engine", "toys:FlatLogprobs", "-k", "seeds")
+    # Pinned: the search's random groups may, rarely, include one too small to judge (seen
+    # once in 9 unpinned runs), which would say "not judged" for a reason this test is not about.
+    out = _summary(pytester, "--engine", "toys:FlatLogprobs", "-k", "seeds",
+                   "--hypothesis-seed=0")
     assert " seed groups judged" in out
     assert "not judged" not in out
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from engines.adapters.common.book import RequestBook
+from engines.adapters.common.book import Live, RequestBook
 from engines.adapters.common.exercised import Tally
+from engines.protocol import child_key
 
 __all__ = ["KVMixin", "KVView", "Unavailable", "count_preemptions", "count_prefix_hits"]
 
@@ -142,6 +143,8 @@ class KVMixin:
     _kv: KVView
     _book: RequestBook
     _processor: Any
+    # n > 1: the library's child ids -> (the request, the child's index, its sampling row)
+    _children: dict[str, tuple[Live, int, Live]]
 
     @property
     def kv_block_size(self) -> int:
@@ -158,21 +161,30 @@ class KVMixin:
     def kv_free_blocks(self) -> int:
         return self._kv.free_blocks()
 
+    def _kv_keys(self) -> dict[str, Hashable]:
+        """Library request id -> the key the protocol lists it under: a request's id, or for
+        a request with n > 1 each child's engines.protocol.child_key (child 0 the request
+        itself, child i the library's `<id>__child#<i - 1>`)."""
+        keys: dict[str, Hashable] = {}
+        for live in self._book.live():
+            rid = live.request.request_id
+            keys[live.key] = child_key(rid, 0) if live.request.params.n > 1 else rid
+        for library_key, (live, index, _) in self._children.items():
+            if live.key in keys:
+                keys[library_key] = child_key(live.request.request_id, index)
+        return keys
+
     def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]:
         tables = self._kv.tables()
-        return {
-            live.request.request_id: tables[live.key]
-            for live in self._book.live()
-            if live.key in tables
-        }
+        return {ours: tables[key] for key, ours in self._kv_keys().items() if key in tables}
 
     def kv_cached_tokens(self) -> Mapping[Hashable, int]:
         tables = self._kv.tables()
         active = self._processor.scheduler.active_requests
         window = self._kv.window
         return {
-            live.request.request_id: (offset if window is None else min(offset, window))
-            for live in self._book.live()
-            if live.key in tables and live.key in active
-            for offset in (int(active[live.key].position_offset),)
+            ours: (offset if window is None else min(offset, window))
+            for key, ours in self._kv_keys().items()
+            if key in tables and key in active
+            for offset in (int(active[key].position_offset),)
         }
