@@ -18,7 +18,6 @@ import torch
 
 from engines.adapters.hf.generate import HFGenerateEngine
 from engines.models import load_model, parse_dtype
-from engines.protocol import FinishReason, Request, StepOutput
 
 __all__ = ["HFAssistedEngine", "hf_assisted_draft", "hf_assisted_lookup"]
 
@@ -40,26 +39,10 @@ class HFAssistedEngine(HFGenerateEngine):
                                      dtype=parse_dtype(dtype)))
         self.prompt_lookup = prompt_lookup
 
-    @torch.inference_mode()
-    def step(self) -> list[StepOutput]:
-        if not self.waiting:
-            return []
-        request: Request = self.waiting.popleft()
-        prompt = torch.tensor([request.prompt_token_ids], device=self.device)
-        budget = request.params.max_tokens
-        how: dict[str, Any] = ({"assistant_model": self.assistant} if self.assistant is not None
-                               else {"prompt_lookup_num_tokens": self.prompt_lookup})
-        out = self.model.generate(  # type: ignore[operator]  # transformers' stubs
-            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=budget,
-            min_new_tokens=budget, do_sample=False, **how)
-        tokens = tuple(int(t) for t in out[0, prompt.shape[1]:])
-        reason = FinishReason.LENGTH
-        stops = set(request.params.stop_token_ids)
-        for i, tok in enumerate(tokens):
-            if tok in stops:
-                tokens, reason = tokens[: i + 1], FinishReason.STOP
-                break
-        return [StepOutput(request.request_id, tokens, reason)]
+    def generate_options(self) -> dict[str, Any]:
+        if self.assistant is not None:
+            return {"assistant_model": self.assistant}
+        return {"prompt_lookup_num_tokens": self.prompt_lookup}
 
 
 def hf_assisted_draft() -> HFAssistedEngine:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -45,6 +46,11 @@ class HFGenerateEngine:
     def compute_threads(self) -> int | None:
         return torch_threads(self.device)
 
+    def generate_options(self) -> dict[str, Any]:
+        """generate's keyword arguments beyond greedy decoding to the budget (a subclass's
+        hook: assisted generation adds its drafter)."""
+        return {}
+
     @torch.inference_mode()
     def step(self) -> list[StepOutput]:
         if not self.waiting:
@@ -55,7 +61,7 @@ class HFGenerateEngine:
         # min_new_tokens = budget: random weights have no EOS, but make the length certain.
         out = self.model.generate(  # type: ignore[operator]  # transformers' stubs
             prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=budget,
-            min_new_tokens=budget, do_sample=False)
+            min_new_tokens=budget, do_sample=False, **self.generate_options())
         tokens = tuple(int(t) for t in out[0, prompt.shape[1]:])
         reason = FinishReason.LENGTH
         stops = set(request.params.stop_token_ids)
