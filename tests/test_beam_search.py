@@ -15,7 +15,7 @@ from transformers import GenerationConfig
 from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams, StepOutput
 from engines.sequential import SequentialEngine
 from tests.planted.beam_bugs import BEAM_PLANTED
-from tests.planted.harness import hunt, pinned
+from tests.planted.harness import hunt_in_subprocess
 
 
 def _serve(engine: SequentialEngine, prompt: tuple[int, ...],
@@ -104,6 +104,6 @@ def test_aborting_a_beam_search_ends_every_beam() -> None:
 
 @pytest.mark.parametrize("bug", BEAM_PLANTED, ids=lambda b: b.__name__)
 def test_suite_catches_beam_bugs(bug: Any) -> None:
-    caught = hunt(bug, settings=pinned(60, shrink=False))
-    assert caught is not None and caught.prop == bug.caught_by, str(caught)
-    assert "as a runnable script" in str(caught)
+    prop, report = hunt_in_subprocess(bug, 60)
+    assert prop == bug.caught_by, report
+    assert "as a runnable script" in report

@@ -14,7 +14,7 @@ from engines.sequential import SequentialEngine
 from engines.slot.continuous import ContinuousBatchEngine
 from engines.slot.static import StaticBatchEngine
 from tests.planted.children_bugs import CHILDREN_PLANTED
-from tests.planted.harness import hunt, pinned
+from tests.planted.harness import hunt_in_subprocess
 
 ENGINES = [SequentialEngine, StaticBatchEngine, ContinuousBatchEngine, PagedEngine]
 
@@ -118,6 +118,6 @@ def test_paged_children_agree_with_the_reference_under_preemption() -> None:
 
 @pytest.mark.parametrize("bug", CHILDREN_PLANTED, ids=lambda b: b.__name__)
 def test_suite_catches_children_bugs(bug: Any) -> None:
-    caught = hunt(bug, settings=pinned(60, shrink=False))
-    assert caught is not None and caught.prop == bug.caught_by, str(caught)
-    assert "as a runnable script" in str(caught)
+    prop, report = hunt_in_subprocess(bug, 60)
+    assert prop == bug.caught_by, report
+    assert "as a runnable script" in report

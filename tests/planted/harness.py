@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from hypothesis import Phase
@@ -14,7 +18,7 @@ from engines.testing.properties import Violation
 from engines.testing.report import crash_finding
 from engines.testing.search import search
 
-__all__ = ["check_of", "context_of", "hunt", "pinned"]
+__all__ = ["check_of", "context_of", "hunt", "hunt_in_subprocess", "pinned"]
 
 
 def check_of(bug: Any) -> str:
@@ -59,3 +63,29 @@ def hunt(bug: Any, *, seeds: bool = True, settings: Settings | None = None,
             raise
         return first
     return None
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+_HUNT = """
+import importlib, sys
+from tests.planted.harness import hunt, pinned
+bug = getattr(importlib.import_module(sys.argv[1]), sys.argv[2])
+caught = hunt(bug, settings=pinned(int(sys.argv[3]), shrink=False))
+print(caught.prop if caught is not None else "")
+print(caught if caught is not None else "")
+"""
+
+
+def hunt_in_subprocess(bug: Any, max_examples: int = 60) -> tuple[str | None, str]:
+    """hunt(bug) with pinned(max_examples, shrink=False) in a fresh interpreter: the check's
+    name that caught it (None if none did) and its report. For the hunts whose verdict, in a
+    long pytest worker, moved with what earlier tests left in the process (seen under
+    `pytest -n auto` only): a fresh process gives the verdict a user's run would."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    done = subprocess.run([sys.executable, "-c", _HUNT, bug.__module__, bug.__name__,
+                           str(max_examples)], capture_output=True, text=True, cwd=_ROOT,
+                          env=env, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    prop, _, report = done.stdout.partition("\n")
+    return prop or None, report
