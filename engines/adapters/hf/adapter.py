@@ -89,8 +89,9 @@ class HFContinuousEngine(KVMixin):
     # top-k/top-p/min-p or min_tokens would be this adapter's sampling (engines/adapters/hf/
     # sampler.py), not transformers': the protocol's base fields only, the rest refused.
     # n > 1 (below) is declared by the hf_children variant only: under batching-ci the
-    # kv_accounting check found a block the view does not account for after a one-token
-    # prompt's children (served as requests of their own, report 31), not yet explained.
+    # kv_accounting check finds a block unlisted when a one-token prompt's family (children
+    # served as requests of their own, report 31) is aborted at step 0: the library frees a
+    # cancelled child's block a step after the adapter forgets it.
     supported_sampling = BASE_PARAMS
 
     def __init__(

@@ -31,7 +31,8 @@ def hf_block_sharing() -> HFContinuousEngine:
 def hf_children() -> HFContinuousEngine:
     """The default engine declaring n > 1 (the library's own fork; a one-token prompt's
     children as requests of their own). Not the default's declaration yet: kv_accounting
-    under batching-ci found one block unaccounted for after such a family (docs/engines.md)."""
+    under batching-ci finds a block unlisted when such a family is aborted at step 0
+    (docs/engines.md)."""
     engine = hf_continuous(label="hf_children")
     engine.supported_sampling = engine.supported_sampling | {"n"}
     return engine
