@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("vllm", reason="vllm not installed (its venv: ci/vllm-env.sh)")
 
 from engines.adapters.vllm.adapter import make_engine  # noqa: E402
+from engines.adapters.vllm.variants import vllm_children  # noqa: E402
 from engines.adapters.vllm.variants import vllm_prefix_caching  # noqa: E402
 from engines.protocol import (  # noqa: E402
     TEXT_PARAMS,
@@ -106,7 +107,7 @@ def test_a_guided_output_ends_where_its_grammar_does_without_vllms_eos() -> None
 
 def test_children_have_their_own_streams_and_derived_seeds() -> None:
     (prompt,) = make_prompts([7], seed=2)
-    engine = make_engine()
+    engine = vllm_children()
     family = Request(prompt, SamplingParams(max_tokens=6, n=3, temperature=1.0, seed=40,
                                             logprobs=1), request_id="f")
     got = _run(engine, [family, Request(prompt, SamplingParams(max_tokens=4), request_id="o")])
@@ -123,14 +124,14 @@ def test_greedy_children_which_vllm_refuses_are_sent_one_by_one() -> None:
     # vLLM: "n must be 1 when using greedy sampling"; the protocol: greedy children agree.
     (prompt,) = make_prompts([8], seed=5)
     family = Request(prompt, SamplingParams(max_tokens=5, n=3), request_id="g")
-    got = _run(make_engine(), [family])
+    got = _run(vllm_children(), [family])
     want = _tokens(_run(_reference(), [Request(prompt, SamplingParams(max_tokens=5),
                                                request_id="r")])[("r", 0)])
     assert [_tokens(got[("g", i)]) for i in range(3)] == [want] * 3
 
 
 def test_an_aborted_family_finishes_every_child_once() -> None:
-    engine = make_engine()
+    engine = vllm_children()
     engine.add_request(Request((1, 2, 3), SamplingParams(max_tokens=50, n=2), request_id="f"))
     engine.step()
     engine.abort_request("f")  # type: ignore[attr-defined]
