@@ -15,8 +15,10 @@ import pytest
 pytest.importorskip("vllm", reason="vllm not installed (its venv: ci/vllm-env.sh)")
 
 from engines.adapters.vllm.adapter import make_engine  # noqa: E402
-from engines.adapters.vllm.variants import vllm_children  # noqa: E402
-from engines.adapters.vllm.variants import vllm_prefix_caching  # noqa: E402
+from engines.adapters.vllm.variants import (
+    vllm_children,  # noqa: E402
+    vllm_prefix_caching,  # noqa: E402
+)
 from engines.protocol import (  # noqa: E402
     TEXT_PARAMS,
     Engine,
