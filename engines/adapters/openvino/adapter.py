@@ -111,15 +111,18 @@ LOGPROBS_LIMIT = ("openvino-genai returns the chosen token's logprob only: top_l
                   "served for greedy requests with logprobs=1 and no repetition penalty or "
                   "min_tokens, and is None otherwise")
 # Its presence and frequency penalties move a logit towards zero (docs/findings.md report 9).
-# Wave 4: n (num_return_sequences) and beam search (num_beams, length_penalty) are mapped;
-# guided decoding (its StructuredOutputConfig) is a variant's (STRUCTURED_SAMPLING). Not
+# Wave 4: n (num_return_sequences) is mapped and declared; beam search (num_beams,
+# length_penalty) is mapped but not declared: under batching-ci the beam_search check saw a
+# beam of a request with no stop id end STOP at token 0 (the library's EOS, not yet
+# examined), so beams are not sent to it until that is understood; guided decoding (its
+# StructuredOutputConfig) is a variant's (STRUCTURED_SAMPLING). Not
 # declared (docs/engines.md): stop strings (the library cuts the tokens of a stop string out of
 # the output, and may end a request with no output at all: docs/findings.md report 32),
 # allowed ids, logit bias and bad words (no GenerationConfig field), prompt logprobs (none in
 # the pipeline's outputs), LoRA (not applied per request under add_request/step) and cache
 # salts (no such field).
 SUPPORTED_SAMPLING = (ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
-                      | {"n", "beam_width", "length_penalty"})
+                      | {"n"})
 # The structured-output variant's (engines.adapters.openvino.variants).
 STRUCTURED_SAMPLING = SUPPORTED_SAMPLING | {"guided"}
 # A speculating pipeline refuses beams and n > 1 ("Beam search and parallel sampling are not
