@@ -288,3 +288,21 @@ def assert_abort_frees_the_id(engine: Engine) -> None:
     again = Request(prompt, SamplingParams(max_tokens=4), request_id="victim")
     assert drain(engine, [again])["victim"] == (hf_generate(prompt, 4), FinishReason.LENGTH)
 
+
+
+Children = dict[tuple[Hashable, int], tuple[list[int], FinishReason | None]]
+
+
+def run_children(engine: Engine, requests: Iterable[Request], max_steps: int = 2000) -> Children:
+    """Every child's tokens and finish, by (request id, index); each child finishes once."""
+    out: Children = {}
+    for r in requests:
+        engine.add_request(r)
+    for _ in range(max_steps):
+        if not engine.has_work():
+            return out
+        for o in engine.step():
+            tokens, finish = out.get((o.request_id, o.index), ([], None))
+            assert finish is None, f"child {o.index} of {o.request_id} finished twice"
+            out[(o.request_id, o.index)] = (tokens + list(o.token_ids), o.finish_reason)
+    raise AssertionError("the engine never drained")

@@ -10,7 +10,7 @@ Skipped where ctranslate2 is not importable: it lives in its own venv, built by
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -18,13 +18,12 @@ import torch
 
 from engines.models import load_model
 from engines.protocol import Engine, FinishReason, Request, SamplingParams
-from tests.helpers import hf_generate, make_prompts
+from tests.helpers import Children, hf_generate, make_prompts, run_children
 
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 pytestmark = pytest.mark.skipif(
     not HAS_CT2, reason="ctranslate2 is not installed here: its venv is built by ci/ct2-env.sh")
 
-Children = dict[tuple[Hashable, int], tuple[list[int], FinishReason | None]]
 
 
 @pytest.fixture(scope="module")
@@ -36,19 +35,6 @@ def engine() -> Iterator[Engine]:
     assert not eng.has_work()
 
 
-def _run(engine: Engine, requests: Iterable[Request]) -> Children:
-    """Every child's tokens and finish, by (request id, index); one finishing output each."""
-    out: Children = {}
-    for r in requests:
-        engine.add_request(r)
-    for _ in range(1000):
-        if not engine.has_work():
-            return out
-        for o in engine.step():
-            tokens, finish = out.get((o.request_id, o.index), ([], None))
-            assert finish is None, f"child {o.index} of {o.request_id} finished twice"
-            out[(o.request_id, o.index)] = (tokens + list(o.token_ids), o.finish_reason)
-    raise AssertionError("the engine never drained")
 
 
 def _hf_beams(prompt: tuple[int, ...], p: SamplingParams,
@@ -71,7 +57,7 @@ def _hf_beams(prompt: tuple[int, ...], p: SamplingParams,
 
 def _check_beams(engine: Engine, prompts: list[tuple[int, ...]], p: SamplingParams) -> None:
     requests = [Request(pr, p, request_id=f"b{i}") for i, pr in enumerate(prompts)]
-    got = _run(engine, requests)
+    got = run_children(engine, requests)
     for r in requests:
         want = _hf_beams(r.prompt_token_ids, p)
         have = [got[(r.request_id, i)][0] for i in range(p.n)]
@@ -123,7 +109,7 @@ def test_greedy_children_agree_with_greedy_generate(engine: Engine) -> None:
     prompts = make_prompts([4, 7], seed=3)
     requests = [Request(pr, SamplingParams(max_tokens=5, n=3), request_id=f"g{i}")
                 for i, pr in enumerate(prompts)]
-    got = _run(engine, requests)
+    got = run_children(engine, requests)
     for r in requests:
         want = hf_generate(r.prompt_token_ids, 5)
         assert [got[(r.request_id, i)] for i in range(3)] == [(want, FinishReason.LENGTH)] * 3
@@ -136,7 +122,7 @@ def test_sampled_children_each_their_own(engine: Engine) -> None:
     prompts = make_prompts([4, 6], seed=4)
     requests = [Request(pr, SamplingParams(max_tokens=6, n=4, temperature=1.0),
                         request_id=f"s{i}") for i, pr in enumerate(prompts)]
-    got = _run(engine, requests)
+    got = run_children(engine, requests)
     for r in requests:
         children = [got[(r.request_id, i)] for i in range(4)]
         assert all(f == FinishReason.LENGTH and len(t) == 6 for t, f in children)
@@ -146,7 +132,7 @@ def test_sampled_children_each_their_own(engine: Engine) -> None:
     stop = first[1]
     r = Request(prompts[0], SamplingParams(max_tokens=6, n=4, temperature=1.0,
                                            stop_token_ids=(stop,)), request_id="s-stop")
-    for (_, _), (tokens, finish) in _run(engine, [r]).items():
+    for (_, _), (tokens, finish) in run_children(engine, [r]).items():
         assert stop not in tokens[:-1]
         assert finish == (FinishReason.STOP if tokens[-1] == stop else FinishReason.LENGTH)
         assert finish == FinishReason.STOP or len(tokens) == 6
@@ -170,7 +156,7 @@ def test_abort_a_request_with_children(engine: Engine) -> None:
 def _reference(requests: Iterable[Request]) -> Children:
     from engines.sequential import SequentialEngine
 
-    return _run(SequentialEngine(), requests)
+    return run_children(SequentialEngine(), requests)
 
 
 def test_bad_words_equal_the_reference_batched_beside_other_lengths(engine: Engine) -> None:
@@ -186,7 +172,7 @@ def test_bad_words_equal_the_reference_batched_beside_other_lengths(engine: Engi
                             request_id="l"),
                     Request(short, SamplingParams(max_tokens=8, bad_words=(tuple(bad),)),
                             request_id="sb")]
-        assert _run(engine, requests) == _reference(requests), bad
+        assert run_children(engine, requests) == _reference(requests), bad
 
 
 def test_the_library_bans_across_a_longer_prompts_end_in_a_batch() -> None:

@@ -5,34 +5,16 @@ seed + i (engines.core.children's rule), and each child has its own finish and b
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
-
 from engines.adapters.hf.variants import hf_children as make_engine
-from engines.protocol import Engine, FinishReason, Request, SamplingParams
-from tests.helpers import hf_generate, make_prompts
-
-Children = dict[tuple[Hashable, int], tuple[list[int], FinishReason | None]]
-
-
-def _run(engine: Engine, requests: Iterable[Request]) -> Children:
-    out: Children = {}
-    for r in requests:
-        engine.add_request(r)
-    for _ in range(2000):
-        if not engine.has_work():
-            return out
-        for o in engine.step():
-            tokens, finish = out.get((o.request_id, o.index), ([], None))
-            assert finish is None, f"child {o.index} of {o.request_id} finished twice"
-            out[(o.request_id, o.index)] = (tokens + list(o.token_ids), o.finish_reason)
-    raise AssertionError("the engine never drained")
+from engines.protocol import FinishReason, Request, SamplingParams
+from tests.helpers import hf_generate, make_prompts, run_children
 
 
 def test_greedy_children_agree_with_generate() -> None:
     prompts = make_prompts([4, 7], seed=3)
     requests = [Request(p, SamplingParams(max_tokens=5, n=3), request_id=f"g{i}")
                 for i, p in enumerate(prompts)]
-    got = _run(make_engine(), requests)
+    got = run_children(make_engine(), requests)
     assert len(got) == 6
     for r in requests:
         want = hf_generate(r.prompt_token_ids, 5)
@@ -43,13 +25,13 @@ def test_seeded_children_follow_the_seed_rule_and_differ() -> None:
     prompt = make_prompts([6], seed=4)[0]
     p = SamplingParams(max_tokens=6, n=3, temperature=1.0, seed=11, logprobs=1)
     beside = Request(make_prompts([3], seed=5)[0], SamplingParams(max_tokens=4), request_id="x")
-    got = _run(make_engine(), [Request(prompt, p, request_id="s"), beside])
+    got = run_children(make_engine(), [Request(prompt, p, request_id="s"), beside])
     children = [got[("s", i)][0] for i in range(3)]
     assert len({tuple(c) for c in children}) > 1
     for i in range(3):
         alone = Request(prompt, SamplingParams(max_tokens=6, temperature=1.0, seed=11 + i),
                         request_id=f"a{i}")
-        assert _run(make_engine(), [alone])[(f"a{i}", 0)][0] == children[i]
+        assert run_children(make_engine(), [alone])[(f"a{i}", 0)][0] == children[i]
 
 
 def test_abort_a_request_with_children() -> None:
@@ -67,7 +49,7 @@ def test_abort_a_request_with_children() -> None:
         outs += engine.step()
     assert any(o.finish_reason == FinishReason.ABORT for o in outs)
     assert not engine.has_work()
-    got = _run(engine, [Request((1, 2, 3), SamplingParams(max_tokens=3), request_id="b")])
+    got = run_children(engine, [Request((1, 2, 3), SamplingParams(max_tokens=3), request_id="b")])
     assert got[("b", 0)] == (hf_generate((1, 2, 3), 3), FinishReason.LENGTH)
 
 
@@ -75,12 +57,13 @@ def test_children_of_a_one_token_prompt() -> None:
     """The library crashes forking a one-token prompt (report 31); the adapter serves its
     children as requests of their own: greedy children agree with generate, seeded ones
     follow the seed rule."""
-    got = _run(make_engine(), [Request((0,), SamplingParams(max_tokens=4, n=2), request_id="g"),
-                               Request((0,), SamplingParams(max_tokens=4, n=2, temperature=1.0,
-                                                            seed=5), request_id="s")])
+    got = run_children(make_engine(), [
+        Request((0,), SamplingParams(max_tokens=4, n=2), request_id="g"),
+        Request((0,), SamplingParams(max_tokens=4, n=2, temperature=1.0, seed=5),
+                request_id="s")])
     want = hf_generate((0,), 4)
     assert got[("g", 0)] == got[("g", 1)] == (want, FinishReason.LENGTH)
     for i in range(2):
-        alone = _run(make_engine(), [Request((0,), SamplingParams(
+        alone = run_children(make_engine(), [Request((0,), SamplingParams(
             max_tokens=4, temperature=1.0, seed=5 + i), request_id="a")])
         assert alone[("a", 0)][0] == got[("s", i)][0]

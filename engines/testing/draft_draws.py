@@ -41,7 +41,7 @@ def draft_hit_workload(limits: EngineLimits, req: Callable[..., Request],
     for prompt in prompts:
         reqs.append(req(len(reqs), prompt, budget))
         # Sampled only where seeded sampling is drawn: an engine that declares seeds broken
-        # is sent no sampled request outside the seeds check (it may refuse them all).
+        # is sent no sampled request outside the check named `seeds` (it may refuse them all).
         if "temperature" not in limits.sampling_fields or not limits.sampling:
             continue
         reqs.append(req(len(reqs), prompt, budget, temperature=0.8, seed=32 + len(reqs)))
