@@ -17,7 +17,6 @@ from engines.testing.profiles import suite_settings
 torch.set_num_threads(1)
 
 
-
 def pytest_configure(config: pytest.Config) -> None:
     # The repo's own Hypothesis tests outside the suite (engine_machine(...).TestCase, as a
     # third party writes one) run under the profile the suite's rule gives this run: the
@@ -26,6 +25,20 @@ def pytest_configure(config: pytest.Config) -> None:
     # runs import: never in the root conftest.py, which an editable install's suite runs import.
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile(suite_settings(config).name)
+
+
+@pytest.fixture(autouse=True)
+def hypothesis_state_restored() -> Iterator[None]:
+    """What an in-process pytester run leaves in Hypothesis is undone after each test: its
+    --hypothesis-seed stays in core.global_force_seed, and its --hypothesis-profile stays
+    loaded, for every later test of this process (an xdist worker's), which then draws other
+    examples than it does alone."""
+    from hypothesis import core
+
+    seed, profile = core.global_force_seed, settings.get_current_profile_name()
+    yield
+    core.global_force_seed = seed
+    settings.load_profile(profile)
 
 
 ENGINES = {

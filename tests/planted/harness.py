@@ -70,21 +70,23 @@ _HUNT = """
 import importlib, sys
 from tests.planted.harness import hunt, pinned
 bug = getattr(importlib.import_module(sys.argv[1]), sys.argv[2])
-caught = hunt(bug, settings=pinned(int(sys.argv[3]), shrink=False))
+caught = hunt(bug, seeds=sys.argv[4] == "seeds", settings=pinned(int(sys.argv[3]), shrink=False))
 print(caught.prop if caught is not None else "")
 print(caught if caught is not None else "")
 """
 
 
-def hunt_in_subprocess(bug: Any, max_examples: int = 60) -> tuple[str | None, str]:
-    """hunt(bug) with pinned(max_examples, shrink=False) in a fresh interpreter: the check's
-    name that caught it (None if none did) and its report. For the hunts whose verdict, in a
-    long pytest worker, moved with what earlier tests left in the process (seen under
-    `pytest -n auto` only): a fresh process gives the verdict a user's run would."""
+def hunt_in_subprocess(bug: Any, max_examples: int = 60, *, seeds: bool = True
+                       ) -> tuple[str | None, str]:
+    """hunt(bug, seeds=seeds) with pinned(max_examples, shrink=False) in a fresh interpreter:
+    the check's name that caught it (None if none did) and its report. For the hunts whose
+    verdict, in a long pytest worker, moved with what earlier tests left in the process (seen
+    under `pytest -n auto` only): a fresh process gives the verdict a user's run would."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     done = subprocess.run([sys.executable, "-c", _HUNT, bug.__module__, bug.__name__,
-                           str(max_examples)], capture_output=True, text=True, cwd=_ROOT,
+                           str(max_examples), "seeds" if seeds else "no-seeds"],
+                          capture_output=True, text=True, cwd=_ROOT,
                           env=env, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     prop, _, report = done.stdout.partition("\n")
