@@ -5,10 +5,11 @@ public as `engines.adapters.http:vllm_server` and `engines.adapters.http:llama_s
 
 vLLM's OpenAI server: the same configurations as the in-process ones
 (engines.adapters.vllm.variants), on the "tiny" preset, 32-token KV blocks (the smallest
-vLLM's CPU attention accepts) where a variant sets them. llama.cpp's llama-server: the tiny
-preset as GGUF F32, 4 slots of 512 tokens. Each configuration launches its own server once
-per process (engines.adapters.http.servers; start-up takes minutes on a busy CPU), and every
-call returns a new adapter over it.
+vLLM's CPU attention accepts) where a variant sets them; `vllm_server_loras` serves the
+zoo's LoRA adapters and cache salts (engines.adapters.http.vllm_lora). llama.cpp's
+llama-server: the tiny preset as GGUF F32, 4 slots of 512 tokens. Each configuration
+launches its own server once per process (engines.adapters.http.servers; start-up takes
+minutes on a busy CPU), and every call returns a new adapter over it.
 """
 
 from __future__ import annotations
