@@ -103,7 +103,8 @@ if [[ -n $ALL ]]; then
     # Each launches a vLLM server of its own (1.5 to 2.5 min of start-up on 2 busy cores).
     HTTP_FACTORIES+=(engines.adapters.http.variants:vllm_server_prefix_caching
                      engines.adapters.http.variants:vllm_server_chunked_prefill
-                     engines.adapters.http.variants:vllm_server_preemption)
+                     engines.adapters.http.variants:vllm_server_preemption
+                     engines.adapters.http.variants:vllm_server_loras)
 fi
 if [[ -n ${ONLY:-} ]]; then
     pick() { printf '%s\n' "$@" | grep -E "$ONLY" || true; }
@@ -201,8 +202,8 @@ if [[ -z ${ONLY:-} || ${#VLLM_FACTORIES[@]} -gt 0 || ${#HTTP_FACTORIES[@]} -gt 0
             tests/test_adapters_kv.py tests/test_adapters_vllm.py tests/test_adapters_vllm_wave4.py
         suites "$VPY" "$@" -- "${VLLM_FACTORIES[@]+"${VLLM_FACTORIES[@]}"}"
         export BATCHING_VLLM_PYTHON=$VPY
-        if [[ -n $ALL ]]; then  # one server start for the adapter's own real-server test
-            adapter_tests "$PY" tests/test_http_adapter.py
+        if [[ -n $ALL ]]; then  # one server start for each of the adapter's real-server tests
+            adapter_tests "$PY" tests/test_http_adapter.py tests/test_http_vllm_loras.py
         fi
         for factory in "${HTTP_FACTORIES[@]+"${HTTP_FACTORIES[@]}"}"; do
             # vllm_server's pytest process also runs the bench smoke over HTTP (a replay of 32

@@ -62,6 +62,7 @@ class State:
     hold_for: int = 0  # > 0: every stream's tokens wait until this many streams came in
     streams: int = 0  # streamed requests received
     all_in: threading.Event = field(default_factory=threading.Event)  # hold_for reached
+    loras: dict[str, str] = field(default_factory=dict)  # adapters /v1/models lists: name -> root
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -84,7 +85,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._json(200, {})
         elif self.path == "/v1/models":
-            self._json(200, {"data": [{"id": "fake", "max_model_len": MAX_MODEL_LEN}]})
+            cards = [{"id": name, "root": root, "parent": "fake"}  # as vLLM lists LoRA modules
+                     for name, root in s.loras.items()]
+            self._json(200, {"data": [{"id": "fake", "max_model_len": MAX_MODEL_LEN}, *cards]})
         elif self.path == "/props":
             self._json(200, {"default_generation_settings": {"n_ctx": MAX_MODEL_LEN},
                              "total_slots": 3})

@@ -153,6 +153,8 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "the zoo's PEFT adapters converted to llama-server's GGUF LoRA (zoo data, as presets)",
     ("engines.adapters.vllm.variants", "engines.loras"):
         "vllm_loras serves the zoo's seeded PEFT adapters (their directories, built once)",
+    ("engines.adapters.http.variants", "engines.loras"):
+        "vllm_server_loras launches vLLM's server with the zoo's PEFT adapters (as vllm_loras)",
 }
 # The old public spec paths, deprecated aliases for one release: thin re-exports of where the
 # code now is that warn, naming it.

