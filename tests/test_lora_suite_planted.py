@@ -18,7 +18,7 @@ from engines.protocol import Engine
 from engines.testing.context import SuiteContext, SuiteOptions, build_context
 from engines.testing.properties import Violation
 from engines.testing.stateful import run_engine_machine
-from tests.planted.harness import hunt, pinned
+from tests.planted.harness import fresh_engines, hunt, pinned
 from tests.planted.lora_bugs import LORA_PLANTED
 
 pytest.importorskip("peft")
@@ -37,8 +37,10 @@ def _factory(cls: type[PagedEngine]) -> Callable[[], Engine]:
 
 
 def _context(factory: Callable[[], Engine]) -> SuiteContext:
-    return build_context(factory, name=factory.__name__,
-                         options=SuiteOptions(reference=sequential_with_loras))
+    ctx = build_context(factory, name=factory.__name__,
+                        options=SuiteOptions(reference=sequential_with_loras))
+    fresh_engines(ctx)  # the stateful machine's pool too, not only hunt's
+    return ctx
 
 
 def _run(factory: Callable[[], Engine], check: str) -> Violation | None:

@@ -115,12 +115,13 @@ _TENANTS = Draws(tenants=True)
 # Checks another one's entry names (bad_input re-judges them): bound before the registry.
 PARITY = Check("parity", parity.check_parity, draws=_TENANTS)
 BUDGET_FINISH = Check("budget_finish", requests.check_budget_finish, machine=_EVERY_STEP)
+REFERENCE_PARITY = Check("reference_parity", parity.check_reference_parity, needs=(REFERENCE,),
+                         draws=_TENANTS, tally=parity.REFERENCE_TALLY)
 
 # In the order a report lists them; test ids read <engine>-<check>.
 REGISTRY: tuple[Check, ...] = (
     PARITY,
-    Check("reference_parity", parity.check_reference_parity, needs=(REFERENCE,), draws=_TENANTS,
-          tally=parity.REFERENCE_TALLY),
+    REFERENCE_PARITY,
     Check("prefill_decode", parity.check_prefill_decode, draws=_TENANTS),
     Check("variants", parity.check_variants, needs=(VARIANTS,), draws=_TENANTS),
     Check("seeds", seeds.check_seeds, draws=Draws(seed_groups=True), sampling=True,
@@ -147,7 +148,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("children", children.check_children, needs=(CHILDREN,),
           draws=Draws(children=True), tally=children.TALLY),
     Check("beam_search", beam_search.check_beam_search, needs=(BEAMS,),
-          draws=Draws(beams=True), tally=beam_search.TALLY),
+          draws=Draws(beams=True), tally=beam_search.TALLY, rejudges=(REFERENCE_PARITY,)),
     Check("token_range", requests.check_token_range),
     BUDGET_FINISH,
     Check("liveness", requests.check_liveness, machine=frozenset({"has_work lied"})),

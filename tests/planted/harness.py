@@ -18,7 +18,7 @@ from engines.testing.properties import Violation
 from engines.testing.report import crash_finding
 from engines.testing.search import search
 
-__all__ = ["check_of", "context_of", "hunt", "hunt_in_subprocess", "pinned"]
+__all__ = ["check_of", "context_of", "fresh_engines", "hunt", "hunt_in_subprocess", "pinned"]
 
 
 def check_of(bug: Any) -> str:
@@ -42,14 +42,25 @@ def pinned(max_examples: int = 150, *, shrink: bool = True) -> Settings:
     return Settings(max_examples=max_examples, derandomize=True, database=None, phases=phases)
 
 
+def fresh_engines(ctx: SuiteContext) -> None:
+    """Every workload on a freshly built engine, in every pool of the context. The pools
+    choose by how fast engines build (EnginePool.cheap: under 50 ms), and a reused engine's
+    prefix cache can hide a bug (it holds right blocks): under `pytest -n auto` on a loaded
+    machine the LoRA engines' builds (5-8 ms at rest) went past the bound and StaleIndex
+    escaped, so a verdict moved with the load. Pinned as cheap, it does not."""
+    for pool in {id(p): p for p in (ctx.pool, ctx.oracle.pool, *ctx.pools)}.values():
+        pool.build_s = 0.0
+
+
 def hunt(bug: Any, *, seeds: bool = True, settings: Settings | None = None,
          ctx: SuiteContext | None = None, check: str | None = None) -> Violation | None:
     """Run the bug's check (or `check`); the Violation it raised, or None if it passed. A
     crash outside a judged run (the oracle's, as workloads are drawn) reads as the pytest
     run shows it (engines.testing.conformance)."""
+    ctx = ctx or context_of(bug)
+    fresh_engines(ctx)
     try:
-        search(ctx or context_of(bug), check or check_of(bug), settings=settings or pinned(),
-               seeds=seeds)
+        search(ctx, check or check_of(bug), settings=settings or pinned(), seeds=seeds)
     except Violation as caught:
         return caught
     except EngineCrashed as crash:
