@@ -49,7 +49,7 @@ def test_every_declaration_has_its_default_where_nothing_is_declared() -> None:
 
 class Declares:
     supported_sampling = frozenset({"top_k", "lora"})
-    expected_failed_checks = {"seeds": "no per-request seed"}
+    expected_failed_checks = {"zero_waste": "static batching computes finished rows"}
     logprobs_of = "processed"
     max_concurrency = 4
     kv_extra_blocks = 1
@@ -66,7 +66,7 @@ class Declares:
 def test_what_is_declared_is_read_back() -> None:
     eng = Declares()
     assert supported_sampling(eng) == {"top_k", "lora", "max_tokens"}
-    assert expected_failed_checks(eng) == {"seeds": "no per-request seed"}
+    assert expected_failed_checks(eng) == {"zero_waste": "static batching computes finished rows"}
     assert (logprobs_of(eng), max_concurrency(eng)) == ("processed", 4)
     assert (protocol.kv_extra_blocks(eng), load_settle_s(eng)) == (1, 2.0)
     assert tokenizer_of(eng) == "/tmp/tok"
@@ -80,9 +80,9 @@ def test_what_is_declared_is_read_back() -> None:
     ("supported_sampling", {"top_kk"}, r"supported_sampling: field 'top_kk' does not exist "
                                        r"\(did you mean 'top_k'\?\)"),
     ("supported_sampling", "top_k", r"supported_sampling: 'top_k' is not a set of field names"),
-    ("expected_failed_checks", ["seeds"], r"expected_failed_checks: \['seeds'\] is not a "
+    ("expected_failed_checks", ["zero_waste"], r"expected_failed_checks: \['zero_waste'\] is not a "
                                           r"mapping"),
-    ("expected_failed_checks", {"seeds": 3}, r"expected_failed_checks: 'seeds': 3"),
+    ("expected_failed_checks", {"zero_waste": 3}, r"expected_failed_checks: 'zero_waste': 3"),
     ("logprobs_of", "sampled", r"logprobs_of: 'sampled'; expected one of raw, processed"),
     ("max_concurrency", 0, r"max_concurrency: 0; expected an int of at least 1"),
     ("max_concurrency", True, r"max_concurrency: True"),

@@ -48,7 +48,7 @@ def fresh_engines(ctx: SuiteContext) -> None:
     prefix cache can hide a bug (it holds right blocks): under `pytest -n auto` on a loaded
     machine the LoRA engines' builds (5-8 ms at rest) went past the bound and StaleIndex
     escaped, so a verdict moved with the load. Pinned as cheap, it does not."""
-    for pool in {id(p): p for p in (ctx.pool, ctx.oracle.pool, *ctx.pools)}.values():
+    for pool in ctx.pools:
         pool.build_s = 0.0
 
 

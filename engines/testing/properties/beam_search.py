@@ -177,15 +177,16 @@ def check_beam_search(check: Check, trace: Trace, judge: Judge
         alone = _alone_beams(judge.oracle(r.prompt_token_ids, p), n)
         exact = judge.parity == "exact"
         forgiven += _compare(check, judge, trace, r, beams, alone, "served alone", exact)
+        if judge.reference is None:
+            continue
         # An engine that declares reference_parity broken (its tokens are not the model's:
         # a converter's lost RoPE scaling) has beams no reference can vouch for: judged
         # against itself alone, the declared check's strict xfail stands for the rest.
-        if judge.reference is not None and not any(c.name in judge.declared
-                                                   for c in check.rejudges):
-            referenced += 1
-            want = _alone_beams(judge.reference(r.prompt_token_ids, p), n)
-            forgiven += _compare(check, judge, trace, r, beams, want,
-                                 "on the reference engine", True)
-        elif judge.reference is not None:
+        if any(c.name in judge.declared for c in check.rejudges):
             unreferenced += 1
+            continue
+        referenced += 1
+        want = _alone_beams(judge.reference(r.prompt_token_ids, p), n)
+        forgiven += _compare(check, judge, trace, r, beams, want, "on the reference engine",
+                             True)
     return judged, referenced, forgiven, unreferenced
