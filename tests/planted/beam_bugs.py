@@ -1,4 +1,5 @@
-"""Planted bugs in beam search (engines.core.beams) on the reference SequentialEngine."""
+"""Planted bugs in beam search: the search's rule (engines.core.beams) on the reference
+SequentialEngine, and the paged engine's beam groups (engines.paged.beams)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 import torch
 
 from engines.core.beams import BeamSearch
+from engines.paged.engine import PagedEngine
+from engines.paged.state import PagedRequest
 from engines.sequential import SequentialEngine
 
 
@@ -27,4 +30,17 @@ class BeamScoresNotLengthNormalised(SequentialEngine):
     beam_search = _RawScores
 
 
-BEAM_PLANTED: list[Any] = [BeamScoresNotLengthNormalised]
+class PagedBeamKeepsOldTable(PagedEngine):
+    """A beam row that the search re-parents onto another beam takes the new beam's tokens
+    but keeps its own old block table: its next token is computed over the KV of the beam
+    it used to be (vLLM #31081's kind, beam index arithmetic, in the cache). The search goes
+    on over wrong logits wherever a beam changes parent."""
+
+    caught_by = "beam_search"
+    reference = SequentialEngine
+
+    def _table_of(self, row: PagedRequest | None, parent: PagedRequest) -> PagedRequest:
+        return parent if row is None else row
+
+
+BEAM_PLANTED: list[Any] = [BeamScoresNotLengthNormalised, PagedBeamKeepsOldTable]
