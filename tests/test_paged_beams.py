@@ -24,6 +24,7 @@ from engines.protocol import (
 )
 from engines.sequential import SequentialEngine
 from tests.helpers import beam_generate, run_children
+from tests.planted.beam_bugs import PagedBeamKeepsOldTable, PagedBeamWritesSharedBlock
 
 Children = dict[tuple[Hashable, int], tuple[list[int], FinishReason | None]]
 
@@ -263,3 +264,18 @@ def test_paged_beam_requests_that_could_never_run_are_refused() -> None:
             Request((1,) * 8, SamplingParams(beam_width=4, max_tokens=8)))
     with pytest.raises(InvalidRequest, match="not supported with beam search"):
         PagedEngine().add_request(Request((1,), SamplingParams(beam_width=2, temperature=1.0)))
+
+
+def test_these_tests_catch_the_planted_paged_beam_bugs(reference: SequentialEngine) -> None:
+    """The checks above have bite: a re-parented row that keeps its old table returns other
+    beams than the sequential engine; rows that skip copy-on-write hold a block over
+    different tokens (the pool check) and return other beams."""
+    rng = random.Random(3535)
+    requests = [Request(tuple(rng.randrange(1024) for _ in range(6)),
+                        SamplingParams(max_tokens=6, beam_width=4, n=4), request_id=i)
+                for i in range(3)]
+    want = _alone(reference, requests)
+    assert run_children(PagedBeamKeepsOldTable(block_size=4), requests) != want
+    assert run_children(PagedBeamWritesSharedBlock(block_size=4), requests) != want
+    with pytest.raises(AssertionError, match="after step"):
+        _serve(PagedBeamWritesSharedBlock(block_size=4), requests)

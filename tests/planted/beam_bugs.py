@@ -43,4 +43,23 @@ class PagedBeamKeepsOldTable(PagedEngine):
         return parent if row is None else row
 
 
-BEAM_PLANTED: list[Any] = [BeamScoresNotLengthNormalised, PagedBeamKeepsOldTable]
+class PagedBeamWritesSharedBlock(PagedEngine):
+    """Beam rows skip copy-on-write: a row writes its next token's KV into the partially
+    filled block it shares with the other beams of its search (after the prompt, or after a
+    re-parenting), so every beam then reads the last writer's KV at that position. (Without
+    prefix caching: with it, the shared block would also be offered to the cache twice,
+    which the pool asserts against: a crash, not the silent wrong beams planted here.)"""
+
+    caught_by = "beam_search"
+    reference = SequentialEngine
+
+    def __init__(self, **kw: Any) -> None:
+        kw.setdefault("enable_prefix_caching", False)
+        super().__init__(**kw)
+
+    def _private_tail(self, seq: PagedRequest) -> int:
+        return 0 if seq.group is not None else super()._private_tail(seq)
+
+
+BEAM_PLANTED: list[Any] = [BeamScoresNotLengthNormalised, PagedBeamKeepsOldTable,
+                           PagedBeamWritesSharedBlock]
