@@ -166,9 +166,10 @@ class PagedBeams:
             chunks.append((row, hits, computed, n))
         if not self.pool.can_allocate(fresh + len(revived)):
             return False
+        for _row, hits, _, _ in chunks:  # every row's hits taken before any allocation,
+            self.pool.share(hits)  # which could otherwise evict a later row's cached hit
         for row, hits, computed, n in chunks:
             self.waiting.remove(row)
-            self.pool.share(hits)
             row.blocks = hits + self.pool.allocate(self._blocks_for(computed + n) - len(hits))
             row.num_computed, row.num_registered = computed, len(hits)
             self.running.append(row)
