@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from transformers import GenerationConfig
 
 from engines.models import load_model
 from engines.protocol import Engine, FinishReason, Request, SamplingParams, StepOutput
@@ -306,3 +307,23 @@ def run_children(engine: Engine, requests: Iterable[Request], max_steps: int = 2
             assert finish is None, f"child {o.index} of {o.request_id} finished twice"
             out[(o.request_id, o.index)] = (tokens + list(o.token_ids), o.finish_reason)
     raise AssertionError("the engine never drained")
+
+
+def beam_generate(model: Any, prompt: tuple[int, ...], p: SamplingParams) -> list[tuple[int, ...]]:
+    """transformers generate's n best beams (early_stopping="never", the rule of
+    engines.core.beams), each cut after its first stop id (generate pads the shorter ones with
+    the first stop id)."""
+    eos = list(p.stop_token_ids) or None
+    config = GenerationConfig(num_beams=p.beam_width, num_return_sequences=p.n,
+                              length_penalty=p.length_penalty, do_sample=False,
+                              early_stopping="never", max_new_tokens=p.max_tokens,
+                              eos_token_id=eos, pad_token_id=eos[0] if eos else None)
+    with torch.inference_mode():
+        rows = model.generate(torch.tensor([prompt]), generation_config=config,
+                              attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+    out = []
+    for row in rows.tolist():
+        gen = row[len(prompt):]
+        end = next((k + 1 for k, t in enumerate(gen) if t in p.stop_token_ids), len(gen))
+        out.append(tuple(gen[:end]))
+    return out

@@ -9,11 +9,10 @@ import random
 from typing import Any
 
 import pytest
-import torch
-from transformers import GenerationConfig
 
 from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams, StepOutput
 from engines.sequential import SequentialEngine
+from tests.helpers import beam_generate
 from tests.planted.beam_bugs import BEAM_PLANTED
 from tests.planted.harness import hunt_in_subprocess
 
@@ -26,25 +25,6 @@ def _serve(engine: SequentialEngine, prompt: tuple[int, ...],
         for o in engine.step():
             outs.setdefault(o.index, []).append(o)
     return [outs[i] for i in range(params.n)]
-
-
-def _generate(model: Any, prompt: tuple[int, ...], p: SamplingParams) -> list[tuple[int, ...]]:
-    """generate's n best beams, each cut after its first stop id (generate pads the shorter
-    ones with the first stop id)."""
-    eos = list(p.stop_token_ids) or None
-    config = GenerationConfig(num_beams=p.beam_width, num_return_sequences=p.n,
-                              length_penalty=p.length_penalty, do_sample=False,
-                              early_stopping="never", max_new_tokens=p.max_tokens,
-                              eos_token_id=eos, pad_token_id=eos[0] if eos else None)
-    with torch.inference_mode():
-        rows = model.generate(torch.tensor([prompt]), generation_config=config,
-                              attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
-    out = []
-    for row in rows.tolist():
-        gen = row[len(prompt):]
-        end = next((k + 1 for k, t in enumerate(gen) if t in p.stop_token_ids), len(gen))
-        out.append(tuple(gen[:end]))
-    return out
 
 
 def _cases(count: int) -> list[tuple[tuple[int, ...], SamplingParams]]:
@@ -65,7 +45,7 @@ def test_beams_equal_transformers_generate() -> None:
     engine = SequentialEngine()
     uneven = 0  # cases whose returned beams end at different lengths
     for prompt, params in _cases(24):
-        want = _generate(engine.model, prompt, params)
+        want = beam_generate(engine.model, prompt, params)
         outs = _serve(engine, prompt, params)
         got = [tuple(t for o in child for t in o.token_ids) for child in outs]
         assert got == want, (prompt, params)

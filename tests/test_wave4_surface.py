@@ -99,9 +99,10 @@ def test_an_engine_that_did_not_declare_a_wave4_field_refuses_it(field: str,
 
 
 def test_our_engines_refuse_what_they_do_not_serve_yet() -> None:
-    from engines.paged.engine import PagedEngine
+    from engines.slot.continuous import ContinuousBatchEngine
 
-    engine = PagedEngine()  # beam search: the sequential engine only (engines.core.beams)
+    # Beam search: the sequential and paged engines only (engines.core.beams).
+    engine = ContinuousBatchEngine()
     with pytest.raises(InvalidRequest, match="^beam_width: 2 is not supported"):
         engine.add_request(Request((1, 2), SamplingParams(beam_width=2)))
     assert not engine.has_work()

@@ -41,11 +41,13 @@ from typing import Any
 
 import torch
 
+from engines.core.beams import check_beam_request
 from engines.core.engine import EngineCore
 from engines.core.lora import LoraNames, read_peft
 from engines.core.prompt_logprobs import prompt_entries
 from engines.core.sampling import sample
 from engines.models import DEFAULT_PRESET
+from engines.paged.beams import PagedBeams
 from engines.paged.blocks import BlockKey, BlockPool
 from engines.paged.fork import PagedForks
 from engines.paged.forward import PagedForward, Row
@@ -94,11 +96,14 @@ DEFAULT_MAX_BATCH_SIZE = 16
 DEFAULT_TOKEN_BUDGET = 96
 
 
-class PagedEngine(SpeculativeSteps, PagedForks, PagedSchedule, EngineCore[PagedRequest]):
+class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
+                  EngineCore[PagedRequest]):
     name = "paged"
-    # n > 1: engines.paged.fork (children share the prompt's blocks copy-on-write).
+    # n > 1: engines.paged.fork (children share the prompt's blocks copy-on-write); beam
+    # search: engines.paged.beams (a group of rows whose tables fork copy-on-write).
     supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
-                          | {"lora", "cache_salt", "prompt_logprobs", "n"})
+                          | {"lora", "cache_salt", "prompt_logprobs", "n", "beam_width",
+                             "length_penalty"})
 
     def __init__(
         self,
@@ -152,6 +157,7 @@ class PagedEngine(SpeculativeSteps, PagedForks, PagedSchedule, EngineCore[PagedR
                                    compiled=compiled)
         self.free_seats = list(range(max_batch_size))
         self._init_forks()
+        self._init_beams()
         self.preemptions = 0  # requests sent back to the queue to free blocks, ever
         self.chunked_prompts = 0  # requests whose prefill took more than one step, ever
         if max_loras < 1 or max_lora_rank < 1:
@@ -196,6 +202,10 @@ class PagedEngine(SpeculativeSteps, PagedForks, PagedSchedule, EngineCore[PagedR
         if self.forked_prefills:  # n > 1 (engines.paged.fork)
             counts["forked_prefills"] = self.forked_prefills
             counts["copy_on_write_blocks"] = self.cow_copies
+        if self.beam_steps:  # engines.paged.beams
+            counts["beam_steps"] = self.beam_steps
+            counts["beam_reparented_rows"] = self.beam_reparents
+            counts["beam_group_preemptions"] = self.beam_group_preemptions
         if self.drafter is not None:  # engines.paged.speculate
             counts["spec_draft_tokens"] = self.spec_draft_tokens
             counts["spec_accepted_tokens"] = self.spec_accepted_tokens
@@ -212,8 +222,10 @@ class PagedEngine(SpeculativeSteps, PagedForks, PagedSchedule, EngineCore[PagedR
     def kv_cached_tokens(self) -> dict[Hashable, int]:
         return {self._kv_key(seq): seq.num_computed for seq in self.running}
 
-    @staticmethod
-    def _kv_key(seq: PagedRequest) -> Hashable:
+    def _kv_key(self, seq: PagedRequest) -> Hashable:
+        row = self._row_key(seq)  # a beam search's row i: child_key(id, i)
+        if row is not None:
+            return row
         rid = seq.request.request_id
         return rid if seq.family == 1 else child_key(rid, seq.index)
 
@@ -221,11 +233,15 @@ class PagedEngine(SpeculativeSteps, PagedForks, PagedSchedule, EngineCore[PagedR
 
     def add_request(self, request: Request) -> None:
         super().add_request(request)
-        self._hold_siblings(self._live[request.request_id])  # engines.paged.fork
+        family = self._live[request.request_id]
+        if not self._hold_beams(family):  # beam search: engines.paged.beams
+            self._hold_siblings(family)  # n > 1: engines.paged.fork
 
     def _check(self, request: Request) -> None:
         super()._check(request)
         self._loras.check_request(request)
+        check_beam_request(request.params)
+        self._check_beams(request)
         prompt, budget = len(request.prompt_token_ids), request.params.max_tokens
         need = self._blocks_for(prompt + budget - 1)  # the last token's KV is never computed
         if need > self.kv_total_blocks:
@@ -288,6 +304,7 @@ class PagedEngine(SpeculativeSteps, PagedForks, PagedSchedule, EngineCore[PagedR
     def step(self) -> list[StepOutput]:
         outputs: list[StepOutput] = []
         self._release_held_aborts()
+        self._release_beam_aborts()
         for seq in self._take_aborts(outputs):
             self._retire(seq)
         plan = self._schedule()
@@ -298,6 +315,7 @@ class PagedEngine(SpeculativeSteps, PagedForks, PagedSchedule, EngineCore[PagedR
         rows = [self._row(seq, n) for seq, n in plan.items()]
         logits = self._take_prompt_logprobs(plan, rows, self.runner.forward(rows))
         ready, logits = self._fork(self._advance(plan), logits)  # n > 1: engines.paged.fork
+        ready, logits = self._beam_ready(ready, logits, outputs)  # engines.paged.beams
         tokens, tops, logprobs = sample(logits, ready)
         for seq, token, top, logprob in zip(ready, tokens, tops, logprobs, strict=True):
             outputs.append(seq.append(token, top, logprob))

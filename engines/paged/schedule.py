@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 from engines.paged.blocks import BlockKey, BlockPool, block_key
 from engines.paged.state import PagedRequest
@@ -59,6 +60,7 @@ class PagedSchedule:
                   else self.max_prefill_only_tokens)
         for seq in decoding:
             self._take(seq, budget, plan)
+        self._whole_groups(plan)  # beam search (engines.paged.beams): all of a group or none
         self._add_drafts(decoding, plan, budget)  # speculation (engines.paged.speculate)
         # Fewest tokens left first: each prompt that completes starts decoding a step sooner
         # (the bench's 200-request draw, all queued: 527 steps instead of 541 oldest first at
@@ -94,16 +96,32 @@ class PagedSchedule:
                 return True
             if self.pool.can_allocate(need):
                 break
-            victim = self.running[-1]
-            self._preempt(victim)
-            plan.pop(victim, None)
-            if victim is seq:
+            # The most recent request, or every row of its beam group (engines.paged.beams).
+            for victim in self._victims(self.running[-1]):
+                self._preempt(victim)
+                plan.pop(victim, None)
+            if seq not in self.running:
                 return False
         if cow:
             self._copy_tail(seq)
         if need > cow:
             seq.blocks.extend(self.pool.allocate(need - cow))
         return True
+
+    # Beam search's hooks (engines.paged.beams); no groups without it.
+
+    def _reserved_seats(self) -> int:
+        return 0
+
+    def _victims(self, seq: PagedRequest) -> list[PagedRequest]:
+        return [seq]
+
+    def _whole_groups(self, plan: dict[PagedRequest, int]) -> None:
+        pass
+
+    def _admit_group(self, group: Any, plan: dict[PagedRequest, int], budget: int,
+                     fewer_than: int | None) -> bool:
+        return False
 
     def _private_tail(self, seq: PagedRequest) -> int:
         """Blocks seq needs before writing, to copy a shared block (none without forks)."""
@@ -117,9 +135,14 @@ class PagedSchedule:
         """First come first served; a request waits (and so do those behind it) until the
         budget, the batch and the pool have room for its first chunk, or while it has
         `fewer_than` tokens or more to compute. Never preempts."""
-        while self.waiting and len(self.running) < self.max_batch_size:
+        while (self.waiting
+               and len(self.running) + self._reserved_seats() < self.max_batch_size):
             room = budget - sum(plan.values())
             seq = self.waiting[0]
+            if seq.group is not None:  # a beam search's rows, all or none (engines.paged.beams)
+                if not self._admit_group(seq.group, plan, budget, fewer_than):
+                    return
+                continue
             hits = self._cached_prefix(seq)
             computed = len(hits) * self.kv_block_size
             if fewer_than is not None and seq.num_tokens - computed >= fewer_than:

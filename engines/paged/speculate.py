@@ -136,7 +136,7 @@ class SpeculativeSteps:
             return
         bs = self.kv_block_size
         for seq in decoding:
-            if plan.get(seq) != 1 or not seq.output:
+            if plan.get(seq) != 1 or not seq.output or seq.group is not None:  # beams: none
                 continue
             left = seq.request.params.max_tokens - len(seq.output) - 1
             k = min(self.speculation.num_tokens, left, budget - sum(plan.values()))
@@ -276,6 +276,7 @@ class SpeculativeSteps:
             ready_logits = engine._take_prompt_logprobs(plain, plain_rows,
                                                         torch.cat(plain_parts))
         ready = engine._advance(plain)
+        ready, ready_logits = engine._beam_ready(ready, ready_logits, outputs)  # beam rows
         runs = self._verify(ready, ready_logits, drafts, spec_logits)
         for seq, run in runs.items():
             if seq in drafts:

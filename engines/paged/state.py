@@ -1,10 +1,14 @@
-"""One request's state in the paged engine: its block table and how far its KV is computed."""
+"""One request's state in the paged engine: its block table and how far its KV is computed;
+a beam search's group of rows (engines.paged.beams)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
+from engines.core.beams import BeamSearch
 from engines.core.request_state import RequestState
 from engines.paged.blocks import BlockKey
 
@@ -30,6 +34,8 @@ class PagedRequest(RequestState):
     # the draft pool. Truncated with num_computed, reset by preemption.
     draft_computed: int = 0
     family: int = 1  # its request's n: above 1, KV introspection lists it by child_key
+    # Beam search: the group of rows this one is a beam of (engines.paged.beams), else None.
+    group: BeamGroup | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -55,3 +61,15 @@ class PagedRequest(RequestState):
             parent = self.keys[-1] if self.keys else self.root
             self.keys.append(key(parent, self.tokens(j * block_size, (j + 1) * block_size)))
         return self.keys[:n_blocks]
+
+
+@dataclass(eq=False, slots=True)
+class BeamGroup:
+    """A beam search's rows in the paged engine (engines.paged.beams)."""
+
+    search: BeamSearch
+    children: list[PagedRequest]  # the request's children 0..n-1 (row 0 is child 0)
+    rows: list[PagedRequest]  # row i holds search.beams[i]
+    spare: list[int] = field(default_factory=list)  # seats held for rows to come
+    # Each row's next-token log-softmax, kept until every row has its own (recompute).
+    logprobs: dict[PagedRequest, torch.Tensor] = field(default_factory=dict)

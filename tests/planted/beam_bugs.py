@@ -1,4 +1,5 @@
-"""Planted bugs in beam search (engines.core.beams) on the reference SequentialEngine."""
+"""Planted bugs in beam search: the search's rule (engines.core.beams) on the reference
+SequentialEngine, and the paged engine's beam groups (engines.paged.beams)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 import torch
 
 from engines.core.beams import BeamSearch
+from engines.paged.engine import PagedEngine
+from engines.paged.state import PagedRequest
 from engines.sequential import SequentialEngine
 
 
@@ -27,4 +30,36 @@ class BeamScoresNotLengthNormalised(SequentialEngine):
     beam_search = _RawScores
 
 
-BEAM_PLANTED: list[Any] = [BeamScoresNotLengthNormalised]
+class PagedBeamKeepsOldTable(PagedEngine):
+    """A beam row that the search re-parents onto another beam takes the new beam's tokens
+    but keeps its own old block table: its next token is computed over the KV of the beam
+    it used to be (vLLM #31081's kind, beam index arithmetic, in the cache). The search goes
+    on over wrong logits wherever a beam changes parent."""
+
+    caught_by = "beam_search"
+    reference = SequentialEngine
+
+    def _table_of(self, row: PagedRequest | None, parent: PagedRequest) -> PagedRequest:
+        return parent if row is None else row
+
+
+class PagedBeamWritesSharedBlock(PagedEngine):
+    """Beam rows skip copy-on-write: a row writes its next token's KV into the partially
+    filled block it shares with the other beams of its search (after the prompt, or after a
+    re-parenting), so every beam then reads the last writer's KV at that position. (Without
+    prefix caching: with it, the shared block would also be offered to the cache twice,
+    which the pool asserts against: a crash, not the silent wrong beams planted here.)"""
+
+    caught_by = "beam_search"
+    reference = SequentialEngine
+
+    def __init__(self, **kw: Any) -> None:
+        kw.setdefault("enable_prefix_caching", False)
+        super().__init__(**kw)
+
+    def _private_tail(self, seq: PagedRequest) -> int:
+        return 0 if seq.group is not None else super()._private_tail(seq)
+
+
+BEAM_PLANTED: list[Any] = [BeamScoresNotLengthNormalised, PagedBeamKeepsOldTable,
+                           PagedBeamWritesSharedBlock]
