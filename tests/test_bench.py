@@ -300,12 +300,53 @@ def test_cli_quick_writes_consistent_tables_and_plots(
         assert (tmp_path / f"{png}.png").stat().st_size > 0
     # One report per run, and everything renders from it: the saved report gives the same
     # closing text (table included) and the same summary.csv again.
-    written = (tmp_path / "summary.csv").read_text()
-    (tmp_path / "summary.csv").unlink()
-    assert cli.main(["render", "--out", str(tmp_path), "--no-plots"]) == 0
-    rendered = capsys.readouterr().out
-    assert rendered.splitlines() == out.splitlines()[:-1]  # all but "wrote DIR/ in N s"
-    assert (tmp_path / "summary.csv").read_text() == written
+    _renders_again(tmp_path, "summary.csv", out, capsys)
+
+
+def _renders_again(out: Path, table_file: str, printed: str,
+                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`render` of the run's saved report prints what the run printed and writes the same
+    table CSV again."""
+    from engines.bench import cli
+
+    written = (out / table_file).read_text()
+    (out / table_file).unlink()
+    assert cli.main(["render", "--out", str(out), "--no-plots"]) == 0
+    assert capsys.readouterr().out == printed
+    assert (out / table_file).read_text() == written
+
+
+FAKES = ("--engine", "static=engines.bench.doubles.fake:static",
+         "--engine", "continuous=engines.bench.doubles.fake:continuous")
+
+
+def test_closed_writes_a_report_that_renders_the_same_table(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engines.bench import cli
+
+    assert cli.main(["closed", "--no-hf", "--warmup", "0", "--runs", "2", "--no-progress",
+                     "--out", str(tmp_path), *FAKES]) == 0
+    printed = capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "closed.csv")
+    assert list(table["engine"]) == ["static", "continuous"]
+    assert printed.splitlines()[0].split()[:2] == ["engine", "output_tokens_per_s"]
+    assert (table["min"] <= table["output_tokens_per_s"]).all()
+    _renders_again(tmp_path, "closed.csv", printed, capsys)
+
+
+def test_replay_writes_a_report_that_renders_the_same_table(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engines.bench import cli
+
+    assert cli.main(["replay", "--rates", "40,80", "--requests", "6", "--prompt-tokens", "4",
+                     "--output-tokens", "3", "--no-progress", "--no-plots",
+                     "--out", str(tmp_path), *FAKES]) == 0
+    printed = capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "replay.csv")
+    assert list(zip(table["engine"], table["offered_rps"], strict=True)) == [
+        ("static", 40), ("static", 80), ("continuous", 40), ("continuous", 80)]
+    assert (table["completed"] == 6).all()
+    _renders_again(tmp_path, "replay.csv", printed, capsys)
 
 
 def test_cli_names_a_bad_engine_spec(capsys: pytest.CaptureFixture[str]) -> None:
@@ -406,7 +447,7 @@ def test_the_reference_rate_is_retimed_just_before_the_reference_run(
     # run must run at half the rate the engine has now. On the steady clock, whose gauge
     # slows alike (the host's own speed: engines.bench.host.steady), the rate stays the quiet one,
     # and the output says how far the host's speed moved.
-    from engines.bench import comparison, output, summary
+    from engines.bench import comparison, output
     from engines.bench.doubles.fake import FakeTimer, Machine
     from engines.bench.host.steady import SteadyTime
 
@@ -426,7 +467,7 @@ def test_the_reference_rate_is_retimed_just_before_the_reference_run(
     result = found.results["continuous"]
     quiet_rps = np.median([len(r.trace) / r.wall_s for r in result.closed])
     (basis,) = result.reference_basis_rps
-    text = output.closing_text(found, summary.summary(found))
+    text = output.report(found).text()
     if steady is None:
         # A third of the quiet rate, give or take the fakes' wall-clock sleeps (a loaded
         # machine oversleeps every step by about the same, which narrows the ratio: 0.43
@@ -503,7 +544,7 @@ def test_the_spikes_are_stated_beside_the_hosts_own_prefill_over_decode(
                     host=paired)
     _after_the_searches(monkeypatch, lambda: setattr(timer, "prefill_s", 0.005))
     found = comparison.run(engines, config, timer=timer)
-    text = output.closing_text(found, summary.summary(found))
+    text = output.report(found).text()
     column = summary.summary(found)["spike_host_prefill_x"]
     if not paired:
         assert found.disturbance_times is None and timer.calls == 0

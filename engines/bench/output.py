@@ -14,9 +14,9 @@ from engines.bench import clocks, disturbance, summary
 from engines.bench.comparison import Comparison
 from engines.bench.host import lines as lines_of_host
 from engines.bench.metrics import write_csv
-from engines.bench.run_report import FILE, FRAMES, Report, records
+from engines.bench.run_report import FRAMES, Report, records, render
 from engines.bench.slo import PairedSLO
-from engines.bench.table import TIE, format_table
+from engines.bench.table import TIE
 
 RAW_FRAMES = ("requests", "tokens")  # per request and per token: saved from the runs
 
@@ -37,21 +37,6 @@ def report(comparison: Comparison, frames: dict[str, pd.DataFrame] | None = None
         frames={name: records(frames[name]) for name in FRAMES},
         samples={name: summary.samples(r) for name, r in comparison.results.items()},
         goodput={r.name: r.goodput.low for r in comparison.results.values()})
-
-
-def render(found: Report, out: Path, *, plots: bool) -> None:
-    """Everything that renders from the report: report.json itself, summary.csv and the small
-    CSV tables, the rate and goodput plots."""
-    found.save(out / FILE)
-    write_csv(found.table(), out / "summary.csv")
-    for name in FRAMES:
-        write_csv(found.frame(name), out / f"{name}.csv")
-    if plots and found.frames.get("probes"):
-        from engines.bench import plots as figures
-
-        figures.rate_plot(found.frame("probes"), out / "rate.png")
-        figures.goodput_plot(found.frame("probes"), found.headline_slo(), found.goodput,
-                             out / "goodput.png")
 
 
 def write_runs(comparison: Comparison, frames: dict[str, pd.DataFrame], out: Path, *,
@@ -134,10 +119,6 @@ def _ties(search_tie: float) -> str:
     return (text + f"; capacity and goodput within {search_tie:g}x (--search-tie; --quick's "
             "default is how far its searches moved between runs: docs/benchmarks.md, winners "
             "and ties)")
-
-
-def closing_text(comparison: Comparison, table: pd.DataFrame) -> str:
-    return "\n".join([format_table(table), "", *closing_notes(comparison, table)])
 
 
 def closing_notes(comparison: Comparison, table: pd.DataFrame) -> list[str]:

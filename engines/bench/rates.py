@@ -20,6 +20,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -27,7 +28,7 @@ from engines.bench import clocks, draws, traces
 from engines.bench.metrics import requests_frame, tokens_frame, write_csv
 from engines.bench.probes import verdict
 from engines.bench.replay import Run, WallClock, run_trace
-from engines.bench.table import fmt
+from engines.bench.run_report import Report, publish, records
 from engines.protocol import Engine
 
 WARMUP_REQUESTS = 8
@@ -124,7 +125,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replay: also write the workload as GuideLLM JSON-lines data")
 
 
-def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine]) -> int:
+def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine],
+               config: dict[str, Any]) -> int:
+    """Replay, then the run's report (kind replay: engines.bench.run_report) and its table;
+    `config`: the run's Config's fields."""
     if not args.rates:
         raise ValueError("--rates: replay needs the request rates to replay, e.g. --rates 1,2")
     if args.clock in clocks.ON_THREAD:
@@ -142,15 +146,12 @@ def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine]) -> int:
           f"engine alone on the wall clock", file=sys.stderr)
     table, runs = replay(engines, items, rates, process=args.arrivals, seed=args.seed,
                          warmup=1 if args.warmup is None else args.warmup)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(table, args.out / "replay.csv")
     write_csv(pd.concat([requests_frame(r).assign(offered_rps=r.trace.rate) for r in runs]),
               args.out / "requests.csv")
     write_csv(pd.concat([tokens_frame(r).assign(offered_rps=r.trace.rate) for r in runs]),
               args.out / "tokens.csv")
-    if not args.no_plots and len(rates) > 1:
-        from engines.bench.plots import rate_plot  # matplotlib: only when plotting
-
-        rate_plot(table.assign(gave_up=False), args.out / "rate.png")
-    print(table.to_string(index=False, formatters=dict.fromkeys(table.columns, fmt)))
+    found = Report(config={**config, "rates": rates, "arrivals": args.arrivals,
+                           "requests": len(items)},
+                   slo={}, summary=records(table), notes=[], kind="replay")
+    publish(found, args.out, plots=not args.no_plots)
     return 0

@@ -14,7 +14,7 @@ import pandas as pd
 
 from engines.bench import disturbance
 from engines.bench.comparison import Comparison, EngineResult
-from engines.bench.metrics import requests_frame, tokens_frame
+from engines.bench.metrics import overhead_pct, requests_frame, tokens_frame
 
 SUMMARY_COLUMNS = [
     "engine", "capacity_rps", "capacity_high_rps", "output_tokens_per_s",
@@ -43,11 +43,6 @@ LATENCY_COLUMNS = ("ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p
                    "queue_wait_mean_s", "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s")
 
 
-def _overhead_pct(runs: list[Any]) -> float:
-    step_s = sum(r.step_s for r in runs)
-    return 100.0 * sum(r.driver_s for r in runs) / step_s if step_s else 0.0
-
-
 def summary_row(result: EngineResult, comparison: Comparison) -> dict[str, Any]:
     slo = comparison.slo
     ref = result.reference_summaries[0] if result.reference_summaries else {}
@@ -65,7 +60,7 @@ def summary_row(result: EngineResult, comparison: Comparison) -> dict[str, Any]:
         "spike_prompt_len": spike["prompt_len"],
         "baseline_itl_s": baseline,
         "wasted_slot_steps": result.closed[-1].wasted_slot_steps,
-        "driver_overhead_pct": _overhead_pct(list(result.runs())),
+        "driver_overhead_pct": overhead_pct(list(result.runs())),
         "reference_rps": result.reference.trace.rate if result.reference else np.nan,
         "goodput_high_rps": result.goodput.high,
         "slo_ttft_s": slo.ttft_s,
@@ -141,5 +136,5 @@ def samples(result: EngineResult) -> dict[str, list[float]]:
         "ttft_p95_s": [float(s["ttft_p95_s"]) for s in result.reference_summaries],
         "itl_spike_ratio": (disturbance.headline_samples(result.disturbance)
                             if result.disturbance is not None else []),
-        "driver_overhead_pct": [_overhead_pct([r]) for r in (*result.closed, *references)],
+        "driver_overhead_pct": [overhead_pct([r]) for r in (*result.closed, *references)],
     }
