@@ -130,6 +130,13 @@ def test_a_capacity_profile_chooses_the_next_rate_from_the_last_verdict() -> Non
     assert profile.next_rate(False) is None
 
 
+def test_a_sweep_profile_takes_the_rates_given_whatever_the_verdicts() -> None:
+    # replay's profile: every rate named, in order, a failing one included, then done.
+    profile = rate_profiles.SweepProfile([3.0, 1.0, 2.0])
+    assert [profile.next_rate(None), profile.next_rate(False), profile.next_rate(True),
+            profile.next_rate(False)] == [3.0, 1.0, 2.0, None]
+
+
 def test_a_generous_slo_gives_the_capacity_and_an_impossible_one_zero() -> None:
     cap, good = _fifo_search(SLO(ttft_s=100.0, itl_s=100.0))
     assert (good.low, good.high) == (cap.low, cap.high) and len(good.probes) == 1

@@ -26,13 +26,13 @@ import pandas as pd
 
 from engines.bench import clocks, draws, traces
 from engines.bench.metrics import requests_frame, tokens_frame, write_csv
-from engines.bench.probes import verdict
-from engines.bench.replay import Run, WallClock, run_trace
+from engines.bench.rate_profiles import SweepProfile, run_profiles
+from engines.bench.replay import Run, WallClock
+from engines.bench.run_context import RunContext
 from engines.bench.run_report import Report, publish, records
 from engines.protocol import Engine
 
 WARMUP_REQUESTS = 8
-PROCESSES = ("poisson", "constant")
 COLUMNS = ["engine", "process", "offered_rps", "achieved_rps", "completed", "n_requests",
            "output_tokens_per_s", "ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s",
            "e2e_p50_s", "queue_wait_p50_s", "queue_wait_p95_s", "growth", "stable"]
@@ -71,31 +71,23 @@ def workload(n: int, *, max_model_len: int, vocab_size: int, seed: int,
                          vocab_size=vocab_size, seed=seed)
 
 
-def trace(items: Sequence[draws.WorkItem], rate: float, process: str, *, seed: int,
-          tag: str) -> traces.ArrivalTrace:
-    if process == "poisson":
-        return traces.poisson(items, rate, seed=seed, tag=tag)
-    if process == "constant":
-        return traces.constant(items, rate, tag=tag)
-    raise ValueError(f"--arrivals: must be one of {', '.join(PROCESSES)}, got {process!r}")
-
-
 def replay(engines: dict[str, Engine], items: Sequence[draws.WorkItem], rates: Sequence[float],
            *, process: str = "poisson", seed: int = 0,
            warmup: int = 1) -> tuple[pd.DataFrame, list[Run]]:
-    """Each engine alone: `warmup` closed runs, then one open-loop run per rate. Returns one
-    summary row per engine and rate, and the recorded runs."""
+    """Each engine alone, on the wall clock: `warmup` closed runs, then one open-loop run per
+    rate, in the order given (a SweepProfile, driven as the searches' profiles are), never
+    given up on. Returns one summary row per engine and rate, and the recorded runs."""
     rows, runs = [], []
+    warm = traces.closed(items[:WARMUP_REQUESTS], tag="warm")
     for name, engine in engines.items():
-        warm = traces.closed(items[:WARMUP_REQUESTS], tag="warm")
-        for i in range(warmup):
-            run_trace(engine, warm, name=name, clock=WallClock(), id_suffix=f"#w{i}")
-        for rate in rates:
-            arrivals = trace(items, rate, process, seed=seed, tag=f"{process}{rate:g}")
-            run = run_trace(engine, arrivals, name=name, clock=WallClock())
-            probe = verdict(run, rate, len(items))
+        ctx = RunContext(clocks={name: WallClock()}, seed=seed, tag=process)
+        alone = {name: engine}
+        ctx.closed(alone, warm, warmup=warmup, runs=0)
+        swept = run_profiles(ctx, alone, list(items), {name: SweepProfile(rates)}, "",
+                             retries=0, on_probe=None, arrivals=process, give_up=False)
+        for probe in swept[name].probes:
             rows.append({"process": process, **probe.summary})
-            runs.append(run)
+            runs.append(probe.run)
     table = pd.DataFrame(rows)
     return table[[c for c in COLUMNS if c in table.columns]], runs
 
@@ -116,7 +108,7 @@ def export_guidellm(items: Sequence[draws.WorkItem], path: Path) -> Path:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("replay (each engine alone, open-loop, at given rates)")
     g.add_argument("--rates", metavar="R[,R...]", help="replay: request rates, req/s (required)")
-    g.add_argument("--arrivals", choices=PROCESSES, default="poisson",
+    g.add_argument("--arrivals", choices=traces.AT_RATE, default="poisson",
                    help="replay: arrival process (default poisson)")
     g.add_argument("--prompt-tokens", type=int, help="replay: one fixed prompt length "
                                                      "(with --output-tokens)")

@@ -19,6 +19,7 @@ import numpy as np
 from engines.bench.draws import WorkItem
 
 Process = Literal["poisson", "gamma", "closed", "constant"]
+AT_RATE = ("poisson", "constant")  # the processes a probe or a replay picks by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +117,13 @@ def constant(items: Sequence[WorkItem], rate: float, *, tag: str = "r") -> Arriv
 def closed(items: Sequence[WorkItem], *, tag: str = "c") -> ArrivalTrace:
     """Every request at t=0: a closed batch."""
     return _build(items, np.zeros(len(items)), float("inf"), "closed", 0, tag)
+
+
+def at_rate(items: Sequence[WorkItem], rate: float, process: str = "poisson", *, seed: int = 0,
+            tag: str = "r") -> ArrivalTrace:
+    """`process` (one of AT_RATE) at `rate`: what a probe and a replay run replay."""
+    if process == "poisson":
+        return poisson(items, rate, seed=seed, tag=tag)
+    if process == "constant":
+        return constant(items, rate, tag=tag)
+    raise ValueError(f"--arrivals: must be one of {', '.join(AT_RATE)}, got {process!r}")
