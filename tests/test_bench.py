@@ -20,7 +20,7 @@ from engines.bench.host.gauge import MIN_DECODES, MIN_PREFILLS
 from engines.bench.metrics import requests_frame, summarize, tokens_frame
 from engines.bench.paired import EngineClock, run_paired
 from engines.bench.probes import MAX_GROWTH
-from engines.bench.replay import run_closed, run_trace
+from engines.bench.replay import run_trace
 from engines.bench.run_context import RunContext
 from engines.bench.slo import SLO
 from engines.bench.table import TIE
@@ -44,8 +44,8 @@ def test_trace_round_trips_and_rates_stretch_one_draw(tmp_path: Path) -> None:
     items = draws.mixed(50, max_model_len=512, vocab_size=1000)
     trace = traces.poisson(items, 3.7, seed=5)
     assert traces.ArrivalTrace.load(trace.save(tmp_path / "t.json")) == trace
-    bursty = traces.gamma(items, 3.7, cv=3.0, seed=5)
-    assert traces.ArrivalTrace.load(bursty.save(tmp_path / "g.json")) == bursty
+    even = traces.constant(items, 3.7)
+    assert traces.ArrivalTrace.load(even.save(tmp_path / "c.json")) == even
     doubled = traces.poisson(items, 7.4, seed=5)
     np.testing.assert_allclose([a.at_s for a in doubled.arrivals],
                                [a.at_s / 2 for a in trace.arrivals])
@@ -90,7 +90,8 @@ def test_closed_mode_records_five_runs_after_two_warmups() -> None:
     clock = VirtualClock()
     engine = FakeEngine(max_batch_size=2, static=True, clock=clock)
     trace = traces.closed([*_items(1, max_tokens=1), *_items(1, max_tokens=5)])
-    runs = run_closed(engine, trace, clock=clock)
+    runs = RunContext(clocks={"static": clock}).closed({"static": engine}, trace, warmup=2,
+                                                        runs=5)["static"]
     assert len(runs) == 5 and len({run.id_suffix for run in runs}) == 5
     assert all(run.wasted_slot_steps == 4 for run in runs)  # the short one rides 4 steps
 
@@ -224,7 +225,7 @@ def test_disturbance_groups_spikes_by_admitted_prompt_length() -> None:
     assert baseline == pytest.approx(0.01)
     by_len = table.set_index("admitted_prompt_len")
     assert by_len.loc[200, "ratio"] == pytest.approx((0.01 + 0.2) / 0.01)
-    assert disturbance.spike_ratio(table) == by_len.loc[200, "ratio"]
+    assert disturbance.headline(table)["ratio"] == by_len.loc[200, "ratio"]
     # Every sample is the same exact gap on a virtual clock: the interval has no width.
     assert by_len.loc[200, "ci_low"] == pytest.approx(by_len.loc[200, "ci_high"])
 
@@ -234,7 +235,7 @@ def test_static_batching_has_no_admission_spike() -> None:
     engine = FakeEngine(max_batch_size=2, static=True, prefill_s_per_token=0.001, clock=clock)
     items = draws.mixed(8, max_model_len=128, vocab_size=100)
     _, table = disturbance.spikes(run_trace(engine, traces.closed(items), clock=clock))
-    assert table.empty and math.isnan(disturbance.spike_ratio(table))
+    assert table.empty and math.isnan(disturbance.headline(table)["ratio"])
 
 
 def test_cli_quick_writes_consistent_tables_and_plots(

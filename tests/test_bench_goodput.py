@@ -238,10 +238,10 @@ def test_slo_is_derived_unless_both_targets_are_given() -> None:
     assert half.ttft_s == 0.2 and half.itl_s == pytest.approx(5 * 0.002)
     assert half.basis.startswith("TTFT given; tiny:")
     # The noisy-host kit: derived in every round from its gauge.
-    from engines.bench.comparison import kit_for
+    from engines.bench.host.kit import build
 
     config = Config(slo_ttft_s=0.2, host=True)
-    paired, _ = targets(config, 512, timer, kit_for(config, 512, timer=timer))
+    paired, _ = targets(config, 512, timer, build(config, 512, timer=timer))
     assert isinstance(paired, PairedSLO)
     slo = paired.close_round()
     assert slo.ttft_s == 0.2 and slo.itl_s == pytest.approx(5 * 0.002)

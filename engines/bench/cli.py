@@ -29,6 +29,7 @@ from engines.bench import clocks, comparison, draws, output, rates, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
 from engines.bench.describe import banner, describe, unequal_threads
 from engines.bench.devices import default_device
+from engines.bench.host import kit as host_kit
 from engines.bench.host import priority
 from engines.bench.metrics import overhead_pct
 from engines.bench.progress import progress
@@ -260,7 +261,7 @@ def cmd_closed(args: argparse.Namespace) -> int:
     with (progress(not args.no_progress) as bar,
           priority.stepping_priority(args.priority, config.clock) as scheduling):
         print(f"  scheduling: {scheduling.note}", file=sys.stderr)
-        kit = comparison.kit_for(config, comparison.scale(engines)[0])
+        kit = host_kit.build(config, comparison.scale(engines)[0])
         results = comparison.closed_stage(comparison.context(config, bar=bar, kit=kit),
                                           engines, trace, config)
     rows = []

@@ -17,7 +17,7 @@ is always the wall clock, with a synchronize around every step.
 
 steady (engines.bench.host.steady): the cpu clock rescaled by the host's own speed, which a gauge
 times between the engines' steps: what a CPU that does not change speed would count. Built
-with its gauge by engines.bench.comparison.time_source; `source` has only the two plain ones.
+with its gauge by engines.bench.host.kit.build; `source` has only the two plain ones.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def source(name: str) -> TimeSource:
     check(name)
     if name not in CLOCKS:
         raise ValueError(f"clock: {name!r} is built with its gauge "
-                         "(engines.bench.comparison.time_source)")
+                         "(engines.bench.host.kit.build)")
     return CLOCKS[name]
 
 

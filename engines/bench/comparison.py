@@ -137,17 +137,6 @@ def scale(engines: dict[str, Engine]) -> tuple[int, int]:
             min(int(e.vocab_size) for e in engines.values()))
 
 
-def kit_for(config: Config, max_model_len: int, *, timer: Timer | None = None,
-            steady: SteadyTime | None = None) -> HostKit | None:
-    """The noisy-host kit when `config` asks for it (engines.bench.host), else None."""
-    if not config.host_kit:
-        if steady is not None:
-            raise ValueError(f"clock: a steady time source was given for --clock "
-                             f"{config.clock}")
-        return None
-    return host_kit.build(config, max_model_len, timer=timer, steady=steady)
-
-
 def targets(config: Config, max_model_len: int, timer: Timer | None = None,
             kit: HostKit | None = None) -> tuple[Targets, HardwareTimes | None]:
     """The goodput targets and, when derived once, the timings behind them: both given (one
@@ -160,12 +149,9 @@ def targets(config: Config, max_model_len: int, timer: Timer | None = None,
         return PairedSLO(kit.gauge, config.preset, attainment=config.slo_attainment,
                          ttft_s=config.slo_ttft_s, itl_s=config.slo_itl_s), None
     if timer is None:
-        from engines.bench.calibration import ForwardTimer  # torch: only when timing
+        from engines.bench.calibration import for_config  # torch: only when timing
 
-        timer = ForwardTimer(config.preset, device=config.device, dtype=config.dtype,
-                             batch=config.max_batch_size,
-                             prompt_len=draws.prompt_classes(max_model_len)[-1],
-                             seed=config.seed, clock=clocks.source(config.clock))
+        timer = for_config(config, max_model_len)
     times = time_once(timer)
     slo = derive(times, config.preset, attainment=config.slo_attainment).override(
         ttft_s=config.slo_ttft_s, itl_s=config.slo_itl_s)
@@ -311,7 +297,7 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
     steady clock (tests: modelled ones)."""
     max_model_len, vocab_size = scale(engines)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
-    kit = kit_for(config, max_model_len, timer=timer, steady=steady)
+    kit = host_kit.build(config, max_model_len, timer=timer, steady=steady)
     ctx = context(config, bar=bar, kit=kit)
     slo, once = targets(config, max_model_len, timer, kit)
     gauge = kit.gauge if kit is not None else None

@@ -99,10 +99,6 @@ class HardwareTimes:
         moves on a VM (docs/benchmarks.md, how stable a quick run is)."""
         return self.prefill_s / self.step_s
 
-    def describe(self) -> str:
-        return (f"{self.basis}: decode step of {self.batch} rows {self.step_s * 1e3:.3g} ms, "
-                f"prefill of {self.prompt_len} tokens {self.prefill_s * 1e3:.3g} ms")
-
 
 def _rule_text(rule: SLORule, times: HardwareTimes, preset: str) -> str:
     return (f"{preset}: TTFT {rule.ttft_prefills:g} x {times.prompt_len}-token prefill, "
