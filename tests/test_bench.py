@@ -378,7 +378,7 @@ def test_cli_names_the_bad_value(flag: str, value: str, field: str,
 def test_every_run_is_summarized_once_for_every_table(monkeypatch: pytest.MonkeyPatch) -> None:
     # The summary row, the CSV frames and asv's samples all read one summary per closed and
     # reference run, made where the run finished.
-    from engines.bench import comparison, metrics, summary
+    from engines.bench import comparison, metrics, output
     from engines.bench.config import Config
     from engines.bench.doubles.fake import continuous, static
 
@@ -391,7 +391,7 @@ def test_every_run_is_summarized_once_for_every_table(monkeypatch: pytest.Monkey
 
     import sys
 
-    from engines.bench import cli, output  # noqa: F401  (every module that might summarize)
+    from engines.bench import cli  # noqa: F401  (every module that might summarize)
 
     # Every bench module's `summarize` but the probes' (each probe's run is its own).
     for name, module in list(sys.modules.items()):
@@ -402,10 +402,10 @@ def test_every_run_is_summarized_once_for_every_table(monkeypatch: pytest.Monkey
                     slo_ttft_s=0.01, slo_itl_s=0.002, admissions_per_class=2)
     result = comparison.compare({"static": static, "continuous": continuous}, config)
     made = len(summarized)
-    table = summary.summary(result)
-    summary.frames(result)
+    table = output.summary(result)
+    output.tables(result)
     for engine in result.results.values():
-        summary.samples(engine)
+        output.samples(engine)
     assert len(summarized) == made == len(set(summarized))  # none summarized again
     assert made == sum(len(e.closed) + len(e.reference_summaries)
                        for e in result.results.values())
@@ -531,7 +531,7 @@ def test_the_spikes_are_stated_beside_the_hosts_own_prefill_over_decode(
     # turns between the disturbance run's steps, and the output states its ratio over those
     # steps: here the host's prefills turn 2.5x dearer after the searches, which the median
     # round (the SLO's) does not show. Given targets: no yardstick, no line.
-    from engines.bench import comparison, output, summary
+    from engines.bench import comparison, output
     from engines.bench.doubles.fake import FakeTimer
 
     timer = FakeTimer(step_s=0.001, prefill_s=0.002, batch=4, prompt_len=30)
@@ -546,7 +546,7 @@ def test_the_spikes_are_stated_beside_the_hosts_own_prefill_over_decode(
     _after_the_searches(monkeypatch, lambda: setattr(timer, "prefill_s", 0.005))
     found = comparison.run(engines, config, timer=timer)
     text = output.report(found).text()
-    column = summary.summary(found)["spike_host_prefill_x"]
+    column = output.summary(found)["spike_host_prefill_x"]
     if not paired:
         assert found.disturbance_times is None and timer.calls == 0
         assert column.isna().all() and "the host's own ratio" not in text
