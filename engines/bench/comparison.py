@@ -33,6 +33,7 @@ import pandas as pd
 
 from engines.bench import capacity, clocks, disturbance, draws, reference, traces
 from engines.bench.capacity import Capacity
+from engines.bench.clocks import TimeSource
 from engines.bench.config import Config, EngineFactory
 from engines.bench.describe import EngineDescription, describe
 from engines.bench.devices import synchronizer
@@ -165,12 +166,13 @@ def headline(slo: Targets, once: HardwareTimes | None) -> tuple[SLO, HardwareTim
     return slo, once
 
 
-def context(config: Config, *, bar: Progress | None = None,
-            kit: HostKit | None = None) -> RunContext:
+def context(config: Config, *, bar: Progress | None = None, kit: HostKit | None = None,
+            time_source: TimeSource | None = None) -> RunContext:
     """The run context of a comparison under `config`: its device's sync, its clock (the
-    kit's steady clock under --clock steady), the kit's hook between steps when it is on."""
+    kit's steady clock under --clock steady; `time_source`, tests: a virtual one), the kit's
+    hook between steps when it is on."""
     source = kit.steady if kit is not None and kit.steady is not None else \
-        clocks.source(config.clock)
+        time_source or clocks.source(config.clock)
     return RunContext(sync=synchronizer(config.device), time_source=source,
                       hook=kit.turn if kit is not None else None, bar=bar, seed=config.seed)
 
@@ -291,14 +293,16 @@ def compare(factories: dict[str, EngineFactory], config: Config, *,
 
 
 def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = None,
-        timer: Timer | None = None, steady: SteadyTime | None = None) -> Comparison:
+        timer: Timer | None = None, steady: SteadyTime | None = None,
+        time_source: TimeSource | None = None) -> Comparison:
     """Benchmark built engines (drained) on the same draws and traces, paired. `timer`
     replaces the preset's forward as the targets' timer and the kit's gauge, `steady` the
-    steady clock (tests: modelled ones)."""
+    steady clock, `time_source` the config's clock (tests: modelled ones, on a virtual clock
+    the fake engines advance)."""
     max_model_len, vocab_size = scale(engines)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
     kit = host_kit.build(config, max_model_len, timer=timer, steady=steady)
-    ctx = context(config, bar=bar, kit=kit)
+    ctx = context(config, bar=bar, kit=kit, time_source=time_source)
     slo, once = targets(config, max_model_len, timer, kit)
     gauge = kit.gauge if kit is not None else None
     closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")
