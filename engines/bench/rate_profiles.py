@@ -41,10 +41,6 @@ class Capacity:
     rule: str
     probes: list[Probe] = field(default_factory=list)
 
-    @property
-    def rate(self) -> float:
-        return self.low
-
     def bracket(self) -> str:
         return f"[{self.low:.3g}, {self.high:.3g}) req/s"
 
