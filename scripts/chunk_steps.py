@@ -69,7 +69,7 @@ def main() -> None:
         trace = traces.closed(items, tag=f"chunks{run_index}")
         runs = run_paired(engines, dict.fromkeys(engines, trace))
         for name, run in runs.items():
-            ratio = disturbance.spike_ratio(disturbance.spikes(run)[1])
+            ratio = disturbance.headline(disturbance.spikes(run)[1])["ratio"]
             cell = f"{ratio:5.2f}"
             if name in logs:
                 gaps = disturbance.step_gaps(run)

@@ -37,7 +37,7 @@ from typing import Any
 import pandas as pd
 
 from engines.adapters.http import HTTPEngine
-from engines.bench import rates
+from engines.bench import rates, traces
 from engines.bench.metrics import requests_frame, write_csv
 from engines.bench.table import fmt
 
@@ -204,7 +204,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="1,2,4")
-    p.add_argument("--arrivals", choices=rates.PROCESSES, default="constant")
+    p.add_argument("--arrivals", choices=traces.AT_RATE, default="constant")
     p.add_argument("--requests", type=int, default=60)
     p.add_argument("--prompt-tokens", type=int, default=64)
     p.add_argument("--output-tokens", type=int, default=32)

@@ -130,6 +130,13 @@ def test_a_capacity_profile_chooses_the_next_rate_from_the_last_verdict() -> Non
     assert profile.next_rate(False) is None
 
 
+def test_a_sweep_profile_takes_the_rates_given_whatever_the_verdicts() -> None:
+    # replay's profile: every rate named, in order, a failing one included, then done.
+    profile = rate_profiles.SweepProfile([3.0, 1.0, 2.0])
+    assert [profile.next_rate(None), profile.next_rate(False), profile.next_rate(True),
+            profile.next_rate(False)] == [3.0, 1.0, 2.0, None]
+
+
 def test_a_generous_slo_gives_the_capacity_and_an_impossible_one_zero() -> None:
     cap, good = _fifo_search(SLO(ttft_s=100.0, itl_s=100.0))
     assert (good.low, good.high) == (cap.low, cap.high) and len(good.probes) == 1
@@ -231,10 +238,10 @@ def test_slo_is_derived_unless_both_targets_are_given() -> None:
     assert half.ttft_s == 0.2 and half.itl_s == pytest.approx(5 * 0.002)
     assert half.basis.startswith("TTFT given; tiny:")
     # The noisy-host kit: derived in every round from its gauge.
-    from engines.bench.comparison import kit_for
+    from engines.bench.host.kit import build
 
     config = Config(slo_ttft_s=0.2, host=True)
-    paired, _ = targets(config, 512, timer, kit_for(config, 512, timer=timer))
+    paired, _ = targets(config, 512, timer, build(config, 512, timer=timer))
     assert isinstance(paired, PairedSLO)
     slo = paired.close_round()
     assert slo.ttft_s == 0.2 and slo.itl_s == pytest.approx(5 * 0.002)

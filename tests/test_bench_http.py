@@ -244,7 +244,8 @@ def bench(*argv: str, plots: bool = False) -> int:
                  *(() if plots else ("--no-plots",))])
 
 
-def test_replay_drives_a_server_at_the_rates_given(from_env: State, tmp_path: Path) -> None:
+def test_replay_drives_a_server_at_the_rates_given(from_env: State, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "guidellm.jsonl"
     assert bench("replay", "--rates", "8,16", "--arrivals", "constant", "--requests", "6",
                  "--prompt-tokens", "4", "--output-tokens", "3", "--out", str(tmp_path),
@@ -267,6 +268,14 @@ def test_replay_drives_a_server_at_the_rates_given(from_env: State, tmp_path: Pa
         assert all(w[0] == "t" and 0 <= int(w[1:]) < fake_server.VOCAB for w in words)
     # 6 warm-up requests of the same prompts reached the server first, then 2 x 6.
     assert len(from_env.sent) <= 6
+    # The run's report renders its table and its rate plot again.
+    printed = capsys.readouterr().out
+    for rendered in ("replay.csv", "rate.png"):
+        (tmp_path / rendered).unlink()
+    assert main(["render", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == printed
+    assert (tmp_path / "rate.png").stat().st_size > 0
+    assert pd.read_csv(tmp_path / "replay.csv").equals(table)
 
 
 @pytest.mark.parametrize(("argv", "message"), [

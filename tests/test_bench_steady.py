@@ -11,6 +11,7 @@ import pytest
 from engines.bench import comparison, draws, traces
 from engines.bench.config import Config
 from engines.bench.doubles.fake import FakeEngine, FakeTimer, Machine
+from engines.bench.host import kit as host_kit
 from engines.bench.host.steady import SteadyTime
 
 
@@ -82,7 +83,7 @@ def test_a_paired_run_gives_the_gauge_its_turns() -> None:
     before = gauge.calls
     trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
     config = Config(clock="steady")
-    kit = comparison.kit_for(config, 64, timer=gauge, steady=steady)
+    kit = host_kit.build(config, 64, timer=gauge, steady=steady)
     comparison.context(config, kit=kit).paired(
         {"e": FakeEngine(max_batch_size=2, base_s=0.001)}, {"e": trace})
     # One gauge: the kit's turns time it, and the steady clock settles on those timings.
@@ -92,7 +93,7 @@ def test_a_paired_run_gives_the_gauge_its_turns() -> None:
 def test_a_steady_source_for_another_clock_is_refused() -> None:
     steady = SteadyTime(FakeTimer(), raw=time.perf_counter, window=1)
     with pytest.raises(ValueError, match="a steady time source was given for --clock wall"):
-        comparison.kit_for(Config(clock="wall"), 64, timer=FakeTimer(), steady=steady)
+        host_kit.build(Config(clock="wall"), 64, timer=FakeTimer(), steady=steady)
 
 
 def test_the_baseline_is_settled_after_the_warm_up_runs() -> None:
@@ -118,7 +119,7 @@ def test_the_baseline_is_settled_after_the_warm_up_runs() -> None:
     steady = SteadyTime(SlowWhileWarmingUp(), raw=time.perf_counter, window=1, settle_turns=2)
     trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
     config = Config(warmup=2, runs=2, clock="steady")
-    kit = comparison.kit_for(config, 64, timer=SlowWhileWarmingUp(), steady=steady)
+    kit = host_kit.build(config, 64, timer=SlowWhileWarmingUp(), steady=steady)
     ctx = comparison.context(config, bar=bar, kit=kit)
     comparison.closed_stage(ctx, {"e": FakeEngine(max_batch_size=2, base_s=0.001)}, trace,
                             config)

@@ -27,6 +27,20 @@ CONTEXT_STEPS = 32  # decode steps before the batch is prefilled afresh: context
 WARMUP = 3
 
 
+def for_config(config: Any, max_model_len: int) -> ForwardTimer:
+    """The timer of a comparison under `config` (engines.bench.config.Config): the preset's
+    forward on its device and dtype, a decode step of its slots, a prefill of the workload's
+    longest prompt class, read on the raw clock: this thread's CPU time under the kit's
+    on-thread clocks (the steady clock rescales it), else the wall clock."""
+    from engines.bench import clocks, draws
+
+    return ForwardTimer(config.preset, device=config.device, dtype=config.dtype,
+                        batch=config.max_batch_size,
+                        prompt_len=draws.prompt_classes(max_model_len)[-1], seed=config.seed,
+                        clock=time.thread_time if clocks.on_thread(config.clock)
+                        else time.perf_counter)
+
+
 class ForwardTimer:
     """Times the preset's model (cached by engines.models: the engines reuse it)."""
 

@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engines.bench.draws import WorkItem
-from engines.bench.probes import MAX_GROWTH, RULE, Probe, probe_paired
-from engines.bench.rate_profiles import Capacity, CapacityProfile, GoodputProfile, Profile
+from engines.bench.probes import MAX_GROWTH, RULE, Probe
+from engines.bench.rate_profiles import Capacity, CapacityProfile, GoodputProfile, run_profiles
 from engines.bench.replay import Clock
 from engines.bench.run_context import RunContext
 from engines.bench.slo import Targets
@@ -58,46 +58,6 @@ def planned_rounds(iterations: int, retries: int = RETRIES) -> int:
     return (2 + iterations) * (1 + retries)
 
 
-def _run_rounds(ctx: RunContext, engines: Mapping[str, Engine], items: list[WorkItem],
-                profiles: Mapping[str, Profile], rule: str, *, retries: int,
-                on_probe: Callable[[Probe], None] | None,
-                **probe_args: Any) -> dict[str, Capacity]:
-    """Advance every profile round by round; `ctx.tag` keeps request ids unique per engine,
-    and `ctx.bar` (a stage opened with planned_rounds) ticks once per round, retries
-    included."""
-    results = {name: profile.start(name, rule) for name, profile in profiles.items()}
-    pending = {name: rate for name, profile in profiles.items()
-               if (rate := profile.next_rate(None)) is not None}
-    while pending:
-        verdicts = dict.fromkeys(pending, False)
-        trying = dict(pending)
-        for _ in range(retries + 1):
-            count = sum(len(r.probes) for r in results.values())
-            for name, p in probe_paired(ctx.with_(tag=f"{ctx.tag}{count}"), engines, items,
-                                        trying, **probe_args).items():
-                results[name].probes.append(p)
-                verdicts[name] = profiles[name].passes(p)
-                if on_probe is not None:
-                    on_probe(p)
-            ctx.tick(postfix={n: f"{r:.3g}" for n, r in trying.items()})
-            trying = {name: rate for name, rate in trying.items() if not verdicts[name]}
-            if not trying:
-                break
-        for name, rate in list(pending.items()):
-            result = results[name]
-            if verdicts[name]:
-                result.low = max(result.low, rate)
-            else:
-                result.high = min(result.high, rate)
-            following = profiles[name].next_rate(verdicts[name])
-            if following is None:
-                del pending[name]
-            else:
-                pending[name] = following
-    ctx.finish()
-    return results
-
-
 def search_many(ctx: RunContext, engines: Mapping[str, Engine], items: list[WorkItem], *,
                 start_rates: Mapping[str, float], iterations: int = 4, max_expand: int = 4,
                 max_growth: float = MAX_GROWTH, queue_bound_s: float | None = None,
@@ -109,7 +69,7 @@ def search_many(ctx: RunContext, engines: Mapping[str, Engine], items: list[Work
     rule = RULE.format(growth=max_growth, bound=bound) + f"; {_tries(retries)}"
     profiles = {name: CapacityProfile(start_rates[name], iterations=iterations,
                                       max_expand=max_expand) for name in engines}
-    return _run_rounds(ctx, engines, items, profiles, rule, retries=retries, on_probe=on_probe,
+    return run_profiles(ctx, engines, items, profiles, rule, retries=retries, on_probe=on_probe,
                        max_growth=max_growth, queue_bound_s=queue_bound_s, slo=slo)
 
 
@@ -123,7 +83,7 @@ def goodput_many(ctx: RunContext, engines: Mapping[str, Engine], items: list[Wor
             f"capacity / {2 ** max_expand}")
     profiles = {name: GoodputProfile(cap, iterations=iterations, max_expand=max_expand)
                 for name, cap in capacities.items()}
-    return _run_rounds(ctx, engines, items, profiles, rule, retries=retries, on_probe=on_probe,
+    return run_profiles(ctx, engines, items, profiles, rule, retries=retries, on_probe=on_probe,
                        max_growth=max_growth, slo=slo)
 
 

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +29,12 @@ from engines.bench import clocks, comparison, draws, output, rates, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
 from engines.bench.describe import banner, describe, unequal_threads
 from engines.bench.devices import default_device
+from engines.bench.host import kit as host_kit
 from engines.bench.host import priority
-from engines.bench.metrics import write_csv
+from engines.bench.metrics import overhead_pct
 from engines.bench.progress import progress
-from engines.bench.run_report import FILE, Report
+from engines.bench.run_report import FILE, Report, publish, records
 from engines.bench.streaming import streams
-from engines.bench.table import fmt
 from engines.factories import EngineSpecError, load_factory, load_labeled
 from engines.models import PRESETS
 from engines.protocol import Engine
@@ -203,7 +204,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     found = output.write(result, args.out, plots=not args.no_plots,
                          notes=[kit, f"scheduling: {scheduling.note}"])
     print(found.text())
-    print(f"wrote {args.out}/ in {time.perf_counter() - started:.0f} s")
+    print(f"wrote {args.out}/ in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return 0
 
 
@@ -211,10 +212,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     """The table, CSVs and plots again from a saved report (--out DIR/report.json)."""
     path = args.out / FILE
     if not path.is_file():
-        raise ValueError(f"render: no {FILE} in {args.out} (--out names a compare run's folder)")
-    found = Report.load(path)
-    output.render(found, args.out, plots=not args.no_plots)
-    print(found.text())
+        raise ValueError(f"render: no {FILE} in {args.out} (--out names the folder of a "
+                         "compare, closed or replay run)")
+    publish(Report.load(path), args.out, plots=not args.no_plots)
     return 0
 
 
@@ -236,7 +236,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """Each engine alone at the rates given (engines.bench.rates)."""
     config = _config(args)
     engines = comparison.build(_factories(args, config))
-    return rates.cmd_replay(args, engines)
+    return rates.cmd_replay(args, engines, asdict(config))
 
 
 def cmd_closed(args: argparse.Namespace) -> int:
@@ -261,7 +261,7 @@ def cmd_closed(args: argparse.Namespace) -> int:
     with (progress(not args.no_progress) as bar,
           priority.stepping_priority(args.priority, config.clock) as scheduling):
         print(f"  scheduling: {scheduling.note}", file=sys.stderr)
-        kit = comparison.kit_for(config, comparison.scale(engines)[0])
+        kit = host_kit.build(config, comparison.scale(engines)[0])
         results = comparison.closed_stage(comparison.context(config, bar=bar, kit=kit),
                                           engines, trace, config)
     rows = []
@@ -271,8 +271,7 @@ def cmd_closed(args: argparse.Namespace) -> int:
         rows.append({"engine": name, "output_tokens_per_s": result.tokens_per_s,
                      "min": min(rates), "max": max(rates),
                      "wall_s": float(np.median([r.wall_s for r in runs])),
-                     "driver_overhead_pct": 100 * sum(r.driver_s for r in runs)
-                     / sum(r.step_s for r in runs),
+                     "driver_overhead_pct": overhead_pct(runs),
                      "compute_threads": described[name].threads,
                      # After the runs: a compiled engine says how many steps ran compiled.
                      "execution": describe(name, engines[name]).execution})
@@ -280,9 +279,8 @@ def cmd_closed(args: argparse.Namespace) -> int:
     if "hf-generate" in set(table["engine"]):
         base = table.set_index("engine").loc["hf-generate", "output_tokens_per_s"]
         table["vs_hf_generate"] = table["output_tokens_per_s"] / base
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(table, args.out / "closed.csv")
-    print(table.to_string(index=False, formatters=dict.fromkeys(table.columns, fmt)))
+    publish(Report(config=asdict(config), slo={}, summary=records(table), notes=[],
+                          kind="closed"), args.out, plots=False)
     return 0
 
 

@@ -1,23 +1,18 @@
 """What the bench's engine clocks count: wall time, or this thread's CPU time.
 
-wall (time.perf_counter): what a user waits. Beside other tenants it also counts the time the
-operating system gave the CPU to them: a step preempted by another process for a 4 ms time
-slice is 4 ms longer. That stretches long steps more than short ones (a 15 ms prefill nearly
-always holds a slice, a 4 ms decode step often none: measured here beside one busy loop on
-the same core, decode 2.1x and prefill 3.1x slower), so the ratios the bench reports
-between engines, and between a prompt's admission and a decode step, move with the load.
+wall (time.perf_counter): what a user waits, the core's clock. Beside other tenants it also
+counts the time slices the OS gave them, which stretch long steps more than short ones.
 
-cpu (time.thread_time): the CPU time of the thread that runs the engines' steps, which a
-time slice given to another process does not advance. Beside the same busy loop: decode 1.1x,
-prefill 1.2x (cache sharing, not preemption). Right only when all of an engine's work runs on
-that thread: a CPU engine built in-process with one torch thread (the default engines under
-`--threads 1`). An engine that computes in other threads or processes (vLLM's engine core, a
-server, a GPU) would be timed as almost free: such engines take the wall clock, and on CUDA it
-is always the wall clock, with a synchronize around every step.
+cpu (time.thread_time): the CPU time of the thread stepping the engines, which another
+process's time slice does not advance. Right only when all of an engine's work runs on that
+thread (the default engines, in-process, `--threads 1`); an engine computing in other threads
+or processes (vLLM's engine core, a server, a GPU) would look almost free, so such engines
+take the wall clock, and CUDA always does.
 
-steady (engines.bench.host.steady): the cpu clock rescaled by the host's own speed, which a gauge
-times between the engines' steps: what a CPU that does not change speed would count. Built
-with its gauge by engines.bench.comparison.time_source; `source` has only the two plain ones.
+steady (engines.bench.host.steady): the cpu clock rescaled by the host's own speed, timed
+between the steps by the kit's gauge; built with it by engines.bench.host.kit.build, so
+`source` has only the two plain ones. What each clock did on this project's VM:
+docs/benchmarks.md, the noisy-host kit.
 """
 
 from __future__ import annotations
@@ -49,7 +44,7 @@ def source(name: str) -> TimeSource:
     check(name)
     if name not in CLOCKS:
         raise ValueError(f"clock: {name!r} is built with its gauge "
-                         "(engines.bench.comparison.time_source)")
+                         "(engines.bench.host.kit.build)")
     return CLOCKS[name]
 
 

@@ -33,6 +33,7 @@ import pandas as pd
 
 from engines.bench import capacity, clocks, disturbance, draws, reference, traces
 from engines.bench.capacity import Capacity
+from engines.bench.clocks import TimeSource
 from engines.bench.config import Config, EngineFactory
 from engines.bench.describe import EngineDescription, describe
 from engines.bench.devices import synchronizer
@@ -137,17 +138,6 @@ def scale(engines: dict[str, Engine]) -> tuple[int, int]:
             min(int(e.vocab_size) for e in engines.values()))
 
 
-def kit_for(config: Config, max_model_len: int, *, timer: Timer | None = None,
-            steady: SteadyTime | None = None) -> HostKit | None:
-    """The noisy-host kit when `config` asks for it (engines.bench.host), else None."""
-    if not config.host_kit:
-        if steady is not None:
-            raise ValueError(f"clock: a steady time source was given for --clock "
-                             f"{config.clock}")
-        return None
-    return host_kit.build(config, max_model_len, timer=timer, steady=steady)
-
-
 def targets(config: Config, max_model_len: int, timer: Timer | None = None,
             kit: HostKit | None = None) -> tuple[Targets, HardwareTimes | None]:
     """The goodput targets and, when derived once, the timings behind them: both given (one
@@ -160,12 +150,9 @@ def targets(config: Config, max_model_len: int, timer: Timer | None = None,
         return PairedSLO(kit.gauge, config.preset, attainment=config.slo_attainment,
                          ttft_s=config.slo_ttft_s, itl_s=config.slo_itl_s), None
     if timer is None:
-        from engines.bench.calibration import ForwardTimer  # torch: only when timing
+        from engines.bench.calibration import for_config  # torch: only when timing
 
-        timer = ForwardTimer(config.preset, device=config.device, dtype=config.dtype,
-                             batch=config.max_batch_size,
-                             prompt_len=draws.prompt_classes(max_model_len)[-1],
-                             seed=config.seed, clock=clocks.source(config.clock))
+        timer = for_config(config, max_model_len)
     times = time_once(timer)
     slo = derive(times, config.preset, attainment=config.slo_attainment).override(
         ttft_s=config.slo_ttft_s, itl_s=config.slo_itl_s)
@@ -179,12 +166,13 @@ def headline(slo: Targets, once: HardwareTimes | None) -> tuple[SLO, HardwareTim
     return slo, once
 
 
-def context(config: Config, *, bar: Progress | None = None,
-            kit: HostKit | None = None) -> RunContext:
+def context(config: Config, *, bar: Progress | None = None, kit: HostKit | None = None,
+            time_source: TimeSource | None = None) -> RunContext:
     """The run context of a comparison under `config`: its device's sync, its clock (the
-    kit's steady clock under --clock steady), the kit's hook between steps when it is on."""
+    kit's steady clock under --clock steady; `time_source`, tests: a virtual one), the kit's
+    hook between steps when it is on."""
     source = kit.steady if kit is not None and kit.steady is not None else \
-        clocks.source(config.clock)
+        time_source or clocks.source(config.clock)
     return RunContext(sync=synchronizer(config.device), time_source=source,
                       hook=kit.turn if kit is not None else None, bar=bar, seed=config.seed)
 
@@ -305,14 +293,16 @@ def compare(factories: dict[str, EngineFactory], config: Config, *,
 
 
 def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = None,
-        timer: Timer | None = None, steady: SteadyTime | None = None) -> Comparison:
+        timer: Timer | None = None, steady: SteadyTime | None = None,
+        time_source: TimeSource | None = None) -> Comparison:
     """Benchmark built engines (drained) on the same draws and traces, paired. `timer`
     replaces the preset's forward as the targets' timer and the kit's gauge, `steady` the
-    steady clock (tests: modelled ones)."""
+    steady clock, `time_source` the config's clock (tests: modelled ones, on a virtual clock
+    the fake engines advance)."""
     max_model_len, vocab_size = scale(engines)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
-    kit = kit_for(config, max_model_len, timer=timer, steady=steady)
-    ctx = context(config, bar=bar, kit=kit)
+    kit = host_kit.build(config, max_model_len, timer=timer, steady=steady)
+    ctx = context(config, bar=bar, kit=kit, time_source=time_source)
     slo, once = targets(config, max_model_len, timer, kit)
     gauge = kit.gauge if kit is not None else None
     closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")

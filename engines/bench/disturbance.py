@@ -92,11 +92,6 @@ def headline(table: pd.DataFrame) -> dict[str, float]:
             "prompt_len": float(row["admitted_prompt_len"])}
 
 
-def spike_ratio(table: pd.DataFrame) -> float:
-    """The headline: the ratio in steps that admitted the longest prompt seen admitted."""
-    return headline(table)["ratio"]
-
-
 def headline_samples(run: Run) -> list[float]:
     """Per step that admitted the longest prompt: its gap / the baseline (asv's samples)."""
     gaps = step_gaps(run)

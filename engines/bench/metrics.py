@@ -13,6 +13,7 @@ inside TTFT.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,12 @@ def summarize(run: Run, requests: pd.DataFrame | None = None,
     row["driver_overhead_pct"] = 100.0 * run.overhead
     row["gave_up"] = run.gave_up
     return row
+
+
+def overhead_pct(runs: Sequence[Run]) -> float:
+    """The driver's own time over the runs, as a percentage of their step time."""
+    step_s = sum(r.step_s for r in runs)
+    return 100.0 * sum(r.driver_s for r in runs) / step_s if step_s else 0.0
 
 
 def slo_met(requests: pd.DataFrame, slo: SLO) -> pd.Series:

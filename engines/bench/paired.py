@@ -50,7 +50,9 @@ class EngineClock:
     def now(self) -> float:
         if self._since is None:
             return self._base
-        return self._base + self._source() - self._since
+        # Parenthesised: (base + source) - since rounds, and a clock asleep until t would
+        # read a hair before t (a virtual source that stands still never gets past it).
+        return self._base + (self._source() - self._since)
 
     def sleep_until(self, t: float) -> None:
         if t > self.now():

@@ -93,18 +93,22 @@ def verdict(run: Run, rate: float, n: int, *, max_growth: float = MAX_GROWTH,
 
 def probe_paired(ctx: RunContext, engines: Mapping[str, Engine], items: list[WorkItem],
                  rates: Mapping[str, float], *, max_growth: float = MAX_GROWTH,
-                 queue_bound_s: float | None = None,
-                 slo: Targets | None = None) -> dict[str, Probe]:
+                 queue_bound_s: float | None = None, slo: Targets | None = None,
+                 arrivals: str = "poisson", give_up: bool = True) -> dict[str, Probe]:
     """One probe per engine, each at its own rate, run paired (engines.bench.paired) on
     `ctx`'s seed and tag; with a PairedSLO, its gauge (turned by the kit's hook between the
-    steps) times the round, whose targets judge every probe of the round."""
-    trace = {name: traces.poisson(items, rate, seed=ctx.seed, tag=f"p{ctx.tag}{rate:.6g}")
+    steps) times the round, whose targets judge every probe of the round. `give_up`: stop
+    admitting once a request has waited half the trace's span (a search's probe far past
+    capacity ends early); a replay at a rate a user named runs to the end."""
+    trace = {name: traces.at_rate(items, rate, arrivals, seed=ctx.seed,
+                                  tag=f"p{ctx.tag}{rate:.6g}")
              for name, rate in rates.items()}
     paired = slo if isinstance(slo, PairedSLO) else None
     if paired is not None:
         paired.source.restart()
     runs = ctx.paired({name: engines[name] for name in rates}, trace,
-                      give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()})
+                      give_up_wait_s={name: 0.5 * t.span_s for name, t in trace.items()}
+                      if give_up else None)
     judged = paired.close_round() if paired is not None else (
         slo if isinstance(slo, SLO) else None)
     return {name: verdict(run, rates[name], len(items), max_growth=max_growth,

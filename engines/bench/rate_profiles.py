@@ -10,16 +10,24 @@ picks its next strategy from the last benchmark's result); the rates here bisect
 - GoodputProfile: starts at the capacity, halves until a rate meets the SLO, then bisects; a
   verdict is stability within the probe's SLO. It reads the capacity search's probes first:
   a rate they saw meet the SLO is a pass already (see `_plan`).
+- SweepProfile: the rates given, in order, whatever the verdicts (`batching-bench replay`,
+  GuideLLM's constant-rate sweep); a verdict is stability, reported, never acted on.
+
+`run_profiles` drives one profile per engine, round by round, every round's probes paired.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from engines.bench.probes import Probe
+from engines.bench.draws import WorkItem
+from engines.bench.probes import Probe, probe_paired
+from engines.bench.run_context import RunContext
+from engines.protocol import Engine
 
 WIDEN = 1.5
 Plan = Generator[float, bool, None]
@@ -32,10 +40,6 @@ class Capacity:
     high: float  # lowest failing rate probed above it; inf if none failed
     rule: str
     probes: list[Probe] = field(default_factory=list)
-
-    @property
-    def rate(self) -> float:
-        return self.low
 
     def bracket(self) -> str:
         return f"[{self.low:.3g}, {self.high:.3g}) req/s"
@@ -157,3 +161,59 @@ class GoodputProfile(Profile):
             if (yield rate):
                 yield from bisect(rate, rate * 2, self.iterations)
                 return
+
+
+class SweepProfile(Profile):
+    def __init__(self, rates: Sequence[float]) -> None:
+        super().__init__()
+        self.rates = list(rates)
+
+    def passes(self, probe: Probe) -> bool:
+        return probe.stable
+
+    def plan(self) -> Plan:
+        # Not `yield from self.rates`: it would hand each verdict to a list iterator's send().
+        for rate in self.rates:  # noqa: UP028
+            yield rate
+
+
+def run_profiles(ctx: RunContext, engines: Mapping[str, Engine], items: list[WorkItem],
+                profiles: Mapping[str, Profile], rule: str, *, retries: int,
+                on_probe: Callable[[Probe], None] | None,
+                **probe_args: Any) -> dict[str, Capacity]:
+    """Advance every engine's profile round by round, each round's probes run paired
+    (engines.bench.probes.probe_paired, which `probe_args` go to): a failing verdict is
+    re-run, paired again with the other failing engines', up to `retries` times, and a rate
+    fails only if every try did. `ctx.tag` keeps request ids unique per engine, and `ctx.bar`
+    (a stage opened by the caller) ticks once per round, retries included."""
+    results = {name: profile.start(name, rule) for name, profile in profiles.items()}
+    pending = {name: rate for name, profile in profiles.items()
+               if (rate := profile.next_rate(None)) is not None}
+    while pending:
+        verdicts = dict.fromkeys(pending, False)
+        trying = dict(pending)
+        for _ in range(retries + 1):
+            count = sum(len(r.probes) for r in results.values())
+            for name, p in probe_paired(ctx.with_(tag=f"{ctx.tag}{count}"), engines, items,
+                                        trying, **probe_args).items():
+                results[name].probes.append(p)
+                verdicts[name] = profiles[name].passes(p)
+                if on_probe is not None:
+                    on_probe(p)
+            ctx.tick(postfix={n: f"{r:.3g}" for n, r in trying.items()})
+            trying = {name: rate for name, rate in trying.items() if not verdicts[name]}
+            if not trying:
+                break
+        for name, rate in list(pending.items()):
+            result = results[name]
+            if verdicts[name]:
+                result.low = max(result.low, rate)
+            else:
+                result.high = min(result.high, rate)
+            following = profiles[name].next_rate(verdicts[name])
+            if following is None:
+                del pending[name]
+            else:
+                pending[name] = following
+    ctx.finish()
+    return results

@@ -20,18 +20,19 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from engines.bench import clocks, draws, traces
 from engines.bench.metrics import requests_frame, tokens_frame, write_csv
-from engines.bench.probes import verdict
-from engines.bench.replay import Run, WallClock, run_trace
-from engines.bench.table import fmt
+from engines.bench.rate_profiles import SweepProfile, run_profiles
+from engines.bench.replay import Run, WallClock
+from engines.bench.run_context import RunContext
+from engines.bench.run_report import Report, publish, records
 from engines.protocol import Engine
 
 WARMUP_REQUESTS = 8
-PROCESSES = ("poisson", "constant")
 COLUMNS = ["engine", "process", "offered_rps", "achieved_rps", "completed", "n_requests",
            "output_tokens_per_s", "ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s",
            "e2e_p50_s", "queue_wait_p50_s", "queue_wait_p95_s", "growth", "stable"]
@@ -70,31 +71,23 @@ def workload(n: int, *, max_model_len: int, vocab_size: int, seed: int,
                          vocab_size=vocab_size, seed=seed)
 
 
-def trace(items: Sequence[draws.WorkItem], rate: float, process: str, *, seed: int,
-          tag: str) -> traces.ArrivalTrace:
-    if process == "poisson":
-        return traces.poisson(items, rate, seed=seed, tag=tag)
-    if process == "constant":
-        return traces.constant(items, rate, tag=tag)
-    raise ValueError(f"--arrivals: must be one of {', '.join(PROCESSES)}, got {process!r}")
-
-
 def replay(engines: dict[str, Engine], items: Sequence[draws.WorkItem], rates: Sequence[float],
            *, process: str = "poisson", seed: int = 0,
            warmup: int = 1) -> tuple[pd.DataFrame, list[Run]]:
-    """Each engine alone: `warmup` closed runs, then one open-loop run per rate. Returns one
-    summary row per engine and rate, and the recorded runs."""
+    """Each engine alone, on the wall clock: `warmup` closed runs, then one open-loop run per
+    rate, in the order given (a SweepProfile, driven as the searches' profiles are), never
+    given up on. Returns one summary row per engine and rate, and the recorded runs."""
     rows, runs = [], []
+    warm = traces.closed(items[:WARMUP_REQUESTS], tag="warm")
     for name, engine in engines.items():
-        warm = traces.closed(items[:WARMUP_REQUESTS], tag="warm")
-        for i in range(warmup):
-            run_trace(engine, warm, name=name, clock=WallClock(), id_suffix=f"#w{i}")
-        for rate in rates:
-            arrivals = trace(items, rate, process, seed=seed, tag=f"{process}{rate:g}")
-            run = run_trace(engine, arrivals, name=name, clock=WallClock())
-            probe = verdict(run, rate, len(items))
+        ctx = RunContext(clocks={name: WallClock()}, seed=seed, tag=process)
+        alone = {name: engine}
+        ctx.closed(alone, warm, warmup=warmup, runs=0)
+        swept = run_profiles(ctx, alone, list(items), {name: SweepProfile(rates)}, "",
+                             retries=0, on_probe=None, arrivals=process, give_up=False)
+        for probe in swept[name].probes:
             rows.append({"process": process, **probe.summary})
-            runs.append(run)
+            runs.append(probe.run)
     table = pd.DataFrame(rows)
     return table[[c for c in COLUMNS if c in table.columns]], runs
 
@@ -115,7 +108,7 @@ def export_guidellm(items: Sequence[draws.WorkItem], path: Path) -> Path:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("replay (each engine alone, open-loop, at given rates)")
     g.add_argument("--rates", metavar="R[,R...]", help="replay: request rates, req/s (required)")
-    g.add_argument("--arrivals", choices=PROCESSES, default="poisson",
+    g.add_argument("--arrivals", choices=traces.AT_RATE, default="poisson",
                    help="replay: arrival process (default poisson)")
     g.add_argument("--prompt-tokens", type=int, help="replay: one fixed prompt length "
                                                      "(with --output-tokens)")
@@ -124,7 +117,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replay: also write the workload as GuideLLM JSON-lines data")
 
 
-def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine]) -> int:
+def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine],
+               config: dict[str, Any]) -> int:
+    """Replay, then the run's report (kind replay: engines.bench.run_report) and its table;
+    `config`: the run's Config's fields."""
     if not args.rates:
         raise ValueError("--rates: replay needs the request rates to replay, e.g. --rates 1,2")
     if args.clock in clocks.ON_THREAD:
@@ -142,15 +138,12 @@ def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine]) -> int:
           f"engine alone on the wall clock", file=sys.stderr)
     table, runs = replay(engines, items, rates, process=args.arrivals, seed=args.seed,
                          warmup=1 if args.warmup is None else args.warmup)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(table, args.out / "replay.csv")
     write_csv(pd.concat([requests_frame(r).assign(offered_rps=r.trace.rate) for r in runs]),
               args.out / "requests.csv")
     write_csv(pd.concat([tokens_frame(r).assign(offered_rps=r.trace.rate) for r in runs]),
               args.out / "tokens.csv")
-    if not args.no_plots and len(rates) > 1:
-        from engines.bench.plots import rate_plot  # matplotlib: only when plotting
-
-        rate_plot(table.assign(gave_up=False), args.out / "rate.png")
-    print(table.to_string(index=False, formatters=dict.fromkeys(table.columns, fmt)))
+    found = Report(config={**config, "rates": rates, "arrivals": args.arrivals,
+                           "requests": len(items)},
+                   slo={}, summary=records(table), notes=[], kind="replay")
+    publish(found, args.out, plots=not args.no_plots)
     return 0

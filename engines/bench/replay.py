@@ -214,31 +214,3 @@ def drive(
     if wasted0 is not None and wasted1 is not None:
         run.wasted_slot_steps = wasted1 - wasted0
     return run
-
-
-def run_closed(
-    engine: Engine,
-    trace: ArrivalTrace,
-    *,
-    name: str = "engine",
-    warmup: int = 2,
-    runs: int = 5,
-    clock: Clock | None = None,
-    record_slots: bool = False,
-    on_run: Callable[[], None] | None = None,
-    sync: Sync | None = None,
-) -> list[Run]:
-    """The closed protocol (docs/references.md): `warmup` unrecorded runs, then `runs` recorded.
-
-    One engine serves every run (a drained engine is reusable); request ids get a per-run
-    suffix so that no id is ever reused.
-    """
-    recorded = []
-    for i in range(warmup + runs):
-        run = run_trace(engine, trace, name=name, clock=clock, record_slots=record_slots,
-                        id_suffix=f"#{i}", sync=sync)
-        if i >= warmup:
-            recorded.append(run)
-        if on_run is not None:
-            on_run()
-    return recorded

@@ -20,7 +20,7 @@ targets of that round: a machine that slows down mid-run (another tenant starts)
 the targets and the engines alike, where targets timed once would hold a slowed engine to the
 quiet machine's speed.
 
-The multiples are stated per preset below, and `--slo-ttft` / `--slo-itl` override the
+The multiples are one rule for every preset (RULE), and `--slo-ttft` / `--slo-itl` override the
 result (a given target is the same in every round). The share is `attainment`.
 """
 
@@ -72,15 +72,10 @@ class SLORule:
     itl_steps: float  # mean-ITL target = this x one decode step of a full uniform batch
 
 
-# Stated per preset. The ITL multiple is Sarathi-Serve's strict one (5x a decode iteration);
-# TTFT allows about two long prefills ahead of a request's own, plus its own.
-SLO_RULES: dict[str, SLORule] = {
-    "tiny": SLORule(ttft_prefills=3.0, itl_steps=5.0),
-    "small": SLORule(ttft_prefills=3.0, itl_steps=5.0),
-    "qwen2.5-0.5b": SLORule(ttft_prefills=3.0, itl_steps=5.0),
-    "qwen2.5-1.5b": SLORule(ttft_prefills=3.0, itl_steps=5.0),
-}
-DEFAULT_RULE = SLORule(ttft_prefills=3.0, itl_steps=5.0)  # checkpoints and unknown presets
+# One rule for every preset and checkpoint (the targets scale with its own timings). The ITL
+# multiple is Sarathi-Serve's strict one (5x a decode iteration); TTFT allows about two long
+# prefills ahead of a request's own, plus its own.
+RULE = SLORule(ttft_prefills=3.0, itl_steps=5.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,20 +94,12 @@ class HardwareTimes:
         moves on a VM (docs/benchmarks.md, how stable a quick run is)."""
         return self.prefill_s / self.step_s
 
-    def describe(self) -> str:
-        return (f"{self.basis}: decode step of {self.batch} rows {self.step_s * 1e3:.3g} ms, "
-                f"prefill of {self.prompt_len} tokens {self.prefill_s * 1e3:.3g} ms")
-
-
-def _rule_text(rule: SLORule, times: HardwareTimes, preset: str) -> str:
-    return (f"{preset}: TTFT {rule.ttft_prefills:g} x {times.prompt_len}-token prefill, "
-            f"ITL {rule.itl_steps:g} x {times.batch}-row decode step")
-
 
 def derive(times: HardwareTimes, preset: str, *, attainment: float = ATTAINMENT) -> SLO:
-    rule = SLO_RULES.get(preset, DEFAULT_RULE)
-    return SLO(ttft_s=rule.ttft_prefills * times.prefill_s, itl_s=rule.itl_steps * times.step_s,
-               attainment=attainment, basis=_rule_text(rule, times, preset))
+    return SLO(ttft_s=RULE.ttft_prefills * times.prefill_s, itl_s=RULE.itl_steps * times.step_s,
+               attainment=attainment,
+               basis=f"{preset}: TTFT {RULE.ttft_prefills:g} x {times.prompt_len}-token "
+                     f"prefill, ITL {RULE.itl_steps:g} x {times.batch}-row decode step")
 
 
 class Timer(Protocol):
@@ -182,11 +169,10 @@ class PairedSLO:
 
     def describe(self) -> str:
         """The rule, for the goodput search's text (the seconds differ round by round)."""
-        rule = SLO_RULES.get(self.preset, DEFAULT_RULE)
         ttft = (f"{self.ttft_s * 1e3:.4g} ms" if self.ttft_s is not None
-                else f"{rule.ttft_prefills:g} x the long prefill")
+                else f"{RULE.ttft_prefills:g} x the long prefill")
         itl = (f"{self.itl_s * 1e3:.4g} ms" if self.itl_s is not None
-               else f"{rule.itl_steps:g} x the decode step")
+               else f"{RULE.itl_steps:g} x the decode step")
         return (f"TTFT <= {ttft} and mean ITL <= {itl} for >= {self.attainment:.0%} of "
                 f"requests, {self.preset}'s timings taken between the engines' steps in the "
                 "same round")

@@ -117,3 +117,8 @@ def winners(summary: pd.DataFrame) -> pd.DataFrame:
 
 def format_table(summary: pd.DataFrame) -> str:
     return winners(summary).to_string(index=False)
+
+
+def listing(frame: pd.DataFrame) -> str:
+    """A table as it is, every value through `fmt` (the closed and replay runs' tables)."""
+    return frame.to_string(index=False, formatters=dict.fromkeys(frame.columns, fmt))

@@ -1,4 +1,5 @@
-"""Arrival traces: seeded Poisson or gamma arrivals over a workload, saved and replayed exactly.
+"""Arrival traces: seeded Poisson, constant-rate or closed arrivals over a workload, saved and
+replayed exactly.
 
 A trace fixes which requests arrive and when (seconds after the run starts), so two engines
 replayed from one trace see the same requests at the same moments. Gaps are drawn at rate 1
@@ -18,7 +19,8 @@ import numpy as np
 
 from engines.bench.draws import WorkItem
 
-Process = Literal["poisson", "gamma", "closed", "constant"]
+Process = Literal["poisson", "closed", "constant"]
+AT_RATE = ("poisson", "constant")  # the processes a probe or a replay picks by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +98,6 @@ def poisson(items: Sequence[WorkItem], rate: float, *, seed: int = 0,
     return _build(items, gaps, rate, "poisson", seed, tag)
 
 
-def gamma(items: Sequence[WorkItem], rate: float, *, cv: float = 2.0, seed: int = 0,
-          tag: str = "r") -> ArrivalTrace:
-    """Gamma gaps with mean 1/rate and coefficient of variation cv (cv > 1: burstier)."""
-    if rate <= 0 or cv <= 0:
-        raise ValueError(f"rate and cv: must be > 0, got rate={rate}, cv={cv}")
-    shape = 1.0 / cv**2
-    gaps = np.random.default_rng(seed).gamma(shape, 1.0 / shape, size=len(items)) / rate
-    return _build(items, gaps, rate, "gamma", seed, tag)
-
-
 def constant(items: Sequence[WorkItem], rate: float, *, tag: str = "r") -> ArrivalTrace:
     """Evenly spaced arrivals, 1/rate apart (GuideLLM's and vLLM's "constant" rate)."""
     if rate <= 0:
@@ -116,3 +108,13 @@ def constant(items: Sequence[WorkItem], rate: float, *, tag: str = "r") -> Arriv
 def closed(items: Sequence[WorkItem], *, tag: str = "c") -> ArrivalTrace:
     """Every request at t=0: a closed batch."""
     return _build(items, np.zeros(len(items)), float("inf"), "closed", 0, tag)
+
+
+def at_rate(items: Sequence[WorkItem], rate: float, process: str = "poisson", *, seed: int = 0,
+            tag: str = "r") -> ArrivalTrace:
+    """`process` (one of AT_RATE) at `rate`: what a probe and a replay run replay."""
+    if process == "poisson":
+        return poisson(items, rate, seed=seed, tag=tag)
+    if process == "constant":
+        return constant(items, rate, tag=tag)
+    raise ValueError(f"--arrivals: must be one of {', '.join(AT_RATE)}, got {process!r}")

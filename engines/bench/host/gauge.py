@@ -1,24 +1,19 @@
 """The noisy-host kit's one gauge: the preset's forward, timed between the engines' steps.
 
-Its timings serve everything the kit says about the host: the SLO targets of each paired round
+Its timings serve everything the kit says about the host: each paired round's SLO targets
 (engines.bench.slo.PairedSLO), the steady clock's speed (engines.bench.host.steady: every
-decode step it times is handed to `on_decode`), the drift over the reference run and the
-host's prefill-over-decode mix over the admission-spike steps (engines.bench.host.lines).
-Before the kit, the steady clock timed a decode step of its own between the same steps.
+decode timing goes to `on_decode`), the drift over the reference run and the host's
+prefill-over-decode mix over the admission-spike steps (engines.bench.host.lines).
 
 A HostGauge holds a Timer (the preset's transformers forward, engines.bench.calibration, or a
-test double) and is given a turn after every cycle of engine steps in a paired round. It takes
-a timing only while its own time stays within `share` of the round's wall time (10%: the
-engines' steps keep nine tenths of the machine), alternating decode steps and prefills so
-that the prefills get a fixed share of the samples. `take()` ends the round: the mean of its
-decode steps and of its prefills, after topping up to a minimum of each if the round was too
-short to reach it.
+test double) and gets a turn after every cycle of engine steps. It takes a timing only while
+its own time stays within `share` of the round's wall time (10%: the engines keep nine tenths
+of the machine), alternating decode steps and prefills at a fixed ratio. `take()` ends the
+round: the mean of its decode steps and of its prefills, topped up to a minimum of each.
 
 The mean, not the minimum: the engines' latencies in the same round include every stall a
-busy machine inflicts (a preemption in the middle of a step), and the targets must include
-them in the same proportion, or a slow spell fails the engines against a yardstick that the
-spell never touched. Sampled across the whole round, interleaved with the engines' steps, the
-timings meet the same stalls at the same rate.
+busy machine inflicts, and targets sampled across the round, interleaved with the engines'
+steps, meet the same stalls at the same rate.
 """
 
 from __future__ import annotations

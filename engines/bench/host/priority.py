@@ -1,24 +1,14 @@
 """Keep other processes on the bench's core from preempting the engines' steps.
 
-The CPU-time clock (engines.bench.clocks) does not count the time slices another process gets,
-but it still counts what they leave behind: a step that resumes after another process ran
-finds its caches and TLB cold. Measured on this project's 2-core VM (scripts/step_preemption.py,
-3,840 steps each), a static-engine decode step of one row: 0.64 ms median alone on its core,
-0.92 ms beside a busy loop on that core, 0.63 ms beside the same busy loop with the stepping
-thread under SCHED_FIFO. Small steps suffer most (a preemption costs about 0.3 ms of refill, a fixed
-amount), so a busy neighbour slowed static batching at low load by ~25% and its SLO yardstick
-(a long prefill) by ~10%: the goodput ratios moved by 1.5x between a quiet and a busy run.
-
-So, under the CPU-time clock, the thread that steps the engines runs under SCHED_FIFO at the
-lowest real-time priority (1) where the OS permits it (root, CAP_SYS_NICE or an RLIMIT_RTPRIO):
-no ordinary process on that core preempts a step, and the kernel's real-time throttling
-(sched_rt_runtime_us, 95% of each second by default) still leaves the others 5% of the core.
-Only with the CPU-time clock: there all of an engine's work runs on the stepping thread (that
-is that clock's premise), while an engine with worker threads or processes (the wall clock's
-engines: vLLM, servers, CTranslate2's worker) would have its own workers starved by it. The
-policy is per thread (Linux): threads that exist already keep theirs, a thread started inside
-inherits it (the bench starts none but tqdm's monitor, which sleeps), and it is restored when
-the measurement ends.
+The CPU-time clock (engines.bench.clocks) does not count another process's time slices, but
+it still counts what they leave behind: a step that resumes after one finds its caches cold
+(docs/benchmarks.md, the noisy-host kit, for what that cost on this project's VM). So, under
+the CPU-time clocks only, the stepping thread runs under SCHED_FIFO at the lowest real-time
+priority (1) where the OS permits it (root, CAP_SYS_NICE or an RLIMIT_RTPRIO); the kernel's
+real-time throttling still leaves the others 5% of the core. Only there: those clocks'
+premise is that all of an engine's work runs on this thread, where an engine with worker
+threads or processes (vLLM, servers, CTranslate2) would have its workers starved. The policy
+is per thread and restored when the measurement ends.
 """
 
 from __future__ import annotations

@@ -1,41 +1,23 @@
 """The steady clock: this thread's CPU time, rescaled to the host's speed when the bench began.
 
-CPU time already leaves out the time slices other processes get (engines.bench.clocks), but on
-a VM the core itself changes speed under the guest (a tenant on its SMT sibling, memory
-traffic, frequency): on one idle 2-core guest the tiny preset's 8-row decode step, in CPU
-time, moved 0.93-1.87 ms between 2-s windows (scripts/host_steadiness.py). Paired runs cancel
-such a spell between engines only where figures are linear in speed. An open-loop run at a
-rate set in a fast spell runs past its share of capacity in a slow one, and queueing latency
-grows as load / (1 - load): on that guest the quick bench's queue-wait ratios moved 2.9-5.1x
-between four runs of the same code.
-
-So the kit's one gauge (engines.bench.host.gauge: a decode step of the preset's forward,
-timed on the raw CPU clock between the engines' steps) hands every decode timing to
+CPU time leaves out other processes' time slices (engines.bench.clocks), but on a VM the core
+itself changes speed under the guest (a tenant on its SMT sibling, memory traffic,
+frequency), and an open-loop run at a rate timed in a fast spell runs past its share of
+capacity in a slow one. So the kit's one gauge (engines.bench.host.gauge: the preset's decode
+step, timed on the raw CPU clock between the engines' steps) hands every decode timing to
 `observe`. The host's speed is the median of the last WINDOW timings over the median of the
 first SETTLE_TURNS, and each stretch of CPU time counts as itself divided by the speed in
 force when it ran; the kit banks the time before and after each gauge turn, so the speed
-changes only between steps, never inside one. Between steps the engines' work has evicted
-the gauge's caches (a cold call took 1.19-1.36x as long as a warm one right after it), so
-the baseline comes from turns between the engines' steps too, after the closed stage's
-warm-up runs (engines.bench.comparison), not from fresh engines' first steps or from timings
-before the run; until it is settled, time counts against WINDOW back-to-back timings taken
-when the clock was built. (Before the kit the clock timed its own gauge, a warmed second
-call, beside the SLO's: two gauges on the same decode step.)
+changes only between steps, never inside one. The baseline comes from turns between the
+engines' steps after the closed stage's warm-up runs (engines.bench.comparison): a cold call
+between steps is slower than a warm one back to back, and fresh engines' first steps carry
+one-off costs.
 
-Measured on that guest, the gauge alternating with another load of the same model (a 24-row
-decode step and a 96-token prefill), one gauge timing for every 8 of them: window medians that
-moved 1.6-1.9x in raw CPU time moved 1.05-1.10x rescaled, idle or beside two busy loops. The
-prefills kept more of the spread (1.09-1.10x against the decode steps' 1.05x): a slow spell
-slows a decode step more than a prefill, and one gauge cannot follow both. A ratio of the two
-inside one engine (the admission spike) moves with that mix, which the output states beside
-it instead (engines.bench.comparison's disturbance run).
-
-What it changes: every figure is in the host's speed over the gauge's first turns, a virtual
-machine that does not change speed. Ratios between engines mean what they did; an absolute
-figure is the one the host would give if it kept that speed, which the output states with the
-range the speed took (`speed_range`). It assumes what the cpu clock assumes (every engine's
-work on this thread) and that the engines slow as the gauge does: the same model's forward,
-on the same core.
+Every figure is then at the host's speed over the gauge's first turns, which the output
+states with the range the speed took (`speed_range`). It assumes what the cpu clock assumes,
+and that the engines slow as the gauge does: the same model's forward, on the same core; a
+slow spell slows a decode step more than a prefill, which the spike's host-mix line states
+instead. Measured: docs/benchmarks.md, the noisy-host kit.
 """
 
 from __future__ import annotations
