@@ -169,10 +169,11 @@ def _no_sharing(check: Check, trace: Trace, counts: dict[Hashable, int]
         raise check.fail(
             f"{describe(r, trace)}, {_who(r)}, took {c} prompt tokens from the prefix cache "
             f"(the engine's own count), but its own tenant's requests computed at most a "
-            f"{own}-token prefix of its prompt; {describe(y, trace)}, {_who(y)}, another "
-            f"tenant, had computed a {reach}-token prefix of it before it was added: KV "
-            "cached for one tenant was handed to another (the run's cache salts are its own, "
-            "so nothing else under this salt was ever computed).")
+            f"{own}-token prefix of its prompt (the run's cache salts are its own: nothing "
+            "under this one was computed before the run), so that KV was computed for "
+            f"another tenant; {describe(y, trace)}, {_who(y)}, for one, had computed a "
+            f"{reach}-token prefix of it before it was added: KV cached for one tenant was "
+            "handed to another.")
     return salted, salted_hits, unsalted_hits, candidates, unexplained
 
 
