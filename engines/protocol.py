@@ -22,6 +22,7 @@ __all__ = [
     "DECLARATIONS",
     "GUIDED_KINDS",
     "LOGPROBS_OF",
+    "OUTPUT_FIELDS",
     "OUTPUT_PARAMS",
     "REQUEST_FIELDS",
     "TEXT_PARAMS",
@@ -55,6 +56,7 @@ __all__ = [
     "logprobs_of",
     "loras",
     "max_concurrency",
+    "output_fields",
     "position_thresholds",
     "step_by",
     "supported_sampling",
@@ -199,6 +201,9 @@ PROMPT_LOGPROBS_FIELD = "prompt_logprobs"
 # that serves LoRA adapters declares "lora", one that honours cache salts "cache_salt".
 REQUEST_FIELDS = frozenset({"lora", "cache_salt"})
 WAVE4_FIELDS = CONSTRAINT_PARAMS | OUTPUT_PARAMS | REQUEST_FIELDS
+# The optional StepOutput fields an engine may declare it fills (`output_fields`): the others
+# (prompt_logprobs, text) follow from what it declares already.
+OUTPUT_FIELDS = frozenset({"cached_prompt_tokens"})
 # What an engine's top logprobs are of (`logprobs_of` on the engine; "raw" unless declared).
 LOGPROBS_OF = ("raw", "processed")
 
@@ -254,6 +259,12 @@ class StepOutput:
     # a child concatenated equal the decode of its tokens (cut at a stop string), never half
     # a multi-byte character.
     text: str | None = None
+    # The prompt tokens this request's prefill took from the engine's prefix cache (KV
+    # computed earlier, not computed again), counted when the request was first admitted (a
+    # request preempted and resumed is not counted again): on one output of the request, any
+    # one, once (a request with children: once for all of them). None: not reported (on its
+    # other outputs, and everywhere on an engine that does not declare it in `output_fields`).
+    cached_prompt_tokens: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -390,6 +401,7 @@ DECLARATIONS: Mapping[str, str] = {
     "compute_threads": "the CPU threads it computes with (the bench states it per engine)",
     "execution": "how it computes, in words: eager, compiled, a library and its version",
     "loras": "the LoRA adapters it serves now, name -> PEFT directory (a Request.lora names one)",
+    "output_fields": "the optional StepOutput fields it fills (a set of names, OUTPUT_FIELDS)",
     "close": "a method: release its threads, processes and memory (called on every engine "
              "the suite drops)",
 }
@@ -592,6 +604,22 @@ def loras(engine: object) -> dict[str, str]:
     return out
 
 
+def output_fields(engine: object) -> frozenset[str]:
+    """The optional StepOutput fields (OUTPUT_FIELDS) the engine declares it fills
+    (`output_fields`, a set of names; none where it says nothing). A name that is no such
+    field is refused (ValueError naming it)."""
+    declared = _declared(engine, "output_fields")
+    if declared is None:
+        return frozenset()
+    if isinstance(declared, str) or not isinstance(declared, Iterable):
+        raise ValueError(f"output_fields: {declared!r} is not a set of field names")
+    fields = frozenset(declared)
+    for name in sorted(fields, key=str):
+        if name not in OUTPUT_FIELDS:
+            raise ValueError(unknown_name("output_fields: field", name, OUTPUT_FIELDS))
+    return fields
+
+
 def check_declarations(engine: object) -> None:
     """Read every declaration the engine makes: a ValueError names the first bad one."""
     supported_sampling(engine)
@@ -603,4 +631,5 @@ def check_declarations(engine: object) -> None:
     load_settle_s(engine)
     tokenizer_of(engine)
     loras(engine)
+    output_fields(engine)
     close(engine)

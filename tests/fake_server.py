@@ -17,6 +17,16 @@ stream sends a token before that many streams have come in.
 
 Planted leaks for the drain check (`State.leak`): "running" leaves every request that
 finished counted as running; "kv" leaves 0.01 of KV usage behind per finished request.
+
+A prefix cache, with `prefix_block` > 0: a request's prompt blocks (full blocks of that many
+tokens) are cached under its tenant (the body's `model` and `cache_salt`) once its first token
+is sent, and a request reports the prompt tokens it found cached, counted at its arrival (the
+longest run of cached full blocks, its last prompt token never among them), as vLLM does with
+--enable-prompt-tokens-details (`usage.prompt_tokens_details.cached_tokens` in the trailing
+usage message, when the body asks for `stream_options.include_usage`) and llama-server does
+(`timings.cache_n`, on every message with `timings_per_token`). Planted isolation bugs
+(`State.prefix_bug`): "salt" keys the cache without the salt; "salted" never caches a salted
+request (isolation by caching nothing).
 """
 
 from __future__ import annotations
@@ -63,6 +73,36 @@ class State:
     streams: int = 0  # streamed requests received
     all_in: threading.Event = field(default_factory=threading.Event)  # hold_for reached
     loras: dict[str, str] = field(default_factory=dict)  # adapters /v1/models lists: name -> root
+    prefix_block: int = 0  # > 0: a prefix cache of blocks of this many tokens
+    max_model_len: int = MAX_MODEL_LEN  # what /v1/models and /props say (it refuses nothing)
+    prefix_bug: str = ""  # "", "salt" (key ignores the salt), "salted" (salted never cached)
+    cached: set[tuple[object, ...]] = field(default_factory=set)  # (tenant, prefix) per block
+
+    def tenant(self, body: dict[str, Any]) -> tuple[object, ...] | None:
+        """The cache's key for the body's tenant; None: not cached at all."""
+        salt = body.get("cache_salt")
+        if self.prefix_bug == "salted" and salt is not None:
+            return None
+        return (body.get("model"), None if self.prefix_bug == "salt" else salt)
+
+    def lookup(self, body: dict[str, Any], prompt: list[int]) -> int:
+        """Prompt tokens found cached: whole blocks, the last prompt token never."""
+        b, tenant = self.prefix_block, self.tenant(body)
+        if b <= 0 or tenant is None:
+            return 0
+        n = 0
+        with self.lock:
+            while n + b <= len(prompt) - 1 and (tenant, tuple(prompt[:n + b])) in self.cached:
+                n += b
+        return n
+
+    def store(self, body: dict[str, Any], prompt: list[int]) -> None:
+        b, tenant = self.prefix_block, self.tenant(body)
+        if b <= 0 or tenant is None:
+            return
+        with self.lock:
+            for end in range(b, len(prompt) + 1, b):
+                self.cached.add((tenant, tuple(prompt[:end])))
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -87,9 +127,9 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/v1/models":
             cards = [{"id": name, "root": root, "parent": "fake"}  # as vLLM lists LoRA modules
                      for name, root in s.loras.items()]
-            self._json(200, {"data": [{"id": "fake", "max_model_len": MAX_MODEL_LEN}, *cards]})
+            self._json(200, {"data": [{"id": "fake", "max_model_len": s.max_model_len}, *cards]})
         elif self.path == "/props":
-            self._json(200, {"default_generation_settings": {"n_ctx": MAX_MODEL_LEN},
+            self._json(200, {"default_generation_settings": {"n_ctx": s.max_model_len},
                              "total_slots": 3})
         elif self.path == "/metrics":
             kv = min(1.0, 0.05 * s.in_flight + s.kv_leaked)
@@ -142,15 +182,17 @@ class Handler(BaseHTTPRequestHandler):
             if s.hold_for and s.streams >= s.hold_for:
                 s.all_in.set()
         try:
-            messages = (self._openai(prompt, body) if self.path == "/v1/completions"
-                        else self._llama(prompt, body))
+            hits = s.lookup(body, prompt)
+            messages = (self._openai(prompt, body, hits) if self.path == "/v1/completions"
+                        else self._llama(prompt, body, hits))
             if s.first_delay:
                 time.sleep(s.first_delay)
             # Bounded only so that a test that never releases does not leave a thread behind.
             if s.hold_for and not s.all_in.wait(30):
                 return
             for i, message in enumerate(messages):
-                if s.gate is not None and not s.gate.acquire(timeout=30):
+                trailer = json.loads(message).get("choices") == []  # usage: no token
+                if s.gate is not None and not trailer and not s.gate.acquire(timeout=30):
                     return
                 if i == 1 and first == STALL:
                     time.sleep(3600)
@@ -161,6 +203,8 @@ class Handler(BaseHTTPRequestHandler):
                 # Stamped before the write: once written, the client may read the message
                 # before this thread runs again, and a stamp after it would come too late.
                 times.append(time.perf_counter())
+                if i == 0:  # the prompt is computed: its blocks are cached from now on
+                    s.store(body, prompt)
                 self.wfile.write(f"data: {message}\n\n".encode())
                 self.wfile.flush()
                 time.sleep(s.delay)
@@ -176,7 +220,7 @@ class Handler(BaseHTTPRequestHandler):
             with s.lock:
                 s.in_flight -= 1
 
-    def _openai(self, prompt: list[int], body: dict[str, Any]) -> Iterator[str]:
+    def _openai(self, prompt: list[int], body: dict[str, Any], hits: int) -> Iterator[str]:
         stops = set(body.get("stop_token_ids") or ())
         k = int(body.get("logprobs") or 0)
         tokens = continuation(prompt, int(body["max_tokens"]))
@@ -191,14 +235,23 @@ class Handler(BaseHTTPRequestHandler):
                                       "token_logprobs": [math.log(0.5)], "top_logprobs": [top]}
             yield json.dumps({"id": "cmpl-1", "object": "text_completion", "choices": [choice]})
             if last:
-                return
+                break
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage: dict[str, Any] = {"prompt_tokens": len(prompt),
+                                     "completion_tokens": i + 1}
+            if self.state.prefix_block:  # as vLLM with --enable-prompt-tokens-details
+                usage["prompt_tokens_details"] = {"cached_tokens": hits}
+            yield json.dumps({"id": "cmpl-1", "object": "text_completion", "choices": [],
+                              "usage": usage})
 
-    def _llama(self, prompt: list[int], body: dict[str, Any]) -> Iterator[str]:
+    def _llama(self, prompt: list[int], body: dict[str, Any], hits: int) -> Iterator[str]:
         # As llama-server streams: one token per partial message, then a final message with
         # no tokens that says why it stopped.
         k = int(body.get("n_probs") or 0)
         for t in continuation(prompt, int(body["n_predict"])):
             message: dict[str, Any] = {"content": f"{t:x}", "tokens": [t], "stop": False}
+            if body.get("timings_per_token"):
+                message["timings"] = {"cache_n": hits}
             if k:
                 top = [{"id": (t + j) % VOCAB, "logprob": math.log(0.5 / (j + 1))}
                        for j in range(k)]

@@ -66,6 +66,7 @@ class PagedBeams:
     _blocks_for: Callable[[int], int]
     _cached_prefix: Callable[[PagedRequest], list[int]]
     kv_block_size: int
+    first_hits: dict[Hashable, int | None]  # engines.paged.schedule
     _finish: Callable[[RequestState], None]  # engines.core.engine
 
     beam_search = BeamSearch  # the search's rule (engines.core.beams)
@@ -172,6 +173,7 @@ class PagedBeams:
             self.waiting.remove(row)
             row.blocks = hits + self.pool.allocate(self._blocks_for(computed + n) - len(hits))
             row.num_computed, row.num_registered = computed, len(hits)
+            self.first_hits.setdefault(row.request.request_id, computed)  # counted once
             self.running.append(row)
             plan[row] = n
         self._take_seats(group)

@@ -33,6 +33,7 @@ many run at once); KVIntrospection describes the pool instead.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 from collections.abc import Hashable, Mapping, Sequence
@@ -104,6 +105,8 @@ class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
     supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
                           | {"lora", "cache_salt", "prompt_logprobs", "n", "beam_width",
                              "length_penalty"})
+    # Each request's prefix-cache hit tokens at its first admission, on its next output.
+    output_fields = frozenset({"cached_prompt_tokens"})
 
     def __init__(
         self,
@@ -158,6 +161,7 @@ class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
         self.free_seats = list(range(max_batch_size))
         self._init_forks()
         self._init_beams()
+        self.first_hits = {}  # engines.paged.schedule: StepOutput.cached_prompt_tokens
         self.preemptions = 0  # requests sent back to the queue to free blocks, ever
         self.chunked_prompts = 0  # requests whose prefill took more than one step, ever
         if max_loras < 1 or max_lora_rank < 1:
@@ -302,6 +306,21 @@ class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
     # --- one step ------------------------------------------------------------------------------
 
     def step(self) -> list[StepOutput]:
+        return self._report_hits(self._step())
+
+    def _report_hits(self, outputs: list[StepOutput]) -> list[StepOutput]:
+        """Each request's first-admission prefix-cache hits on its first output since, once
+        (StepOutput.cached_prompt_tokens); requests that left are forgotten."""
+        for i, out in enumerate(outputs):
+            hits = self.first_hits.get(out.request_id)
+            if hits is not None:
+                outputs[i] = dataclasses.replace(out, cached_prompt_tokens=hits)
+                self.first_hits[out.request_id] = None
+        for rid in [r for r in self.first_hits if r not in self._live]:
+            del self.first_hits[rid]
+        return outputs
+
+    def _step(self) -> list[StepOutput]:
         outputs: list[StepOutput] = []
         self._release_held_aborts()
         self._release_beam_aborts()

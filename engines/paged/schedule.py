@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from engines.paged.blocks import BlockKey, BlockPool, block_key
@@ -34,6 +34,9 @@ class PagedSchedule:
     max_prefill_only_tokens: int  # while none does
     preemptions: int
     free_seats: list[int]  # seats no running request holds, lowest first
+    # StepOutput.cached_prompt_tokens: per request, its prefix-cache hit tokens at its first
+    # admission until its next output reports them (then None, until it leaves).
+    first_hits: dict[Hashable, int | None]
 
     def _seat(self, seq: PagedRequest) -> None:
         """Give an admitted request the lowest free seat (none if a subclass leaked them:
@@ -156,6 +159,7 @@ class PagedSchedule:
             self.pool.share(hits)
             seq.blocks = hits + self.pool.allocate(fresh)
             seq.num_computed, seq.num_registered = computed, len(hits)
+            self.first_hits.setdefault(seq.request.request_id, computed)  # counted once
             self.running.append(seq)
             self._seat(seq)
             plan[seq] = n

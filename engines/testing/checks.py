@@ -30,7 +30,6 @@ from engines.testing.properties import (
     constraints,
     drain,
     greedy_filters,
-    isolation,
     kv,
     logprobs,
     parity,
@@ -41,6 +40,7 @@ from engines.testing.properties import (
     slots,
     stop_strings,
     streamed_text,
+    tenant_isolation,
     unseeded_draws,
 )
 from engines.testing.sequence_draws import SEQUENCE_DRAWS
@@ -107,8 +107,12 @@ TENANTS = Need("tenants", lambda g: has_tenants(g.limits),
                "{check} needs tenants to draw: an engine declaring \"lora\" in "
                "supported_sampling with adapters (`loras`), or \"cache_salt\" (every engine "
                "compared declaring it)")
-OWN_KV = Need("KV introspection", lambda g: g.limits.kv,
-              "{check} needs engines.protocol.KVIntrospection on the engine (its block tables)")
+# Either view of what an engine shares: its block tables, or its own count of cached prompt
+# tokens per request (engines.testing.properties.tenant_isolation).
+SHARING = Need("a view of prefix sharing", lambda g: g.limits.kv or g.limits.cached_counts,
+               "{check} needs engines.protocol.KVIntrospection on the engine (its block "
+               "tables), or cached_prompt_tokens in its output_fields (its own count of the "
+               "prompt tokens each request took from its prefix cache)")
 # Checks drawing requests under adapters and salts (engines.testing.tenant_draws).
 _TENANTS = Draws(tenants=True)
 
@@ -162,8 +166,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("kv_accounting", kv.check_kv_accounting, needs=(KV,), draws=Draws(children=True),
           tally=kv.TALLY),
     Check("drain", drain.check_drain, needs=(LOAD,)),
-    Check("isolation", isolation.check_isolation, needs=(OWN_KV, TENANTS), draws=_TENANTS,
-          tally=isolation.TALLY),
+    Check("isolation", tenant_isolation.check_tenant_isolation, needs=(SHARING, TENANTS),
+          draws=_TENANTS, tally=tenant_isolation.TALLY),
     Check("stateful", None),
 )
 

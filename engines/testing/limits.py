@@ -12,6 +12,7 @@ from engines.protocol import (
     LoadIntrospection,
     SlotIntrospection,
     max_concurrency,
+    output_fields,
     position_thresholds,
     supported_sampling,
     tokenizer_of,
@@ -77,6 +78,8 @@ class EngineLimits:
     # compared declares "cache_salt"). Empty / False: every request is the base tenant.
     loras: tuple[str, ...] = ()
     salts: bool = False
+    # The engine reports StepOutput.cached_prompt_tokens (declared in its output_fields).
+    cached_counts: bool = False
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 
@@ -97,6 +100,7 @@ class EngineLimits:
             "load": isinstance(engine, LoadIntrospection),
             "sampling_fields": supported_sampling(engine),
             "tokenizer": tokenizer_of(engine),
+            "cached_counts": "cached_prompt_tokens" in output_fields(engine),
         }
         declared_thresholds = position_thresholds(engine)
         if declared_thresholds:

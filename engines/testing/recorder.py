@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import secrets
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from engines.protocol import (
     kv_extra_blocks,
     load_settle_s,
     loras,
+    output_fields,
     tokenizer_of,
 )
 from engines.testing.crash import EngineCrashed, call_engine, step_deadline
@@ -39,6 +41,12 @@ __all__ = [
 ]
 
 _serial = itertools.count()
+# Cache salts go to the engine tagged with this process's tag and the run's serial: a salted
+# tenant's cache then holds only what this run computed, on any engine, a server that served
+# earlier runs (or earlier processes) included, so what a salted request finds cached is
+# explained by this run alone (engines.testing.properties.isolation_counts). Requests with
+# one salt in a run share it still; no salt stays none.
+_PROCESS_TAG = secrets.token_hex(4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,8 @@ class Trace:
     # The directory of each request's LoRA adapter as the engine declared it when the request
     # was added (engines.protocol.loras): oracles serve the same weights by it.
     lora_paths: dict[Hashable, str] = field(default_factory=dict)
+    # The engine declares StepOutput.cached_prompt_tokens (engines.protocol.output_fields).
+    cached_counts: bool = False
 
     def tokens(self, rid: Hashable) -> list[int]:
         return [t for _, out in self.outputs.get(rid, []) for t in out.token_ids]
@@ -119,6 +129,7 @@ class Recorder:
         size = int(engine.max_batch_size) if self.slots else None  # type: ignore[attr-defined]
         self.trace = Trace(Workload((), ()), self.slots, size, int(engine.vocab_size))
         self.trace.tokenizer = tokenizer_of(engine)
+        self.trace.cached_counts = "cached_prompt_tokens" in output_fields(engine)
         self.serial = next(_serial)
         self.rt: dict[Hashable, Hashable] = {}  # display id -> runtime id
         self.to_display: dict[Hashable, Hashable] = {}
@@ -186,7 +197,7 @@ class Recorder:
             self.children[r.request_id] = r.params.n
         self.rt[r.request_id] = runtime
         self.to_display[runtime] = r.request_id
-        req = dataclasses.replace(r, request_id=runtime)
+        req = dataclasses.replace(r, request_id=runtime, cache_salt=self.salt(r.cache_salt))
         if r.lora is not None:
             path = loras(self.engine).get(r.lora)
             if path is not None:
@@ -197,6 +208,10 @@ class Recorder:
         finally:  # even if it crashed: the workload so far replays the crash
             self.requests.append(r)
             self.arrivals.append(self.k)
+
+    def salt(self, salt: str | None) -> str | None:
+        """The cache salt the engine is sent: this run's own (see _PROCESS_TAG)."""
+        return None if salt is None else f"{salt}#{_PROCESS_TAG}-{self.serial}"
 
     def add_bad(self, b: BadRequest) -> None:
         b = dataclasses.replace(b, step=self.k)

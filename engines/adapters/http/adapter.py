@@ -23,6 +23,7 @@ request before its first token. Those checks skip, and say so.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -49,6 +50,7 @@ from engines.protocol import (
     Request,
     StepOutput,
     logprobs_of,
+    output_fields,
 )
 
 __all__ = ["HTTPEngine", "RefusedInStream", "ServerError", "ServerStalled", "from_env",
@@ -123,6 +125,8 @@ class HTTPEngine:
         self.dialect: Dialect = dialect_named(dialect) if isinstance(dialect, str) else dialect
         self.supported_sampling = self.dialect.supported_sampling
         self.logprobs_of = logprobs_of(self.dialect)  # the dialect declares it as engines do
+        # StepOutput.cached_prompt_tokens, where the dialect reads the server's count.
+        self.output_fields = output_fields(self.dialect)
         self.stall_timeout = float(stall_timeout)
         self.log = log
         self.vocab_size = int(vocab_size)
@@ -141,6 +145,12 @@ class HTTPEngine:
         self._tokens: dict[str, list[int]] = {}  # key -> tokens so far
         self._times: dict[Hashable, list[float]] = {}  # the latest step's token arrivals
         self._heard = time.perf_counter()  # the last message (or send): for step_by's stall
+        # The server's count of a request's cached prompt tokens, by stream key: pending until
+        # an output carries it, then None. A finished request's last output waits in `_held`
+        # for the count where it trails the finish (the dialect's usage_trails).
+        self._counts: dict[str, int | None] = {}
+        self._held: dict[str, tuple[StepOutput, float]] = {}  # with its tokens' arrival
+        self._at = 0.0  # the arrival time of the message being read
         self._client = StreamClient(self.url, connect_timeout=connect_timeout,
                                     stall_timeout=stall_timeout)
         weakref.finalize(self, self._client.close)
@@ -260,9 +270,10 @@ class HTTPEngine:
         if key is not None:
             self._client.cancel(key)
             self._tokens.pop(key, None)
+            self._counts.pop(key, None)
 
     def has_work(self) -> bool:
-        return self._book.has_work()
+        return self._book.has_work() or bool(self._held)
 
     def step(self) -> list[StepOutput]:
         return self._step(self.stall_timeout)
@@ -281,7 +292,7 @@ class HTTPEngine:
         outputs = self._book.take_aborts()
         self._times = {}
         # Wait for a first message only when nothing else is owed and a stream is open.
-        waiting = not outputs and bool(self._book.live())
+        waiting = not outputs and bool(self._book.live() or self._held)
         arrivals: list[Arrival] = self._client.arrivals.take(wait if waiting else 0)
         if waiting and not arrivals:
             silent = time.perf_counter() - self._heard
@@ -293,15 +304,20 @@ class HTTPEngine:
         if arrivals:
             self._heard = time.perf_counter()
         for arrival in arrivals:
+            held = self._held.get(arrival.key)
+            at = arrival.at if held is None else held[1]  # a held output's tokens came then
             out = self._take(arrival)
             if out is not None:
                 outputs.append(out)
                 if out.token_ids:
                     self._times.setdefault(out.request_id, []).extend(
-                        [arrival.at] * len(out.token_ids))
+                        [at] * len(out.token_ids))
         return outputs
 
     def _take(self, arrival: Arrival) -> StepOutput | None:
+        if arrival.key in self._held:
+            return self._release(arrival)
+        self._at = arrival.at
         live = self._book.get(arrival.key)
         if live is None:  # aborted (its ABORT was owed) or already failed
             return None
@@ -349,7 +365,40 @@ class HTTPEngine:
             # The server's own sampled logprobs, where its top ones lack the sampled token.
             out = StepOutput(out.request_id, out.token_ids, out.finish_reason, out.top_logprobs,
                              event.logprobs)
+        return self._count(live.key, event, out)
+
+    def _count(self, key: str, event: Event, out: StepOutput | None) -> StepOutput | None:
+        """The server's count of cached prompt tokens on the request's next output, once;
+        a finishing output held back where the count trails it (`_release`)."""
+        if event.cached is not None:
+            self._counts.setdefault(key, event.cached)
+        if out is None:
+            return None
+        pending = self._counts.get(key)
+        if pending is not None:
+            out = dataclasses.replace(out, cached_prompt_tokens=pending)
+            self._counts[key] = None
+        if out.finished:
+            reported = key in self._counts
+            self._counts.pop(key, None)
+            if not reported and getattr(self.dialect, "usage_trails", False):
+                self._held[key] = (out, self._at)
+                return None
         return out
+
+    def _release(self, arrival: Arrival) -> StepOutput:
+        """A held finishing output, with the count the message after it carries (none where
+        the stream ended, or failed, without one: the request had finished)."""
+        out = self._held.pop(arrival.key)[0]
+        if arrival.data is None or arrival.error is not None:
+            return out
+        try:
+            event = self.dialect.event(arrival.data)
+        except Exception:  # noqa: BLE001 - a finished request's trailer: nothing to judge
+            return out
+        if event is None or event.cached is None:
+            return out
+        return dataclasses.replace(out, cached_prompt_tokens=event.cached)
 
     def _client_stop(self, live: Live, event: Event) -> Event:
         """stop_token_ids for a server that has none (llama-server: its stops are strings):

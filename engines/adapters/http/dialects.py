@@ -27,6 +27,9 @@ class Event:
     finish: FinishReason | None = None
     top_logprobs: tuple[Mapping[int, float], ...] | None = None  # one per new token
     logprobs: tuple[float, ...] | None = None  # the sampled tokens' own, one per new token
+    # The prompt tokens the server took from its prefix cache for this request (its own
+    # count: StepOutput.cached_prompt_tokens), where this message carries it.
+    cached: int | None = None
 
 
 class StreamedError(Exception):
@@ -44,6 +47,11 @@ class Dialect(Protocol):
     path: str  # the streaming completion endpoint
     health_path: str
     supported_sampling: frozenset[str]
+    # The optional StepOutput fields its events can fill (engines.protocol.output_fields).
+    output_fields: frozenset[str]
+    # The count of cached prompt tokens comes in a message after the finishing one (OpenAI's
+    # trailing usage message): the adapter holds a finished request's last output until it.
+    usage_trails: bool
 
     def body(self, request: Request, model: str | None) -> dict[str, Any]: ...
 
@@ -157,6 +165,11 @@ class OpenAICompletions:
     # BPE's), nor n, prompt_logprobs (one stream per request here).
     supported_sampling = ALL_PARAMS | {"allowed_token_ids", "logit_bias"}
     logprobs_of = "raw"
+    # usage.prompt_tokens_details.cached_tokens of the trailing usage message (stream_options
+    # include_usage); vLLM sends it with --enable-prompt-tokens-details, counted when the
+    # request was first scheduled. A server that does not send it leaves the count None.
+    output_fields = frozenset({"cached_prompt_tokens"})
+    usage_trails = True
 
     def body(self, request: Request, model: str | None) -> dict[str, Any]:
         p = request.params
@@ -176,6 +189,7 @@ class OpenAICompletions:
             "presence_penalty": float(p.presence_penalty),
             "frequency_penalty": float(p.frequency_penalty),
             "min_tokens": int(p.min_tokens),
+            "stream_options": {"include_usage": True},
         }
         if model is not None:
             body["model"] = model
@@ -194,8 +208,10 @@ class OpenAICompletions:
         if "error" in data:  # vLLM streams its engine-side refusals after a 200
             raise StreamedError(data["error"])
         choices = data.get("choices") or ()
-        if not choices:  # a usage-only message
-            return None
+        if not choices:  # a usage-only message: the count of cached prompt tokens, if any
+            details = (data.get("usage") or {}).get("prompt_tokens_details") or {}
+            cached = details.get("cached_tokens")
+            return Event((), cached=None if cached is None else int(cached))
         choice = choices[0]
         if "token_ids" not in choice and choice.get("text"):
             # SGLang's and TGI's /v1/completions answer with text only: nothing to compare.
@@ -274,6 +290,10 @@ class LlamaServer:
         "min_p", "repetition_penalty"})
     logprobs_of = "raw"
     client_stops = True  # the adapter applies stop_token_ids (see above)
+    # timings.cache_n: the prompt tokens the slot reused from its cache (cache_prompt), on
+    # every message with timings_per_token (so on the first, before any client stop).
+    output_fields = frozenset({"cached_prompt_tokens"})
+    usage_trails = False
 
     def __init__(self, *, cache_prompt: bool = False, vocab_size: int | None = None,
                  loras: Mapping[str, int] | None = None, speculative: bool = False,
@@ -314,6 +334,7 @@ class LlamaServer:
             # The request's whole context, as the protocol's repetition_penalty (this server
             # refuses llama.cpp's -1 for "the context"; its default is 64 tokens).
             "repeat_last_n": len(request.prompt_token_ids) + int(p.max_tokens),
+            "timings_per_token": True,
         }
         if p.seed is not None:
             body["seed"] = int(p.seed)
@@ -368,7 +389,8 @@ class LlamaServer:
             if len(tops) != len(tokens):
                 raise ValueError(f"completion_probabilities: {len(tops)} entries for "
                                  f"{len(tokens)} tokens in one message")
-        return Event(tokens, finish, tops, sampled)
+        cached = (data.get("timings") or {}).get("cache_n")
+        return Event(tokens, finish, tops, sampled, None if cached is None else int(cached))
 
     def limits(self, get: Any) -> dict[str, Any]:
         props = get("/props")

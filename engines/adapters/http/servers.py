@@ -67,6 +67,9 @@ def vllm_server_process(preset: str = "tiny", *, seed: int = 0,
         # Off by default as in engines.adapters.vllm:make_engine: nothing carries over
         # between requests unless a variant asks for it.
         "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
+        # Each request's cached prompt tokens in its usage (the adapter's
+        # StepOutput.cached_prompt_tokens, for the isolation check): reporting only.
+        "--enable-prompt-tokens-details",
     ]
     if block_size is not None:
         argv += ["--block-size", str(block_size)]

@@ -1,7 +1,7 @@
 """The properties (docs/architecture.md describes each), each a function judging one Trace for
 the check it is handed, one file per theme: parity, requests, seeds, logprobs,
-prompt_logprobs, greedy_filters, unseeded_draws, sequence_draws, slots, kv, isolation (tenants),
-drain.
+prompt_logprobs, greedy_filters, unseeded_draws, sequence_draws, slots, kv, isolation (tenants:
+block tables), isolation_counts (tenants: cached-token counts), tenant_isolation (both), drain.
 
 A property raises `check.fail(...)` with a sentence naming the request, the step, what was
 expected and what was observed; the suite appends the runnable script. Which check runs which

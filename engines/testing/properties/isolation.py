@@ -165,8 +165,9 @@ def _notes(data: Mapping[str, int], check: str) -> list[str]:
     if not data.get(f"{check}: workloads"):
         return []
     get = lambda key: data.get(f"{check}: {key}", 0)  # noqa: E731
-    out = [f"{check}: {get('cross-tenant pairs')} pair(s) of requests of different tenants "
-           "holding a common first block's prompt at once judged for no shared block; "
+    out = [f"{check} (block tables): {get('cross-tenant pairs')} pair(s) of requests of "
+           "different tenants holding a common first block's prompt at once judged for no "
+           "shared block; "
            f"{get('repeats judged for a hit')} same-tenant repeat(s) judged for a prefix-cache "
            f"hit, where the base tenant's control shared ({get('control hits')} control "
            "hit(s))"]
@@ -175,7 +176,8 @@ def _notes(data: Mapping[str, int], check: str) -> list[str]:
                    "but were not judged: the base tenant's repeat shared nothing in their run "
                    "(the engine does not prefix-cache there, so no hit is demanded)")
     if not get("repeats judged for a hit"):
-        out.append(f"{check}: no hit was demanded in any workload (no control hit), so "
+        out.append(f"{check}: by the block tables, no hit was demanded in any workload (no "
+                   "control hit), so "
                    "'no sharing' may hold by caching nothing")
     return out
 

@@ -1,0 +1,73 @@
+"""Tenant bugs seen the way a server shows them: the paged engine behind a view with no block
+tables (no KVIntrospection), only its own count of the prompt tokens each request took from
+its prefix cache (StepOutput.cached_prompt_tokens). The `isolation` check must catch a prefix
+key that ignores the salt, and isolation had by caching nothing for salted tenants, from the
+counts alone (engines.testing.properties.isolation_counts), as it would over HTTP.
+
+COUNT_PLANTED: each factory -> the check that catches it; COUNT_CONTROL: the correct engine
+behind the same view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+from engines.paged import PagedEngine
+from engines.protocol import (
+    Engine,
+    Request,
+    StepOutput,
+    loras,
+    max_concurrency,
+    output_fields,
+    supported_sampling,
+)
+from tests.planted.lora_bugs import SaltIgnored, TenantsNeverCached
+
+__all__ = ["COUNT_CONTROL", "COUNT_PLANTED", "CountsOnly"]
+
+
+class CountsOnly:
+    """`inner` through the engine protocol, Abortable and its declarations, without its
+    block tables or slots: what a server over HTTP lets the suite see."""
+
+    def __init__(self, inner: PagedEngine) -> None:
+        self.inner = inner
+        self.vocab_size = inner.vocab_size
+        self.max_model_len = inner.max_model_len
+        self.supported_sampling = supported_sampling(inner)
+        self.output_fields = output_fields(inner)
+        self.max_concurrency = max_concurrency(inner)
+
+    @property
+    def loras(self) -> dict[str, str]:
+        return loras(self.inner)
+
+    def add_request(self, request: Request) -> None:
+        self.inner.add_request(request)
+
+    def step(self) -> list[StepOutput]:
+        return self.inner.step()
+
+    def has_work(self) -> bool:
+        return self.inner.has_work()
+
+    def abort_request(self, request_id: Hashable) -> None:
+        self.inner.abort_request(request_id)
+
+
+def _factory(cls: type[PagedEngine], name: str) -> Callable[[], Engine]:
+    def make() -> Engine:
+        return CountsOnly(cls())
+
+    make.__name__ = make.__qualname__ = name
+    return make
+
+
+salt_ignored_counts = _factory(SaltIgnored, "salt_ignored_counts")
+tenants_never_cached_counts = _factory(TenantsNeverCached, "tenants_never_cached_counts")
+paged_counts = _factory(PagedEngine, "paged_counts")
+
+COUNT_PLANTED: dict[Callable[[], Engine], str] = {
+    salt_ignored_counts: "isolation", tenants_never_cached_counts: "isolation"}
+COUNT_CONTROL = paged_counts
