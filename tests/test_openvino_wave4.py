@@ -152,6 +152,26 @@ def test_a_beam_without_stop_ids_runs_past_token_0() -> None:
     assert got[0][0][-1] == 0  # the beam does end on token 0: LENGTH, not STOP
 
 
+def test_an_aborted_family_ends_each_unfinished_child_once() -> None:
+    from engines.adapters.openvino import make_engine
+
+    engine = make_engine()
+    (prompt,) = make_prompts([5], seed=3)
+    engine.add_request(Request(prompt, SamplingParams(max_tokens=30, n=3, temperature=1.0,
+                                                      seed=2), request_id="s"))
+    engine.add_request(Request(prompt, SamplingParams(max_tokens=30, beam_width=3, n=2),
+                               request_id="b"))
+    engine.step()
+    engine.step()
+    engine.abort_request("s")
+    engine.abort_request("b")
+    outs = [o for _ in range(3) for o in engine.step()]
+    assert sorted((o.request_id, o.index) for o in outs if o.finish_reason) == [
+        ("b", 0), ("b", 1), ("s", 0), ("s", 1), ("s", 2)]
+    assert all(o.finish_reason is FinishReason.ABORT for o in outs if o.finish_reason)
+    assert not engine.has_work()
+
+
 def test_guided_requests_follow_their_grammar_and_stop_ids() -> None:
     from tokenizers import Tokenizer
 

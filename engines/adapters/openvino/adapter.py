@@ -312,8 +312,11 @@ class OpenVINOEngine:
         if key is not None:
             self._handles.pop(key).cancel()
             del self._tokens[key]
-            self._children.pop(key, None)
-            self._done.pop(key, None)
+            children = self._children.pop(key, None)
+            if children is not None:  # each unfinished child's ABORT
+                done = self._done.pop(key)
+                self._book.abort_children(request_id,
+                                          [i for i in range(children.n) if i not in done])
 
     def has_work(self) -> bool:
         return self._book.has_work()
