@@ -215,6 +215,20 @@ def test_what_is_not_mapped_is_not_declared() -> None:
                            "allowed_token_ids", "logit_bias", "bad_words"}
 
 
+def test_a_beam_search_wider_than_a_small_pool_is_dropped_so_beams_are_not_declared() -> None:
+    """Why the 2-block variants declare no beams: a width-3 search of a one-token prompt
+    needs a block per beam, and the library drops it (IGNORED, no output)."""
+    from engines.adapters.openvino import variants
+    from engines.adapters.openvino.adapter import RequestDropped
+
+    for name in ("openvino_preemption", "openvino_stress", "openvino_pressure"):
+        assert "beam_width" not in supported_sampling(getattr(variants, name)())
+    engine = variants.openvino_preemption()
+    engine.supported_sampling = engine.supported_sampling | {"beam_width"}
+    with pytest.raises(RequestDropped):
+        _children(engine, Request((0,), SamplingParams(max_tokens=2, beam_width=3)))
+
+
 def test_the_library_applies_no_adapter_per_request_under_step(tmp_path: Path) -> None:
     # Why "lora" is not declared: openvino-genai 2026.4.1 applies a request's
     # GenerationConfig.adapters in generate() only (the first request's, to the whole batch);
