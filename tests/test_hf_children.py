@@ -88,3 +88,24 @@ def test_an_aborted_familys_children_stop_and_free_their_blocks() -> None:
         assert not engine.has_work()
         assert engine.kv_block_tables() == {}  # type: ignore[attr-defined]
         assert engine.kv_free_blocks() == engine.kv_total_blocks  # type: ignore[attr-defined]
+
+
+def test_a_forking_request_holds_its_last_prompt_tokens_block_ahead() -> None:
+    """Why kv_extra_blocks is one more while children are in flight: the library allocates
+    a forking request's whole prompt, prefills all but its last token and forks, so for that
+    step the request and its child each hold the last token's block, not yet computed (4-token
+    blocks, a 5-token prompt: 2 blocks for 4 cached tokens). Without children: no extra."""
+    from engines.adapters.hf.variants import hf_stress
+
+    engine = hf_stress()
+    base = engine.kv_extra_blocks
+    engine.add_request(Request((0,) * 5, SamplingParams(max_tokens=3, n=2, temperature=1.0,
+                                                        seed=0), request_id="f"))
+    engine.step()
+    tables, cached = engine.kv_block_tables(), engine.kv_cached_tokens()
+    assert {k: (len(tables[k]), cached[k]) for k in tables} == {("f", 0): (2, 4),
+                                                                ("f", 1): (2, 4)}
+    assert engine.kv_extra_blocks == base + 1
+    while engine.has_work():
+        engine.step()
+    assert engine.kv_extra_blocks == base
