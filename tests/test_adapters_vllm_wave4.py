@@ -15,10 +15,7 @@ import pytest
 pytest.importorskip("vllm", reason="vllm not installed (its venv: ci/vllm-env.sh)")
 
 from engines.adapters.vllm.adapter import make_engine  # noqa: E402
-from engines.adapters.vllm.variants import (
-    vllm_children,  # noqa: E402
-    vllm_prefix_caching,  # noqa: E402
-)
+from engines.adapters.vllm.variants import vllm_prefix_caching  # noqa: E402
 from engines.protocol import (  # noqa: E402
     TEXT_PARAMS,
     Engine,
@@ -28,6 +25,7 @@ from engines.protocol import (  # noqa: E402
     Request,
     SamplingParams,
     StepOutput,
+    child_key,
     tokenizer_of,
 )
 from tests.helpers import make_prompts  # noqa: E402
@@ -109,7 +107,7 @@ def test_a_guided_output_ends_where_its_grammar_does_without_vllms_eos() -> None
 
 def test_children_have_their_own_streams_and_derived_seeds() -> None:
     (prompt,) = make_prompts([7], seed=2)
-    engine = vllm_children()
+    engine = make_engine()
     family = Request(prompt, SamplingParams(max_tokens=6, n=3, temperature=1.0, seed=40,
                                             logprobs=1), request_id="f")
     got = _run(engine, [family, Request(prompt, SamplingParams(max_tokens=4), request_id="o")])
@@ -126,20 +124,47 @@ def test_greedy_children_which_vllm_refuses_are_sent_one_by_one() -> None:
     # vLLM: "n must be 1 when using greedy sampling"; the protocol: greedy children agree.
     (prompt,) = make_prompts([8], seed=5)
     family = Request(prompt, SamplingParams(max_tokens=5, n=3), request_id="g")
-    got = _run(vllm_children(), [family])
+    got = _run(make_engine(), [family])
     want = _tokens(_run(_reference(), [Request(prompt, SamplingParams(max_tokens=5),
                                                request_id="r")])[("r", 0)])
     assert [_tokens(got[("g", i)]) for i in range(3)] == [want] * 3
 
 
 def test_an_aborted_family_finishes_every_child_once() -> None:
-    engine = vllm_children()
+    engine = make_engine()
     engine.add_request(Request((1, 2, 3), SamplingParams(max_tokens=50, n=2), request_id="f"))
     engine.step()
     engine.abort_request("f")  # type: ignore[attr-defined]
     outs = [o for _ in range(5) for o in engine.step()]
-    assert [o.finish_reason for o in outs if o.request_id == "f"] == [FinishReason.ABORT]
+    # One ABORT per unfinished child (the protocol's engines end each one).
+    assert [(o.index, o.finish_reason) for o in outs if o.request_id == "f"] == [
+        (0, FinishReason.ABORT), (1, FinishReason.ABORT)]
     assert not engine.has_work() and engine.kv_free_blocks() == engine.kv_total_blocks  # type: ignore[attr-defined]
+
+
+def test_the_kv_view_lists_each_child_under_its_child_key() -> None:
+    # vLLM runs child i of a sampled family as scheduler request "{i}_{id}", a greedy one as a
+    # request of its own; the view lists each under child_key(id, i), as kv_accounting reads.
+    engine = make_engine()
+    prompt = (1, 2, 3, 4, 5)
+    engine.add_request(Request(prompt, SamplingParams(max_tokens=20, n=2, temperature=1.0,
+                                                      seed=3), request_id="s"))
+    engine.add_request(Request(prompt, SamplingParams(max_tokens=20, n=2), request_id="g"))
+    engine.add_request(Request(prompt, SamplingParams(max_tokens=20), request_id="one"))
+    engine.step()
+    engine.step()
+    tables = engine.kv_block_tables()  # type: ignore[attr-defined]
+    cached = engine.kv_cached_tokens()  # type: ignore[attr-defined]
+    keys = {child_key(rid, i) for rid in ("s", "g") for i in range(2)} | {"one"}
+    assert set(tables) == keys and set(cached) == keys
+    assert all(cached[k] > len(prompt) for k in keys)  # each child's own decode
+    held = [b for table in tables.values() for b in table]
+    assert len(set(held)) == len(held) == 5  # one 128-token block each, prefix caching off
+    assert len(held) + engine.kv_free_blocks() == engine.kv_total_blocks  # type: ignore[attr-defined]
+    engine.abort_request("s")  # type: ignore[attr-defined]
+    engine.abort_request("g")  # type: ignore[attr-defined]
+    engine.step()
+    assert set(engine.kv_block_tables()) <= {"one"}  # type: ignore[attr-defined]
 
 
 def test_prompt_logprobs_are_the_references_on_the_first_output_only() -> None:

@@ -5,7 +5,7 @@ seed + i (engines.core.children's rule), and each child has its own finish and b
 
 from __future__ import annotations
 
-from engines.adapters.hf.variants import hf_children as make_engine
+from engines.adapters.hf import make_engine
 from engines.protocol import FinishReason, Request, SamplingParams
 from tests.helpers import hf_generate, make_prompts, run_children
 
@@ -67,3 +67,45 @@ def test_children_of_a_one_token_prompt() -> None:
         alone = run_children(make_engine(), [Request((0,), SamplingParams(
             max_tokens=4, temperature=1.0, seed=5 + i), request_id="a")])
         assert alone[("a", 0)][0] == got[("s", i)][0]
+
+
+def test_an_aborted_familys_children_stop_and_free_their_blocks() -> None:
+    """Every child ends ABORT and is cancelled in the library, not only the request: a child
+    left running
+    holds blocks that no request lists (kv_accounting found one under batching-ci). Both the
+    library's fork (a 5-token prompt, aborted after it) and a one-token prompt's children as
+    requests of their own (aborted at once)."""
+    for prompt, steps in ((make_prompts([5], seed=7)[0], 2), ((0,), 0)):
+        engine = make_engine()
+        engine.add_request(Request(prompt, SamplingParams(max_tokens=30, n=3, temperature=1.0,
+                                                          seed=1), request_id="a"))
+        for _ in range(steps):
+            engine.step()
+        engine.abort_request("a")  # type: ignore[attr-defined]
+        outs = engine.step()
+        assert [(o.index, o.finish_reason) for o in outs] == [
+            (i, FinishReason.ABORT) for i in range(3)]  # every unfinished child, once
+        assert not engine.has_work()
+        assert engine.kv_block_tables() == {}  # type: ignore[attr-defined]
+        assert engine.kv_free_blocks() == engine.kv_total_blocks  # type: ignore[attr-defined]
+
+
+def test_a_forking_request_holds_its_last_prompt_tokens_block_ahead() -> None:
+    """Why kv_extra_blocks is one more while children are in flight: the library allocates
+    a forking request's whole prompt, prefills all but its last token and forks, so for that
+    step the request and its child each hold the last token's block, not yet computed (4-token
+    blocks, a 5-token prompt: 2 blocks for 4 cached tokens). Without children: no extra."""
+    from engines.adapters.hf.variants import hf_stress
+
+    engine = hf_stress()
+    base = engine.kv_extra_blocks
+    engine.add_request(Request((0,) * 5, SamplingParams(max_tokens=3, n=2, temperature=1.0,
+                                                        seed=0), request_id="f"))
+    engine.step()
+    tables, cached = engine.kv_block_tables(), engine.kv_cached_tokens()
+    assert {k: (len(tables[k]), cached[k]) for k in tables} == {("f", 0): (2, 4),
+                                                                ("f", 1): (2, 4)}
+    assert engine.kv_extra_blocks == base + 1
+    while engine.has_work():
+        engine.step()
+    assert engine.kv_extra_blocks == base

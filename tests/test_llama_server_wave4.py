@@ -140,6 +140,17 @@ def test_children_on_llama_server(launched: None) -> None:
     assert cut[1] == toks[1][:2] and fins[1] is FinishReason.STOP
     assert all(cut[i] == toks[i][:toks[i].index(stop) + 1] if stop in toks[i] else
                cut[i] == toks[i] for i in (0, 2))
+    # Aborted once child 1 has stopped: an ABORT for each child still running, none for it.
+    eng.add_request(Request((5, 6, 7), SamplingParams(
+        max_tokens=400, n=3, temperature=1.0, seed=7, stop_token_ids=(stop,)), request_id="a"))
+    finished: set[int] = set()
+    while 1 not in finished:
+        finished |= {o.index for o in eng.step() if o.finish_reason is not None}
+    eng.abort_request("a")  # type: ignore[attr-defined]
+    aborted = []
+    while eng.has_work():
+        aborted += [o.index for o in eng.step() if o.finish_reason is FinishReason.ABORT]
+    assert sorted(aborted) == sorted({0, 1, 2} - finished)
 
 
 def test_a_base_request_after_an_adapter_reuses_its_prompt_kv(launched: None) -> None:

@@ -185,9 +185,9 @@ def test_processing_is_declared_and_the_rest_refused(engine: Engine) -> None:
     from engines.protocol import ALL_PARAMS
 
     declared = engine.supported_sampling  # type: ignore[attr-defined]
-    # Wave 4 adds the children (tests/test_openvino_wave4.py).
+    # Wave 4 adds the children and beams (tests/test_openvino_wave4.py).
     assert declared == (ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
-                        | {"n"})
+                        | {"n", "beam_width", "length_penalty"})
     for field in ("presence_penalty", "frequency_penalty"):
         params = SamplingParams(max_tokens=2, **{field: 0.5})  # type: ignore[arg-type]
         with pytest.raises(InvalidRequest, match=f"{field}: 0.5 is not supported"):

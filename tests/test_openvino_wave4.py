@@ -133,14 +133,43 @@ def test_beam_search_matches_transformers(width: int, n: int, length_penalty: fl
     (prompt,) = make_prompts([5], seed=3)
     params = SamplingParams(max_tokens=10, beam_width=width, n=n, length_penalty=length_penalty,
                             stop_token_ids=() if stop is None else (stop,))
-    engine = make_engine()
-    # The mapping, tested where it is exact; not declared by the default (adapter.py).
-    engine.supported_sampling = engine.supported_sampling | {"beam_width", "length_penalty"}
-    got = _children(engine, Request(prompt, params))
+    got = _children(make_engine(), Request(prompt, params))
     expected = _hf_beams(prompt, width, n, length_penalty, 10, stop)
     assert [got[i][0] for i in range(n)] == expected
     if stop is not None:
         assert {got[i][1] for i in range(n)} <= {FinishReason.STOP, FinishReason.LENGTH}
+
+
+def test_a_beam_without_stop_ids_runs_past_token_0() -> None:
+    """The library's beam search ends a beam at its EOS whatever ignore_eos says; a request
+    without stop ids names one past the vocabulary (the adapter's placeholder was token 0,
+    and batching-ci's beam_search check saw this beam end STOP on it)."""
+    from engines.adapters.openvino import make_engine
+
+    prompt = (224, 1022, 1)
+    got = _children(make_engine(), Request(prompt, SamplingParams(max_tokens=4, beam_width=2)))
+    assert got == {0: (_hf_beams(prompt, 2, 1, 1.0, 4, None)[0], FinishReason.LENGTH)}
+    assert got[0][0][-1] == 0  # the beam does end on token 0: LENGTH, not STOP
+
+
+def test_an_aborted_family_ends_each_unfinished_child_once() -> None:
+    from engines.adapters.openvino import make_engine
+
+    engine = make_engine()
+    (prompt,) = make_prompts([5], seed=3)
+    engine.add_request(Request(prompt, SamplingParams(max_tokens=30, n=3, temperature=1.0,
+                                                      seed=2), request_id="s"))
+    engine.add_request(Request(prompt, SamplingParams(max_tokens=30, beam_width=3, n=2),
+                               request_id="b"))
+    engine.step()
+    engine.step()
+    engine.abort_request("s")
+    engine.abort_request("b")
+    outs = [o for _ in range(3) for o in engine.step()]
+    assert sorted((o.request_id, o.index) for o in outs if o.finish_reason) == [
+        ("b", 0), ("b", 1), ("s", 0), ("s", 1), ("s", 2)]
+    assert all(o.finish_reason is FinishReason.ABORT for o in outs if o.finish_reason)
+    assert not engine.has_work()
 
 
 def test_guided_requests_follow_their_grammar_and_stop_ids() -> None:
@@ -181,10 +210,23 @@ def test_what_is_not_mapped_is_not_declared() -> None:
     from engines.adapters.openvino import make_engine
 
     declared = supported_sampling(make_engine())
-    assert "n" in declared
-    assert not declared & {"beam_width", "length_penalty", "stop", "guided", "lora",
-                           "cache_salt", "prompt_logprobs", "allowed_token_ids", "logit_bias",
-                           "bad_words"}
+    assert {"n", "beam_width", "length_penalty"} <= declared
+    assert not declared & {"stop", "guided", "lora", "cache_salt", "prompt_logprobs",
+                           "allowed_token_ids", "logit_bias", "bad_words"}
+
+
+def test_a_beam_search_wider_than_a_small_pool_is_dropped_so_beams_are_not_declared() -> None:
+    """Why the 2-block variants declare no beams: a width-3 search of a one-token prompt
+    needs a block per beam, and the library drops it (IGNORED, no output)."""
+    from engines.adapters.openvino import variants
+    from engines.adapters.openvino.adapter import RequestDropped
+
+    for name in ("openvino_preemption", "openvino_stress", "openvino_pressure"):
+        assert "beam_width" not in supported_sampling(getattr(variants, name)())
+    engine = variants.openvino_preemption()
+    engine.supported_sampling = engine.supported_sampling | {"beam_width"}
+    with pytest.raises(RequestDropped):
+        _children(engine, Request((0,), SamplingParams(max_tokens=2, beam_width=3)))
 
 
 def test_the_library_applies_no_adapter_per_request_under_step(tmp_path: Path) -> None:

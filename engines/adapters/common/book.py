@@ -29,6 +29,8 @@ class RequestBook:
         self._by_id: dict[Hashable, Live] = {}
         self._by_key: dict[str, Live] = {}
         self._aborted: list[Hashable] = []  # cancelled; their ABORT output is still owed
+        # n > 1: the children an aborted request owes its ABORT to (absent: child 0 alone).
+        self._aborted_children: dict[Hashable, tuple[int, ...]] = {}
         self._keys = itertools.count()
 
     def in_flight(self) -> set[Hashable]:
@@ -78,8 +80,16 @@ class RequestBook:
         self._aborted.append(request_id)
         return live.key
 
+    def abort_children(self, request_id: Hashable, indexes: Sequence[int]) -> None:
+        """A request with n > 1 just aborted (`abort`): its ABORT is owed to each of these
+        children, its unfinished ones (a child that finished has had its last output), as
+        the protocol's engines end every unfinished child."""
+        if request_id in self._aborted:
+            self._aborted_children[request_id] = tuple(indexes)
+
     def take_aborts(self) -> list[StepOutput]:
-        outputs = [StepOutput(rid, (), FinishReason.ABORT) for rid in self._aborted]
+        outputs = [StepOutput(rid, (), FinishReason.ABORT, index=i) for rid in self._aborted
+                   for i in self._aborted_children.pop(rid, (0,))]
         self._aborted.clear()
         return outputs
 

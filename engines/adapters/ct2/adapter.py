@@ -199,6 +199,7 @@ class CT2Engine:
         key = self._book.abort(request_id)
         if key is None:
             return
+        self._owe_children(request_id, key)
         for live in self._waiting:
             if live.key == key:
                 self._waiting.remove(live)
@@ -210,6 +211,16 @@ class CT2Engine:
                     if live.key == key:
                         for row in range(i * batch.n, (i + 1) * batch.n):
                             batch.stopped[row] = True
+
+    def _owe_children(self, request_id: Hashable, key: str) -> None:
+        """An aborted request with n > 1 (or beams' n best): its ABORT to each child that has
+        not finished (its family's, once it has one; every child before)."""
+        lives = [*self._waiting, *(self._batch.lives if self._batch is not None else [])]
+        n = next((live.request.params.n for live in lives if live.key == key), 1)
+        if n > 1:
+            family = self._families.get(key)
+            done = family.finished if family is not None else [False] * n
+            self._book.abort_children(request_id, [i for i in range(n) if not done[i]])
 
     def has_work(self) -> bool:
         return self._book.has_work()

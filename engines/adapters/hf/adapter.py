@@ -87,12 +87,9 @@ class HFContinuousEngine(KVMixin):
 
     # The library samples every row under one generation config, so per-request penalties,
     # top-k/top-p/min-p or min_tokens would be this adapter's sampling (engines/adapters/hf/
-    # sampler.py), not transformers': the protocol's base fields only, the rest refused.
-    # n > 1 (below) is declared by the hf_children variant only: under batching-ci the
-    # kv_accounting check finds a block unlisted when a one-token prompt's family (children
-    # served as requests of their own, report 31) is aborted at step 0: the library frees a
-    # cancelled child's block a step after the adapter forgets it.
-    supported_sampling = BASE_PARAMS
+    # sampler.py), not transformers': the protocol's base fields only, the rest refused;
+    # and n > 1 (below), the library's own fork.
+    supported_sampling = BASE_PARAMS | {"n"}
 
     def __init__(
         self,
@@ -201,9 +198,16 @@ class HFContinuousEngine(KVMixin):
     def abort_request(self, request_id: Hashable) -> None:
         key = self._book.abort(request_id)
         if key is not None:
+            family = self._families.get(key)
+            if family is not None:  # each unfinished child's ABORT
+                self._book.abort_children(request_id, [
+                    i for i, done in enumerate(family.finished) if not done])
+            # Its children before _forget(key), which drops the family's entries: a child
+            # left uncancelled runs on in the library, holding blocks no request lists.
+            children = [c for c, (live, _, _) in self._children.items() if live.key == key]
             self._manager.cancel_request(key)
             self._forget(key)
-            for child in [c for c, (live, _, _) in self._children.items() if live.key == key]:
+            for child in children:
                 self._manager.cancel_request(child)
                 self._forget(child)
 

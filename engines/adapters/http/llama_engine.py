@@ -34,8 +34,8 @@ class LlamaEngine(HTTPEngine):
     the request's one response, each message naming its child (`index`); each child gets
     its own outputs (StepOutput.index), its own budget and finish, and its own stop ids (a
     child that reaches one finishes STOP; the stream is closed once every child has
-    finished). An aborted request's one ABORT output is its child 0's (the suite counts an
-    aborted request's children as cut short)."""
+    finished). An aborted request's ABORT goes to each child that had not finished, as our
+    engines end them."""
 
     def __init__(self, url: str, *, loras: Mapping[str, str] | None = None,
                  known_failures: Mapping[str, str] | None = None, **kw: Any) -> None:
@@ -47,11 +47,15 @@ class LlamaEngine(HTTPEngine):
         self._index = 0  # the child of the message being read
 
     def abort_request(self, request_id: Hashable) -> None:
-        key = next((live.key for live in self._book.live()
-                    if live.request.request_id == request_id), None)
+        live = next((live for live in self._book.live()
+                     if live.request.request_id == request_id), None)
         super().abort_request(request_id)
-        if key is not None:
-            self._kids.pop(key, None)
+        if live is not None:
+            kids = self._kids.pop(live.key, {})
+            n = live.request.params.n
+            if n > 1:
+                self._book.abort_children(request_id, [
+                    i for i in range(n) if not (i in kids and kids[i].done)])
 
     def _take(self, arrival: Arrival) -> StepOutput | None:
         data = arrival.data

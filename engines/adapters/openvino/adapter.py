@@ -111,10 +111,9 @@ LOGPROBS_LIMIT = ("openvino-genai returns the chosen token's logprob only: top_l
                   "served for greedy requests with logprobs=1 and no repetition penalty or "
                   "min_tokens, and is None otherwise")
 # Its presence and frequency penalties move a logit towards zero (docs/findings.md report 9).
-# Wave 4: n (num_return_sequences) is mapped and declared; beam search (num_beams,
-# length_penalty) is mapped but not declared: under batching-ci the beam_search check saw a
-# beam of a request with no stop id end STOP at token 0 (the library's EOS, not yet
-# examined), so beams are not sent to it until that is understood; guided decoding (its
+# Wave 4: n (num_return_sequences) and beam search (num_beams, length_penalty) are mapped
+# and declared (a beam request without stop ids names an EOS past the vocabulary: the
+# library's beam search ends beams at its EOS whatever ignore_eos says); guided decoding (its
 # StructuredOutputConfig) is a variant's (STRUCTURED_SAMPLING). Not
 # declared (docs/engines.md): stop strings (the library cuts the tokens of a stop string out of
 # the output, and may end a request with no output at all: docs/findings.md report 32),
@@ -122,7 +121,7 @@ LOGPROBS_LIMIT = ("openvino-genai returns the chosen token's logprob only: top_l
 # the pipeline's outputs), LoRA (not applied per request under add_request/step) and cache
 # salts (no such field).
 SUPPORTED_SAMPLING = (ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
-                      | {"n"})
+                      | {"n", "beam_width", "length_penalty"})
 # The structured-output variant's (engines.adapters.openvino.variants).
 STRUCTURED_SAMPLING = SUPPORTED_SAMPLING | {"guided"}
 # A speculating pipeline refuses beams and n > 1 ("Beam search and parallel sampling are not
@@ -165,7 +164,7 @@ class OpenVINOConfig:
 
 
 def _generation_config(p: SamplingParams, speculation: Speculation | None = None,
-                       eos: int = 0) -> Any:
+                       eos: int = 0, vocab_size: int | None = None) -> Any:
     gc = openvino_genai.GenerationConfig()
     if speculation is not None:
         speculation.configure(gc)
@@ -186,9 +185,17 @@ def _generation_config(p: SamplingParams, speculation: Speculation | None = None
         # A valid id, ignored under ignore_eos: left unset, the library fills in the model's
         # EOS, which is -1 in the Mistral, Mixtral and Phi-3 conversions (optimum writes no
         # EOS for them), and then refuses the request ("'stop_token_ids' must be non-negative").
-        gc.set_eos_token_id(0)
-    if p.min_tokens:
-        gc.min_new_tokens = int(p.min_tokens)  # masks the stop ids until then
+        # Beam search ignores ignore_eos: its searcher ends a beam at any stop id, the named
+        # EOS among them (a beam without stop ids ended STOP at token 0). There the EOS is an
+        # id past the vocabulary, no beam's candidate (set_eos_token_id adds to the stop ids:
+        # one call only).
+        beams = p.beam_width > 1 and vocab_size is not None
+        gc.set_eos_token_id(int(vocab_size) if beams and vocab_size is not None else 0)
+    if p.min_tokens and (stops or p.guided is not None):
+        # Masks the stop ids until then (the protocol's min_tokens; with none it does
+        # nothing): the library masks its stop ids whatever ignore_eos says, and indexes the
+        # logits by them (the placeholder EOS above is not a stop id of the request's).
+        gc.min_new_tokens = int(p.min_tokens)
     if p.repetition_penalty != 1.0:
         gc.repetition_penalty = float(p.repetition_penalty)
     if p.temperature > 0:
@@ -288,7 +295,8 @@ class OpenVINOEngine:
         try:
             handle = self._pipe.add_request(
                 next(self._ids), prompt,
-                _generation_config(request.params, self.speculation, self._eos))
+                _generation_config(request.params, self.speculation, self._eos,
+                                   self.vocab_size))
         except BaseException:
             self._book.discard(request.request_id)
             raise
@@ -304,8 +312,11 @@ class OpenVINOEngine:
         if key is not None:
             self._handles.pop(key).cancel()
             del self._tokens[key]
-            self._children.pop(key, None)
-            self._done.pop(key, None)
+            children = self._children.pop(key, None)
+            if children is not None:  # each unfinished child's ABORT
+                done = self._done.pop(key)
+                self._book.abort_children(request_id,
+                                          [i for i in range(children.n) if i not in done])
 
     def has_work(self) -> bool:
         return self._book.has_work()

