@@ -69,6 +69,12 @@ PROMPT_LOGPROBS = Need("prompt logprobs",
                        lambda g: PROMPT_LOGPROBS_FIELD in g.limits.sampling_fields,
                        "{check} needs prompt_logprobs in supported_sampling (of the engine and "
                        "of every engine it is compared with)")
+# Top logprobs are a base field, but an engine may refuse them (llama-server's guided
+# configuration: docs/findings.md report R-h11-1); the check that asks every request for them
+# needs them declared.
+TOP_LOGPROBS = Need("top logprobs", lambda g: "logprobs" in g.limits.sampling_fields,
+                    "{check} needs logprobs in supported_sampling (of the engine and of every "
+                    "engine it is compared with)")
 TEMPERATURE = Need("temperature", lambda g: "temperature" in g.limits.sampling_fields,
                    "{check} needs temperature in supported_sampling (of the engine and of "
                    "every engine it is compared with)")
@@ -125,7 +131,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("variants", parity.check_variants, needs=(VARIANTS,), draws=_TENANTS),
     Check("seeds", seeds.check_seeds, draws=Draws(seed_groups=True), sampling=True,
           tally=seeds.TALLY),
-    Check("logprobs", logprobs.check_logprobs, draws=Draws(logprobs=LOGPROBS),
+    Check("logprobs", logprobs.check_logprobs, needs=(TOP_LOGPROBS,),
+          draws=Draws(logprobs=LOGPROBS),
           tally=logprobs.TALLY),
     Check("prompt_logprobs", prompt_logprobs.check_prompt_logprobs, needs=(PROMPT_LOGPROBS,),
           draws=Draws(prompt_logprobs=LOGPROBS), tally=prompt_logprobs.TALLY),

@@ -265,6 +265,10 @@ class LlamaServer:
     declared.
     `speculative`: the server was launched to speculate (a draft model or an n-gram mode),
     so its draft counters are passed on as Exercised's.
+    `guided`: the server's GGUF has the presets' BPE vocabulary with a real EOS (its last id),
+    and `guided` is declared: a guided request is sent as `grammar` or `json_schema`
+    (engines.adapters.http.llama_guided) with `ignore_eos` off, and its grammar's EOS ends it
+    (`stop_type` "eos", finish STOP, the EOS its last token).
     """
 
     path = "/completion"
@@ -278,14 +282,25 @@ class LlamaServer:
     def __init__(self, *, cache_prompt: bool = False, vocab_size: int | None = None,
                  loras: Mapping[str, int] | None = None, speculative: bool = False,
                  children: bool = False, explicit_base: bool = False,
-                 name: str | None = None) -> None:
+                 name: str | None = None, guided: bool = False) -> None:
         self.cache_prompt = cache_prompt
         self.explicit_base = explicit_base
         self.name = name or ("llama-cache-prompt" if cache_prompt else "llama")
         self.vocab_size = vocab_size
         self.loras = dict(loras or {})
         self.speculative = speculative
+        self.guided = guided
+        # Unstreamed for the BPE vocabulary: llama-server streams no message for a token whose
+        # text ends in a cut UTF-8 character (it holds the text back), and so never sends that
+        # token's id (docs/findings.md, report R-h11-1); its unstreamed response has them all.
+        self.stream = not guided
         fields = set(LlamaServer.supported_sampling) | {"logit_bias"}
+        if guided:
+            # Not logprobs: llama-server drops the probabilities of a token whose text ends in
+            # a cut UTF-8 character, streamed or not (docs/findings.md, report R-h11-1), and
+            # the BPE vocabulary's tokens often do.
+            fields.add("guided")
+            fields.discard("logprobs")
         if vocab_size is not None:
             fields.add("allowed_token_ids")
         if self.loras:
@@ -303,7 +318,7 @@ class LlamaServer:
             "prompt": [int(t) for t in request.prompt_token_ids],
             "n_predict": int(p.max_tokens),
             "temperature": float(p.temperature),
-            "stream": True,
+            "stream": self.stream,
             "return_tokens": True,
             "cache_prompt": self.cache_prompt,
             "ignore_eos": True,
@@ -315,6 +330,11 @@ class LlamaServer:
             # refuses llama.cpp's -1 for "the context"; its default is 64 tokens).
             "repeat_last_n": len(request.prompt_token_ids) + int(p.max_tokens),
         }
+        if p.guided is not None:
+            from engines.adapters.http.llama_guided import guided_fields
+
+            # Its grammar ends on the EOS, which ignore_eos would ban (llama_guided).
+            body.update(guided_fields(p.guided), ignore_eos=False)
         if p.seed is not None:
             body["seed"] = int(p.seed)
         if p.logprobs > 0:
@@ -354,11 +374,14 @@ class LlamaServer:
         finish = None
         if data.get("stop"):
             kind = data.get("stop_type") or "none"
-            if kind != "limit":
+            if kind == "eos" and self.guided:  # only a guided request runs without ignore_eos
+                finish = FinishReason.STOP
+            elif kind != "limit":
                 raise ValueError(f"stop_type: {kind!r}: llama-server stopped on its own "
                                  "(eos, a stop word, or none: cut short), which the adapter "
                                  "never asks for")
-            finish = FinishReason.LENGTH
+            else:
+                finish = FinishReason.LENGTH
         tops = sampled = None
         probs = data.get("completion_probabilities")
         if probs and tokens:
