@@ -19,7 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from engines.protocol import CONSTRAINT_PARAMS, PROMPT_LOGPROBS_FIELD, TEXT_PARAMS, unknown_name
+from engines.protocol import (
+    CONSTRAINT_PARAMS,
+    LOGPROBS_FIELD,
+    PROMPT_LOGPROBS_FIELD,
+    TEXT_PARAMS,
+    unknown_name,
+)
 from engines.testing.check import Check, Draws, Given, Moment, Need, Property
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
@@ -72,7 +78,7 @@ PROMPT_LOGPROBS = Need("prompt logprobs",
 # Top logprobs are a base field, but an engine may refuse them (llama-server's guided
 # configuration: docs/findings.md report R-h11-1); the check that asks every request for them
 # needs them declared.
-TOP_LOGPROBS = Need("top logprobs", lambda g: "logprobs" in g.limits.sampling_fields,
+TOP_LOGPROBS = Need("top logprobs", lambda g: LOGPROBS_FIELD in g.limits.sampling_fields,
                     "{check} needs logprobs in supported_sampling (of the engine and of every "
                     "engine it is compared with)")
 TEMPERATURE = Need("temperature", lambda g: "temperature" in g.limits.sampling_fields,
