@@ -23,6 +23,7 @@ request before its first token. Those checks skip, and say so.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -349,6 +350,10 @@ class HTTPEngine:
             # The server's own sampled logprobs, where its top ones lack the sampled token.
             out = StepOutput(out.request_id, out.token_ids, out.finish_reason, out.top_logprobs,
                              event.logprobs)
+        if out is not None and event.text is not None:
+            p = live.request.params
+            text = event.text + (event.stop_word if p.include_stop_str_in_output else "")
+            out = dataclasses.replace(out, text=text)
         return out
 
     def _client_stop(self, live: Live, event: Event) -> Event:
@@ -360,6 +365,7 @@ class HTTPEngine:
             if token in stops:
                 self._client.cancel(live.key)
                 n = i + 1
+                # No text: the server's runs past the cut (the tokens after it).
                 return Event(event.token_ids[:n], FinishReason.STOP,
                              None if event.top_logprobs is None else event.top_logprobs[:n],
                              None if event.logprobs is None else event.logprobs[:n])

@@ -27,6 +27,8 @@ class Event:
     finish: FinishReason | None = None
     top_logprobs: tuple[Mapping[int, float], ...] | None = None  # one per new token
     logprobs: tuple[float, ...] | None = None  # the sampled tokens' own, one per new token
+    text: str | None = None  # the text these tokens add, where the dialect reads it
+    stop_word: str = ""  # the stop string that ended the request, cut out of `text`
 
 
 class StreamedError(Exception):
@@ -301,6 +303,8 @@ class LlamaServer:
             # the BPE vocabulary's tokens often do.
             fields.add("guided")
             fields.discard("logprobs")
+            # Stop strings, with the text (unstreamed: one piece, the server's `content`).
+            fields |= {"stop", "include_stop_str_in_output"}
         if vocab_size is not None:
             fields.add("allowed_token_ids")
         if self.loras:
@@ -330,6 +334,8 @@ class LlamaServer:
             # refuses llama.cpp's -1 for "the context"; its default is 64 tokens).
             "repeat_last_n": len(request.prompt_token_ids) + int(p.max_tokens),
         }
+        if p.stop:
+            body["stop"] = list(p.stop)
         if p.guided is not None:
             from engines.adapters.http.llama_guided import guided_fields
 
@@ -376,6 +382,8 @@ class LlamaServer:
             kind = data.get("stop_type") or "none"
             if kind == "eos" and self.guided:  # only a guided request runs without ignore_eos
                 finish = FinishReason.STOP
+            elif kind == "word" and self.guided:  # a stop string (only this dialect sends them)
+                finish = FinishReason.STOP
             elif kind != "limit":
                 raise ValueError(f"stop_type: {kind!r}: llama-server stopped on its own "
                                  "(eos, a stop word, or none: cut short), which the adapter "
@@ -391,7 +399,12 @@ class LlamaServer:
             if len(tops) != len(tokens):
                 raise ValueError(f"completion_probabilities: {len(tops)} entries for "
                                  f"{len(tokens)} tokens in one message")
-        return Event(tokens, finish, tops, sampled)
+        if self.stream or finish is None:
+            return Event(tokens, finish, tops, sampled)
+        # Unstreamed: the whole text, cut before a stop string (which the adapter appends
+        # under include_stop_str_in_output, for which llama-server has no field).
+        return Event(tokens, finish, tops, sampled, str(data.get("content") or ""),
+                     str(data.get("stopping_word") or ""))
 
     def limits(self, get: Any) -> dict[str, Any]:
         props = get("/props")
