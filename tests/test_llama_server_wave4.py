@@ -196,3 +196,36 @@ def test_guided_requests_on_llama_server(launched: None) -> None:
     assert tokens[requests[2].request_id][0] == 405
     assert len(tokens[requests[2].request_id]) == 2
     assert finish[requests[2].request_id] == FinishReason.LENGTH
+
+
+def test_stop_strings_on_llama_server(launched: None) -> None:
+    """llama_server_guided: a stop string ends the request at the token that completed it,
+    its text cut before the stop (or after it, with include_stop_str_in_output), the tokens
+    those of a request without the stop up to there."""
+    from engines.adapters.http.llama_variants import llama_server_guided
+    from engines.protocol import FinishReason, Request, SamplingParams
+
+    eng = llama_server_guided()
+    prompt = (5, 6, 7)
+    plain = Request(prompt, SamplingParams(max_tokens=12), request_id="plain")
+    cut = Request(prompt, SamplingParams(max_tokens=12, stop=("你好こ",)), request_id="cut")
+    inc = Request(prompt, SamplingParams(max_tokens=12, stop=("你好こ",),
+                                         include_stop_str_in_output=True), request_id="inc")
+    for r in (plain, cut, inc):
+        eng.add_request(r)
+    tokens: dict[object, list[int]] = {}
+    text: dict[object, str] = {}
+    finish: dict[object, FinishReason] = {}
+    while eng.has_work():
+        for o in eng.step():
+            tokens.setdefault(o.request_id, []).extend(o.token_ids)
+            text[o.request_id] = text.get(o.request_id, "") + (o.text or "")
+            if o.finish_reason is not None:
+                finish[o.request_id] = o.finish_reason
+    whole = text["plain"]
+    assert "你好こ" in whole, whole  # the prompt's greedy text holds the stop (checked by hand)
+    at = whole.index("你好こ")
+    assert text["cut"] == whole[:at] and text["inc"] == whole[:at + 3]
+    assert finish["cut"] == finish["inc"] == FinishReason.STOP
+    assert tokens["cut"] == tokens["inc"] == tokens["plain"][:len(tokens["cut"])]
+    assert len(tokens["cut"]) < len(tokens["plain"])
