@@ -63,6 +63,7 @@ if [[ -n $ALL ]]; then
                      engines.adapters.http:llama_server_cache_prompt)
     # Wave 4: n > 1, speculation (a draft model, n-gram lookup), per-request LoRA adapters.
     LLAMA_FACTORIES+=(engines.adapters.http.llama_variants:llama_server_n
+                      engines.adapters.http.llama_variants:llama_server_guided
                       engines.adapters.http.llama_variants:llama_server_draft
                       engines.adapters.http.llama_variants:llama_server_ngram_simple
                       engines.adapters.http.llama_variants:llama_server_ngram_mod

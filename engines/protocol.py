@@ -197,6 +197,8 @@ TEXT_PARAMS = frozenset({"stop", "include_stop_str_in_output"})
 # The field by its name, for code that must not spell a check's name (the prompt_logprobs
 # check is named after it; tests/test_layout.py keeps check names in the registry).
 PROMPT_LOGPROBS_FIELD = "prompt_logprobs"
+# Likewise top logprobs' field (the logprobs check's name): a base field an engine may refuse.
+LOGPROBS_FIELD = "logprobs"
 # Request fields beside its params, declared in the same `supported_sampling` set: an engine
 # that serves LoRA adapters declares "lora", one that honours cache salts "cache_salt".
 REQUEST_FIELDS = frozenset({"lora", "cache_salt"})

@@ -173,3 +173,70 @@ def test_a_base_request_after_an_adapter_reuses_its_prompt_kv(launched: None) ->
     run_tokens(eng, [Request(prompt, params, lora=name, request_id="adapter")])
     after = run_tokens(eng, [Request(prompt, params, request_id="after")])["after"]
     assert after != base, "fixed upstream? a base request after an adapter's is the base model"
+
+
+def test_guided_requests_on_llama_server(launched: None) -> None:
+    """llama_server_guided (the BPE GGUF): a choice ends on the grammar's EOS, finish STOP,
+    its text one of the choices; a token whose text ends mid-character keeps its id (the
+    requests are unstreamed: docs/findings.md report R-h11-1); an unguided request beside
+    them runs to its budget."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer
+
+    from engines.adapters.http.llama_variants import llama_server_guided
+    from engines.protocol import FinishReason, Guided, tokenizer_of
+    from tests.helpers import drain
+
+    eng = llama_server_guided()
+    tok = Tokenizer.from_file(str(Path(tokenizer_of(eng) or "") / "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    choices = ("你好", "世界")
+    requests = [Request((1,), SamplingParams(max_tokens=8, guided=Guided("choice", choices))),
+                Request((5, 6, 7), SamplingParams(max_tokens=8,
+                                                  guided=Guided("choice", choices))),
+                Request((1,), SamplingParams(max_tokens=2, logit_bias=((405, 100.0),)))]
+    done = drain(eng, requests)
+    tokens = {rid: got for rid, (got, _) in done.items()}
+    finish = {rid: reason for rid, (_, reason) in done.items()}
+    for r in requests[:2]:
+        got = tokens[r.request_id]
+        assert finish[r.request_id] == FinishReason.STOP and got[-1] == eos, got
+        assert tok.decode(got[:-1]) in choices, got
+    # 405 is "世" plus two bytes of the next character: its id must not be lost.
+    assert tokens[requests[2].request_id][0] == 405
+    assert len(tokens[requests[2].request_id]) == 2
+    assert finish[requests[2].request_id] == FinishReason.LENGTH
+
+
+def test_stop_strings_on_llama_server(launched: None) -> None:
+    """llama_server_guided: a stop string ends the request at the token that completed it,
+    its text cut before the stop (or after it, with include_stop_str_in_output), the tokens
+    those of a request without the stop up to there."""
+    from engines.adapters.http.llama_variants import llama_server_guided
+    from engines.protocol import FinishReason, Request, SamplingParams
+
+    eng = llama_server_guided()
+    prompt = (5, 6, 7)
+    plain = Request(prompt, SamplingParams(max_tokens=12), request_id="plain")
+    cut = Request(prompt, SamplingParams(max_tokens=12, stop=("你好こ",)), request_id="cut")
+    inc = Request(prompt, SamplingParams(max_tokens=12, stop=("你好こ",),
+                                         include_stop_str_in_output=True), request_id="inc")
+    for r in (plain, cut, inc):
+        eng.add_request(r)
+    tokens: dict[object, list[int]] = {}
+    text: dict[object, str] = {}
+    finish: dict[object, FinishReason] = {}
+    while eng.has_work():
+        for o in eng.step():
+            tokens.setdefault(o.request_id, []).extend(o.token_ids)
+            text[o.request_id] = text.get(o.request_id, "") + (o.text or "")
+            if o.finish_reason is not None:
+                finish[o.request_id] = o.finish_reason
+    whole = text["plain"]
+    assert "你好こ" in whole, whole  # the prompt's greedy text holds the stop (checked by hand)
+    at = whole.index("你好こ")
+    assert text["cut"] == whole[:at] and text["inc"] == whole[:at + 3]
+    assert finish["cut"] == finish["inc"] == FinishReason.STOP
+    assert tokens["cut"] == tokens["inc"] == tokens["plain"][:len(tokens["cut"])]
+    assert len(tokens["cut"]) < len(tokens["plain"])

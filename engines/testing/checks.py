@@ -19,7 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from engines.protocol import CONSTRAINT_PARAMS, PROMPT_LOGPROBS_FIELD, TEXT_PARAMS, unknown_name
+from engines.protocol import (
+    CONSTRAINT_PARAMS,
+    LOGPROBS_FIELD,
+    PROMPT_LOGPROBS_FIELD,
+    TEXT_PARAMS,
+    unknown_name,
+)
 from engines.testing.check import Check, Draws, Given, Moment, Need, Property
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
@@ -69,6 +75,12 @@ PROMPT_LOGPROBS = Need("prompt logprobs",
                        lambda g: PROMPT_LOGPROBS_FIELD in g.limits.sampling_fields,
                        "{check} needs prompt_logprobs in supported_sampling (of the engine and "
                        "of every engine it is compared with)")
+# Top logprobs are a base field, but an engine may refuse them (llama-server's guided
+# configuration: docs/findings.md report R-h11-1); the check that asks every request for them
+# needs them declared.
+TOP_LOGPROBS = Need("top logprobs", lambda g: LOGPROBS_FIELD in g.limits.sampling_fields,
+                    "{check} needs logprobs in supported_sampling (of the engine and of every "
+                    "engine it is compared with)")
 TEMPERATURE = Need("temperature", lambda g: "temperature" in g.limits.sampling_fields,
                    "{check} needs temperature in supported_sampling (of the engine and of "
                    "every engine it is compared with)")
@@ -130,7 +142,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("variants", parity.check_variants, needs=(VARIANTS,), draws=_TENANTS),
     Check("seeds", seeds.check_seeds, draws=Draws(seed_groups=True), sampling=True,
           tally=seeds.TALLY),
-    Check("logprobs", logprobs.check_logprobs, draws=Draws(logprobs=LOGPROBS),
+    Check("logprobs", logprobs.check_logprobs, needs=(TOP_LOGPROBS,),
+          draws=Draws(logprobs=LOGPROBS),
           tally=logprobs.TALLY),
     Check("prompt_logprobs", prompt_logprobs.check_prompt_logprobs, needs=(PROMPT_LOGPROBS,),
           draws=Draws(prompt_logprobs=LOGPROBS), tally=prompt_logprobs.TALLY),

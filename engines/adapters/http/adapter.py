@@ -365,6 +365,10 @@ class HTTPEngine:
             # The server's own sampled logprobs, where its top ones lack the sampled token.
             out = StepOutput(out.request_id, out.token_ids, out.finish_reason, out.top_logprobs,
                              event.logprobs)
+        if out is not None and event.text is not None:
+            p = live.request.params
+            text = event.text + (event.stop_word if p.include_stop_str_in_output else "")
+            out = dataclasses.replace(out, text=text)
         return self._count(live.key, event, out)
 
     def _count(self, key: str, event: Event, out: StepOutput | None) -> StepOutput | None:
@@ -409,9 +413,11 @@ class HTTPEngine:
             if token in stops:
                 self._client.cancel(live.key)
                 n = i + 1
+                # No text: the server's runs past the cut (the tokens after it).
                 return Event(event.token_ids[:n], FinishReason.STOP,
                              None if event.top_logprobs is None else event.top_logprobs[:n],
-                             None if event.logprobs is None else event.logprobs[:n])
+                             None if event.logprobs is None else event.logprobs[:n],
+                             cached=event.cached)
         return event
 
     # -- teardown ------------------------------------------------------------------------------

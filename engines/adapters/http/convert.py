@@ -56,9 +56,10 @@ def binary_digest(binary: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def gguf_model(preset: str = "tiny", *, seed: int = 0, binary: Path) -> Path:
+def gguf_model(preset: str = "tiny", *, seed: int = 0, binary: Path, bpe: bool = False) -> Path:
     """The preset's seeded weights as GGUF F32 for this llama-server binary's llama.cpp,
-    converted once per build."""
+    converted once per build. `bpe`: with the presets' byte-level BPE as its vocabulary and
+    `<|endoftext|>` its EOS (engines.adapters.http.gguf_convert), not the "test" one."""
     from engines.adapters.common.checkpoints import (
         ConversionError,
         cache_root,
@@ -66,10 +67,12 @@ def gguf_model(preset: str = "tiny", *, seed: int = 0, binary: Path) -> Path:
         preset_digest,
         publish,
     )
+    from engines.tokenizer import TOKENIZER_VERSION, tokenizer_for
 
     src = llama_cpp_source(binary)
+    vocab = f"-{TOKENIZER_VERSION}" if bpe else ""
     path = (cache_root() / "llama.cpp" /
-            f"{preset}-seed{seed}-{preset_digest(preset)}-llama{binary_digest(binary)}")
+            f"{preset}-seed{seed}-{preset_digest(preset)}{vocab}-llama{binary_digest(binary)}")
     model = path / "model.gguf"
     if model.is_file():
         return model
@@ -78,7 +81,8 @@ def gguf_model(preset: str = "tiny", *, seed: int = 0, binary: Path) -> Path:
     def convert(tmp: Path) -> None:
         out = subprocess.run(
             [sys.executable, "-m", "engines.adapters.http.gguf_convert", str(src), str(ckpt),
-             str(tmp / "model.gguf")], capture_output=True, text=True, check=False)
+             str(tmp / "model.gguf"), *([str(tokenizer_for(preset))] if bpe else [])],
+            capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise ConversionError(f"convert_hf_to_gguf ({src}) failed on {ckpt}:\n"
                                   f"{(out.stdout + out.stderr)[-2000:]}")

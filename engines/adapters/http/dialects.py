@@ -30,6 +30,8 @@ class Event:
     # The prompt tokens the server took from its prefix cache for this request (its own
     # count: StepOutput.cached_prompt_tokens), where this message carries it.
     cached: int | None = None
+    text: str | None = None  # the text these tokens add, where the dialect reads it
+    stop_word: str = ""  # the stop string that ended the request, cut out of `text`
 
 
 class StreamedError(Exception):
@@ -281,6 +283,10 @@ class LlamaServer:
     declared.
     `speculative`: the server was launched to speculate (a draft model or an n-gram mode),
     so its draft counters are passed on as Exercised's.
+    `guided`: the server's GGUF has the presets' BPE vocabulary with a real EOS (its last id),
+    and `guided` is declared: a guided request is sent as `grammar` or `json_schema`
+    (engines.adapters.http.llama_guided) with `ignore_eos` off, and its grammar's EOS ends it
+    (`stop_type` "eos", finish STOP, the EOS its last token).
     """
 
     path = "/completion"
@@ -298,14 +304,27 @@ class LlamaServer:
     def __init__(self, *, cache_prompt: bool = False, vocab_size: int | None = None,
                  loras: Mapping[str, int] | None = None, speculative: bool = False,
                  children: bool = False, explicit_base: bool = False,
-                 name: str | None = None) -> None:
+                 name: str | None = None, guided: bool = False) -> None:
         self.cache_prompt = cache_prompt
         self.explicit_base = explicit_base
         self.name = name or ("llama-cache-prompt" if cache_prompt else "llama")
         self.vocab_size = vocab_size
         self.loras = dict(loras or {})
         self.speculative = speculative
+        self.guided = guided
+        # Unstreamed for the BPE vocabulary: llama-server streams no message for a token whose
+        # text ends in a cut UTF-8 character (it holds the text back), and so never sends that
+        # token's id (docs/findings.md, report R-h11-1); its unstreamed response has them all.
+        self.stream = not guided
         fields = set(LlamaServer.supported_sampling) | {"logit_bias"}
+        if guided:
+            # Not logprobs: llama-server drops the probabilities of a token whose text ends in
+            # a cut UTF-8 character, streamed or not (docs/findings.md, report R-h11-1), and
+            # the BPE vocabulary's tokens often do.
+            fields.add("guided")
+            fields.discard("logprobs")
+            # Stop strings, with the text (unstreamed: one piece, the server's `content`).
+            fields |= {"stop", "include_stop_str_in_output"}
         if vocab_size is not None:
             fields.add("allowed_token_ids")
         if self.loras:
@@ -323,7 +342,7 @@ class LlamaServer:
             "prompt": [int(t) for t in request.prompt_token_ids],
             "n_predict": int(p.max_tokens),
             "temperature": float(p.temperature),
-            "stream": True,
+            "stream": self.stream,
             "return_tokens": True,
             "cache_prompt": self.cache_prompt,
             "ignore_eos": True,
@@ -336,6 +355,13 @@ class LlamaServer:
             "repeat_last_n": len(request.prompt_token_ids) + int(p.max_tokens),
             "timings_per_token": True,
         }
+        if p.stop:
+            body["stop"] = list(p.stop)
+        if p.guided is not None:
+            from engines.adapters.http.llama_guided import guided_fields
+
+            # Its grammar ends on the EOS, which ignore_eos would ban (llama_guided).
+            body.update(guided_fields(p.guided), ignore_eos=False)
         if p.seed is not None:
             body["seed"] = int(p.seed)
         if p.logprobs > 0:
@@ -375,11 +401,16 @@ class LlamaServer:
         finish = None
         if data.get("stop"):
             kind = data.get("stop_type") or "none"
-            if kind != "limit":
+            if kind == "eos" and self.guided:  # only a guided request runs without ignore_eos
+                finish = FinishReason.STOP
+            elif kind == "word" and self.guided:  # a stop string (only this dialect sends them)
+                finish = FinishReason.STOP
+            elif kind != "limit":
                 raise ValueError(f"stop_type: {kind!r}: llama-server stopped on its own "
                                  "(eos, a stop word, or none: cut short), which the adapter "
                                  "never asks for")
-            finish = FinishReason.LENGTH
+            else:
+                finish = FinishReason.LENGTH
         tops = sampled = None
         probs = data.get("completion_probabilities")
         if probs and tokens:
@@ -390,7 +421,13 @@ class LlamaServer:
                 raise ValueError(f"completion_probabilities: {len(tops)} entries for "
                                  f"{len(tokens)} tokens in one message")
         cached = (data.get("timings") or {}).get("cache_n")
-        return Event(tokens, finish, tops, sampled, None if cached is None else int(cached))
+        count = None if cached is None else int(cached)
+        if self.stream or finish is None:
+            return Event(tokens, finish, tops, sampled, count)
+        # Unstreamed: the whole text, cut before a stop string (which the adapter appends
+        # under include_stop_str_in_output, for which llama-server has no field).
+        return Event(tokens, finish, tops, sampled, count, str(data.get("content") or ""),
+                     str(data.get("stopping_word") or ""))
 
     def limits(self, get: Any) -> dict[str, Any]:
         props = get("/props")

@@ -11,7 +11,10 @@ engines.adapters.http.variants):
 - LoRA: the tiny preset's first zoo adapters (engines.loras), converted to GGUF LoRA and
   loaded at scale 0 (`--lora-scaled FILE:0`); a request's `lora` names one, and the adapter
   declares `loras` (name -> PEFT directory, what the reference loads);
-- n > 1 as llama-server's `n_cmpl` (`llama_server_n`).
+- n > 1 as llama-server's `n_cmpl` (`llama_server_n`);
+- guided decoding (`llama_server_guided`): the tiny preset's GGUF with the presets' BPE
+  vocabulary and its EOS, grammars as `grammar` / `json_schema`
+  (engines.adapters.http.llama_guided).
 
 The adapter over each is engines.adapters.http.llama_engine.LlamaEngine.
 
@@ -28,9 +31,9 @@ from engines.adapters.http.launch import Server
 from engines.adapters.http.llama_engine import LlamaEngine
 from engines.adapters.http.servers import llama_server_binary, llama_server_process
 
-__all__ = ["LORAS", "SPEC_LOGPROBS", "LlamaEngine", "llama_server_draft", "llama_server_lora",
-           "llama_server_lora_cache_prompt", "llama_server_n", "llama_server_ngram_mod",
-           "llama_server_ngram_simple"]
+__all__ = ["GUIDED_ENDS", "LORAS", "SPEC_LOGPROBS", "LlamaEngine", "llama_server_draft",
+           "llama_server_guided", "llama_server_lora", "llama_server_lora_cache_prompt",
+           "llama_server_n", "llama_server_ngram_mod", "llama_server_ngram_simple"]
 
 PRESET = "tiny"
 DRAFT_PRESET = "tiny-draft"
@@ -81,6 +84,32 @@ def llama_server_n() -> LlamaEngine:
     server = llama_server_process(PRESET)
     dialect = LlamaServer(vocab_size=_vocab(), children=True, name="llama-n")
     return LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, log=str(server.log))
+
+
+# What the guided configuration gets wrong against the reference, declared.
+GUIDED_ENDS = ("llama-server's BPE GGUF has a real EOS (<|endoftext|>, the last id), which "
+               "the server bans (a logit bias of -inf) on every request sent with ignore_eos "
+               "(every unguided one: the protocol never stops at an EOS), so a greedy row whose "
+               "argmax is that id takes another; a guided request ends with the EOS its "
+               "grammar forces where the reference stops at the full match; llama.cpp's JSON "
+               "schemas allow free whitespace where the reference writes compact JSON "
+               "(engines.adapters.http.llama_guided)")
+
+
+def llama_server_guided() -> LlamaEngine:
+    """llama-server on the tiny preset (4 slots, cache_prompt off) over a GGUF with the presets'
+    byte-level BPE and its EOS, declaring guided decoding (regex, choice, JSON schema, GBNF:
+    engines.adapters.http.llama_guided) and the tokenizer. Not the default configuration: there
+    the EOS would be banned on every request (GUIDED_ENDS), and greedy parity with the
+    reference would break wherever the model's argmax is the last id."""
+    from engines.tokenizer import tokenizer_for
+
+    server = llama_server_process(PRESET, bpe=True)
+    dialect = LlamaServer(vocab_size=_vocab(), guided=True, name="llama-guided")
+    engine = LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, log=str(server.log),
+                         known_failures={"reference_parity": GUIDED_ENDS})
+    engine.tokenizer = str(tokenizer_for(PRESET))  # type: ignore[attr-defined]
+    return engine
 
 
 def llama_server_draft() -> LlamaEngine:

@@ -101,18 +101,19 @@ def llama_server_binary() -> Path:
 
 
 def llama_server_process(preset: str = "tiny", *, seed: int = 0, slots: int = 4,
-                         extra: tuple[str, ...] = ()) -> Server:
+                         extra: tuple[str, ...] = (), bpe: bool = False) -> Server:
     """This process's llama-server over the preset with `slots` parallel slots, each with the
-    preset's context (launched at the first call)."""
+    preset's context (launched at the first call); `bpe`: its GGUF's vocabulary is the
+    presets' byte-level BPE (engines.adapters.http.convert.gguf_model)."""
     from engines.models import preset_max_model_len
 
     ctx = preset_max_model_len(preset) or 512
-    key = (preset, seed, slots, extra)
+    key = (preset, seed, slots, extra, bpe)
     server = _servers.get(key)
     if server is not None and server.alive:
         return server
     binary = llama_server_binary()
-    model = gguf_model(preset, seed=seed, binary=binary)
+    model = gguf_model(preset, seed=seed, binary=binary, bpe=bpe)
     argv = [
         str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", PORT,
         # -c is the whole KV cache; each slot gets ctx tokens of it.

@@ -106,6 +106,13 @@ class StreamClient:
                     opened.set_result(Opened(response.status_code, text))
                     return
                 opened.set_result(Opened(200))
+                kind = response.headers.get("content-type", "")
+                if kind.startswith("application/json"):
+                    # An unstreamed response (a dialect that does not stream): one message,
+                    # read whole (its text may hold characters that split lines).
+                    self.arrivals.put(Arrival(key, json.loads(await response.aread())))
+                    self.arrivals.put(Arrival(key))
+                    return
                 async for line in response.aiter_lines():
                     data = _sse_data(line)
                     if data is None:
