@@ -196,3 +196,35 @@ def test_the_library_bans_across_a_longer_prompts_end_in_a_batch() -> None:
                                  **options)[1].sequences[0]
     assert words.index(alone[0]) == first  # alone: not banned across the prompt's end
     assert words.index(batched[0]) != first  # beside a shorter prompt: banned
+
+
+def test_the_library_continues_a_beam_past_a_stop_id() -> None:
+    """Report 45 as it is on ctranslate2 4.8.5: a beam search takes its next beams from the
+    best 2 x beam_size candidates, and where more than beam_size of them end at a stop id, an
+    ended candidate stays a beam (its hypothesis registered as finished, and continued). With
+    patience > 1 (the adapter's: it never stops early) the search goes on past that stop id,
+    and returns beams that hold it before their end. Stop ids here: the 2nd to 4th best first
+    tokens, so that 3 of the first step's 4 candidates end."""
+    import ctranslate2
+
+    from engines.adapters.ct2.convert import ct2_dir, vocabulary
+    from engines.models import DEFAULT_SEED
+
+    path = ct2_dir("tiny", DEFAULT_SEED)
+    words = vocabulary(path)
+    gen = ctranslate2.Generator(str(path), device="cpu", compute_type="float32")
+    model: Any = load_model("tiny")
+    past_a_stop = []
+    for prompt in make_prompts([5, 9, 3, 7], seed=1):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt])).logits[0, -1]
+        stops = logits.argsort(descending=True)[1:4].tolist()
+        for max_length in (2, 3, 4):
+            result = gen.generate_batch(
+                [[words[t] for t in prompt]], max_length=max_length, beam_size=2,
+                num_hypotheses=2, patience=float(max_length + 1),
+                end_token=[words[s] for s in stops], return_end_token=True, sampling_topk=1,
+                include_prompt_in_result=False)[0]
+            beams = [[words.index(w) for w in beam] for beam in result.sequences]
+            past_a_stop += [b for b in beams if any(t in stops for t in b[:-1])]
+    assert past_a_stop, "no beam went past a stop id: report 45 no longer reproduces"

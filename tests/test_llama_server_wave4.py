@@ -178,7 +178,7 @@ def test_a_base_request_after_an_adapter_reuses_its_prompt_kv(launched: None) ->
 def test_guided_requests_on_llama_server(launched: None) -> None:
     """llama_server_guided (the BPE GGUF): a choice ends on the grammar's EOS, finish STOP,
     its text one of the choices; a token whose text ends mid-character keeps its id (the
-    requests are unstreamed: docs/findings.md report R-h11-1); an unguided request beside
+    requests are unstreamed: docs/findings.md report 43); an unguided request beside
     them runs to its budget."""
     from pathlib import Path
 

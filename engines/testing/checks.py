@@ -76,7 +76,7 @@ PROMPT_LOGPROBS = Need("prompt logprobs",
                        "{check} needs prompt_logprobs in supported_sampling (of the engine and "
                        "of every engine it is compared with)")
 # Top logprobs are a base field, but an engine may refuse them (llama-server's guided
-# configuration: docs/findings.md report R-h11-1); the check that asks every request for them
+# configuration: docs/findings.md report 43); the check that asks every request for them
 # needs them declared.
 TOP_LOGPROBS = Need("top logprobs", lambda g: LOGPROBS_FIELD in g.limits.sampling_fields,
                     "{check} needs logprobs in supported_sampling (of the engine and of every "

@@ -314,12 +314,12 @@ class LlamaServer:
         self.guided = guided
         # Unstreamed for the BPE vocabulary: llama-server streams no message for a token whose
         # text ends in a cut UTF-8 character (it holds the text back), and so never sends that
-        # token's id (docs/findings.md, report R-h11-1); its unstreamed response has them all.
+        # token's id (docs/findings.md, report 43); its unstreamed response has them all.
         self.stream = not guided
         fields = set(LlamaServer.supported_sampling) | {"logit_bias"}
         if guided:
             # Not logprobs: llama-server drops the probabilities of a token whose text ends in
-            # a cut UTF-8 character, streamed or not (docs/findings.md, report R-h11-1), and
+            # a cut UTF-8 character, streamed or not (docs/findings.md, report 43), and
             # the BPE vocabulary's tokens often do.
             fields.add("guided")
             fields.discard("logprobs")
