@@ -44,10 +44,10 @@ def pinned(max_examples: int = 150, *, shrink: bool = True) -> Settings:
 
 def fresh_engines(ctx: SuiteContext) -> None:
     """Every workload on a freshly built engine, in every pool of the context. The pools
-    choose by how fast engines build (EnginePool.cheap: under 50 ms), and a reused engine's
-    prefix cache can hide a bug (it holds right blocks): under `pytest -n auto` on a loaded
-    machine the LoRA engines' builds (5-8 ms at rest) went past the bound and StaleIndex
-    escaped, so a verdict moved with the load. Pinned as cheap, it does not."""
+    choose by how fast engines build (EnginePool.cheap), and a reused engine's prefix cache
+    can hide a bug (it holds right blocks): under `pytest -n auto` on a loaded machine the
+    LoRA engines' builds (5-8 ms at rest) once went past the bound's wall time and StaleIndex
+    escaped. The bound now reads CPU time too; a hunt pins its pools all the same."""
     for pool in ctx.pools:
         pool.build_s = 0.0
 
