@@ -18,6 +18,7 @@ from engines.testing.checks import check_named
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
 from engines.testing.properties import Judge, Violation
+from engines.testing.properties.kv import PAST_PROMPT
 from engines.testing.recorder import KVSnapshot, Trace
 from engines.testing.seed_workloads import _overflowing, seed_workloads
 from engines.testing.strategies import is_near_miss, request_mixes
@@ -230,7 +231,7 @@ def test_kv_accounting_judges_each_kv_variant_with_its_own_view() -> None:
         check_kv_accounting(ok, judge)
     quiet = Judge(oracle=None, variants={"small": lambda w: ok},  # type: ignore[arg-type]
                   kv_variants={"small": "make_engine = small"})
-    assert check_kv_accounting(ok, quiet) == {"small": 0}
+    assert check_kv_accounting(ok, quiet) == {"preemptions on variant small": 0, PAST_PROMPT: 0}
 
 
 def test_a_bad_declaration_is_a_usage_error_naming_the_engine() -> None:

@@ -61,5 +61,19 @@ class PagedBeamWritesSharedBlock(PagedEngine):
         return 0 if seq.group is not None else super()._private_tail(seq)
 
 
+class PagedBeamLeaksOldTables(PagedEngine):
+    """Re-parenting takes one reference too many on the rows' old tables: the blocks of
+    every beam the search left behind are never freed (their counts never reach zero). The
+    beams are right, and a pool large enough never notices; the pool's accounting does."""
+
+    caught_by = "kv_accounting"
+    reference = SequentialEngine
+
+    def _reparent(self, group: Any, parents: list[int]) -> None:
+        for row in group.rows:
+            self.pool.hold(row.blocks)
+        super()._reparent(group, parents)
+
+
 BEAM_PLANTED: list[Any] = [BeamScoresNotLengthNormalised, PagedBeamKeepsOldTable,
-                           PagedBeamWritesSharedBlock]
+                           PagedBeamWritesSharedBlock, PagedBeamLeaksOldTables]

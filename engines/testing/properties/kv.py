@@ -9,7 +9,15 @@ tokens: the prompt, then its own outputs) may also share a partially filled bloc
 copy-on-write, at the same index, if every position any of them has cached in it holds the
 same token in each: a child that wrote its own token into a block its sibling still reads
 fails, and so does a block freed while a sibling holds it (held + free exceeds the pool).
-Unrelated requests still share full prefix blocks only."""
+Unrelated requests still share full prefix blocks only.
+
+The rows of a beam search (beam_width > 1, listed under child_key(request_id, row)) report
+no tokens until the search ends, and a row may take another's history at any step: the
+suite knows only their prompt. So their tables are held to the same accounting (held + free,
+blocks for what they cache, none twice, none left after the drain) and to the prompt, and
+two rows of one search may share a block at the same index whatever they cached past the
+prompt, which the suite cannot see (counted: "beam rows' shared blocks past the prompt,
+contents not judged")."""
 
 from __future__ import annotations
 
@@ -26,11 +34,28 @@ from engines.testing.recorder import KVSnapshot, Trace
 __all__ = ["TALLY", "check_kv_accounting"]
 
 
+Beams = dict[Hashable, tuple[int, int]]  # a beam row's key -> (prompt length, max_tokens)
+# The counter of blocks two rows of one search shared past their prompt (not judged there).
+PAST_PROMPT = "beam rows' shared blocks past the prompt (contents not judged)"
+
+
+def _beam_rows(trace: Trace) -> Beams:
+    """Each beam search's row keys: all the suite knows of a row is its prompt and budget."""
+    rows: Beams = {}
+    for r in trace.workload.requests:
+        for i in range(r.params.beam_width if r.params.beam_width > 1 else 0):
+            rows[child_key(r.request_id, i)] = (len(r.prompt_token_ids), r.params.max_tokens)
+    return rows
+
+
 def _streams(trace: Trace, upto: int) -> dict[Hashable, tuple[int, ...]]:
     """Each request's tokens known after step `upto`: its prompt, then its outputs (each
-    child of a request with n > 1: its own outputs, under its child_key)."""
+    child of a request with n > 1: its own outputs, under its child_key). Beam searches'
+    rows are not here (`_beam_rows`)."""
     out = {}
     for r in trace.workload.requests:
+        if r.params.beam_width > 1:
+            continue
         rid, n = r.request_id, r.params.n
         kids = n if isinstance(n, int) and n > 1 else 0
         gen: dict[int, list[int]] = {i: [] for i in range(max(kids, 1))}
@@ -63,8 +88,20 @@ def _shared_partial(a: Hashable, b: Hashable, j: int, jb: int, bs: int, kv: KVSn
     return len(sa) >= upto and len(sb) >= upto and sa[:upto] == sb[:upto]
 
 
+def _beam_share(a: Hashable, b: Hashable, j: int, jb: int, bs: int, kv: KVSnapshot,
+                beams: Beams) -> bool | None:
+    """Whether two rows of one beam search share a block as rows may: at the same index (a
+    row that takes another's history takes its table, block for block). Their prompt is
+    the same, and past it the suite cannot see what either cached. None if a and b are not
+    rows of one search."""
+    if a not in beams or b not in beams or a[0] != b[0]:  # type: ignore[index]
+        return None
+    return j == jb
+
+
 def _judge_snapshot(check: Check, kv: KVSnapshot, streams: dict[Hashable, tuple[int, ...]],
-                    when: str) -> None:
+                    beams: Beams, when: str) -> int:
+    """Raises on a violation; the blocks beam rows shared past their prompt (not judged)."""
     held = {b for table in kv.tables.values() for b in table}
     if len(held) + kv.free != kv.total:
         raise check.fail(f"{when}, {len(held)} block(s) are held and "
@@ -89,17 +126,33 @@ def _judge_snapshot(check: Check, kv: KVSnapshot, streams: dict[Hashable, tuple[
                              f"needed{allowed}. The others hold none of its tokens' KV: pool "
                              "memory taken from other requests.")
         stream = streams.get(rid)
+        if rid in beams and cached > sum(beams[rid]) - 1:
+            raise check.fail(f"{when}, beam row {rid!r} caches {cached} tokens but a row "
+                             f"of its search holds at most {sum(beams[rid]) - 1} (its prompt "
+                             "and max_tokens, the last not computed).")
         if stream is not None and cached > len(stream):
             raise check.fail(f"{when}, request {rid!r} caches {cached} tokens but "
                              f"only {len(stream)} exist (prompt and generated).")
         for j, block in enumerate(table):
             owners[block].append((rid, j))
+    past_prompt = 0
     for block, users in owners.items():
         if len(users) < 2:
             continue
         (a, ja), *rest = users
         for b, jb in rest:
             end = (ja + 1) * bs
+            rows = _beam_share(a, b, ja, jb, bs, kv, beams)
+            if rows is not None:
+                if not rows:
+                    raise check.fail(f"{when}, block {block} is held by beam rows {a!r} (as "
+                                     f"its block {ja}) and {b!r} (as its block {jb}): a row "
+                                     "that takes another's history takes its blocks at the "
+                                     "same places.")
+                prompt = beams[a][0]
+                past_prompt += end > prompt and max(kv.cached.get(a, 0),
+                                                    kv.cached.get(b, 0)) > prompt
+                continue
             sa, sb = streams.get(a, ()), streams.get(b, ())
             same = ja == jb and len(sa) >= end and len(sb) >= end and sa[:end] == sb[:end]
             full = min(kv.cached.get(a, 0), kv.cached.get(b, 0)) >= end
@@ -113,6 +166,7 @@ def _judge_snapshot(check: Check, kv: KVSnapshot, streams: dict[Hashable, tuple[
                     + (" (children of one request may share a partial block only while "
                        "every position either has cached in it holds the same token: "
                        "copy-on-write)." if _siblings(a, b, streams) else "."))
+    return past_prompt
 
 
 def check_kv_accounting(check: Check, trace: Trace, judge: Judge) -> dict[str, int]:
@@ -122,8 +176,7 @@ def check_kv_accounting(check: Check, trace: Trace, judge: Judge) -> dict[str, i
     prefix block at the same index over the same tokens; after the drain, nothing is held.
     The same for the workload's run on every config variant with a KV view of its own."""
     __tracebackhide__ = True
-    _judge_trace(check, trace, "")
-    judged: dict[str, int] = {}
+    judged = {PAST_PROMPT: _judge_trace(check, trace, "")}
     for name, source in judge.kv_variants.items():
         try:
             other = judge.variants[name](trace.workload)
@@ -136,31 +189,34 @@ def check_kv_accounting(check: Check, trace: Trace, judge: Judge) -> dict[str, i
             raise Violation(bad.prop, f"{bad}\n\nThe script below builds the engine under "
                             f"test; to see this, build variant {name!r} instead:\n\n"
                             f"{source}") from None
-        judged[name] = other.exercised.get("preemptions", 0)
+        judged[f"preemptions on variant {name}"] = other.exercised.get("preemptions", 0)
     return judged
 
 
-def _add(coverage: Coverage, preemptions: dict[str, int], check: str) -> None:
+def _add(coverage: Coverage, counts: dict[str, int], check: str) -> None:
     """The preemptions each KV variant counted over the workloads judged on it (the engine's
-    own are in its exercised() counters)."""
-    for name, n in preemptions.items():
-        coverage.counts[f"preemptions on variant {name}"] += n
+    own are in its exercised() counters), and the beam rows' blocks shared past the prompt."""
+    for name, n in counts.items():
+        coverage.counts[name] += n
 
 
 TALLY = Tally(_add)
 
 
-def _judge_trace(check: Check, trace: Trace, where: str) -> None:
+def _judge_trace(check: Check, trace: Trace, where: str) -> int:
     __tracebackhide__ = True
+    beams = _beam_rows(trace)
+    past_prompt = 0
     for rec in trace.steps:
         if rec.kv is not None:
-            _judge_snapshot(check, rec.kv, _streams(trace, rec.index),
-                            f"{where}after step {rec.index}")
+            past_prompt += _judge_snapshot(check, rec.kv, _streams(trace, rec.index), beams,
+                                           f"{where}after step {rec.index}")
     last = trace.kv_after_drain
     if last is None or trace.stalled:
-        return
+        return past_prompt
     if last.tables or last.free != last.total:
         raise check.fail(f"{where}after every request finished and has_work() turned "
                          f"False, {sorted(map(str, last.tables))} still hold blocks and "
                          f"{last.free} of {last.total} are free. Expected every block free or "
                          "evictable.")
+    return past_prompt
