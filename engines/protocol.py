@@ -435,16 +435,25 @@ def supported_sampling(engine: object) -> frozenset[str]:
     honours (BASE_PARAMS if it says none). A field an engine does not declare is never sent
     to it at anything but its default. A name that is no field is refused (ValueError naming
     it): a misspelt field would otherwise declare nothing, silently."""
-    declared = _declared(engine, "supported_sampling")
+    fields = _declared_fields(engine, "supported_sampling", DECLARABLE_FIELDS)
+    return BASE_PARAMS if fields is None else fields | {"max_tokens"}
+
+
+def _declared_fields(engine: object, attr: str,
+                     known: Collection[str]) -> frozenset[str] | None:
+    """The field names an engine declares in `attr`, each one of `known` (ValueError naming
+    any other: a misspelt name would declare nothing, silently); None where it declares
+    none."""
+    declared = _declared(engine, attr)
     if declared is None:
-        return BASE_PARAMS
+        return None
     if isinstance(declared, str) or not isinstance(declared, Iterable):
-        raise ValueError(f"supported_sampling: {declared!r} is not a set of field names")
+        raise ValueError(f"{attr}: {declared!r} is not a set of field names")
     fields = frozenset(declared)
     for name in sorted(fields, key=str):
-        if name not in DECLARABLE_FIELDS:
-            raise ValueError(unknown_name("supported_sampling: field", name, DECLARABLE_FIELDS))
-    return fields | {"max_tokens"}
+        if name not in known:
+            raise ValueError(unknown_name(f"{attr}: field", name, known))
+    return fields
 
 
 def expected_failed_checks(engine: object) -> dict[str, str]:
@@ -610,16 +619,7 @@ def output_fields(engine: object) -> frozenset[str]:
     """The optional StepOutput fields (OUTPUT_FIELDS) the engine declares it fills
     (`output_fields`, a set of names; none where it says nothing). A name that is no such
     field is refused (ValueError naming it)."""
-    declared = _declared(engine, "output_fields")
-    if declared is None:
-        return frozenset()
-    if isinstance(declared, str) or not isinstance(declared, Iterable):
-        raise ValueError(f"output_fields: {declared!r} is not a set of field names")
-    fields = frozenset(declared)
-    for name in sorted(fields, key=str):
-        if name not in OUTPUT_FIELDS:
-            raise ValueError(unknown_name("output_fields: field", name, OUTPUT_FIELDS))
-    return fields
+    return _declared_fields(engine, "output_fields", OUTPUT_FIELDS) or frozenset()
 
 
 def check_declarations(engine: object) -> None:
