@@ -39,7 +39,7 @@ def busy_slots(url: str) -> int:
 
 def mid_run_arrivals_get_generate_tokens(eng: object) -> None:
     """Two greedy requests, then two more added after the first step, while the first two
-    are still decoding (budgets long enough on a server that streams a token in
+    (or one of them) are still decoding (budgets long enough on a server that streams a token in
     milliseconds): each gets transformers' generate tokens alone, finishing with LENGTH."""
     from tests.helpers import drain, greedy, hf_generate, make_prompts
 
@@ -57,7 +57,10 @@ def mid_run_arrivals_get_generate_tokens(eng: object) -> None:
                 eng.add_request(r)  # type: ignore[attr-defined]
 
     got = drain(eng, early, on_step=arrive)  # type: ignore[arg-type]
-    assert unfinished == [2], "the first two finished before the others arrived"
+    # At least one still decoding is a mid-run arrival: a quiet core's server finished one of
+    # the early two within the first step() in 3 of 9 runs (the budgets cannot grow: the slot
+    # holds 512 tokens).
+    assert unfinished[0] >= 1, "the first two finished before the others arrived"
     for r in requests:
         assert got[r.request_id] == (hf_generate(r.prompt_token_ids, r.params.max_tokens),
                                      FinishReason.LENGTH), f"request {r.request_id}"
