@@ -118,9 +118,9 @@ if [[ -n ${ONLY:-} ]]; then
     mapfile -t LLAMA_FACTORIES < <(pick "${LLAMA_FACTORIES[@]}")
 fi
 # Factories that take the arguments' profile; the rest take NARROW_ARGS. ct2's zoo slice
-# takes it too (derandomized, 45 s): batching-dev's random draws met a lead not yet reduced
-# or reported (CTranslate2's beam search once went on past a stop id, beside many stop ids:
-# the beam_search check, reproduced alone; see CHANGELOG), which would fail CI by chance.
+# takes it too (derandomized, 45 s): batching-dev's random draws can reach CTranslate2's
+# beam search going on past a stop id (docs/findings.md report 45, a real bug), which would
+# fail CI by chance.
 FULL_PROFILE='(:make_engine|:openvino_split_fuse|:ct2_tiny_llama_rope)$'
 read -r -a NARROW <<<"${NARROW_ARGS---hypothesis-profile=batching-dev}"
 
