@@ -139,7 +139,8 @@ def llama_server_ngram_mod() -> LlamaEngine:
     return _engine(server, speculative=True, name="llama-ngram-mod")
 
 
-def _lora_server(slots: int = 4) -> tuple[Server, dict[str, str]]:
+def _lora_server(slots: int = 4, *,
+                 host_cache: bool = False) -> tuple[Server, dict[str, str]]:
     from engines.adapters.http.llama_lora import gguf_loras
 
     converted = gguf_loras(PRESET, LORAS, seed=0, binary=llama_server_binary())
@@ -151,6 +152,12 @@ def _lora_server(slots: int = 4) -> tuple[Server, dict[str, str]]:
         if "," in str(gguf) or ":" in str(gguf):  # the flag's own separators
             raise ValueError(f"--lora-scaled: the path {gguf} holds ',' or ':'")
         args += ["--lora-scaled", f"{gguf}:0"]
+    # No host-memory prompt cache (--cache-ram 0): it saves a slot's prompt KV when the slot
+    # goes to another request and loads it into any slot for a prompt that matches, whatever
+    # adapters computed it, so a base request went on from KV computed under an adapter
+    # (docs/findings.md report 47), the adapter list notwithstanding.
+    if not host_cache:  # True: the server's default, for the pin of report 47
+        args += ["--cache-ram", "0"]
     server = llama_server_process(PRESET, slots=slots, extra=tuple(args))
     return server, {name: peft for name, (peft, _) in converted.items()}
 
