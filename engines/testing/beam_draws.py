@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from engines.protocol import Request, SamplingParams
 from engines.testing.limits import EngineLimits
 
-__all__ = ["beam_requests", "draws_beams"]
+__all__ = ["MAX_BEAM_WIDTH", "beam_requests", "draws_beams"]
 
+MAX_BEAM_WIDTH = 4  # widths drawn: 2 to this
 # Tokens per beam at most: long enough for beams of different lengths to compete.
 BEAM_BUDGET = 6
 # Length penalties drawn: generate's default (1), off (0), longer favoured (2), shorter (-1).
@@ -29,8 +30,9 @@ def draws_beams(limits: EngineLimits) -> bool:
 
 
 @st.composite
-def beam_requests(draw: st.DrawFn, limits: EngineLimits, start: int) -> list[Request]:
-    """1..3 beam requests."""
+def beam_requests(draw: st.DrawFn, limits: EngineLimits, start: int,
+                  max_width: int = MAX_BEAM_WIDTH) -> list[Request]:
+    """1..3 beam requests, of widths 2..max_width."""
     fields = limits.sampling_fields
     out = []
     for i in range(draw(st.integers(1, 3), label="beam requests")):
@@ -39,7 +41,7 @@ def beam_requests(draw: st.DrawFn, limits: EngineLimits, start: int) -> list[Req
                                      max_size=cap), label=f"beam{i}.prompt"))
         budget = draw(st.integers(1, max(1, min(BEAM_BUDGET, limits.max_model_len
                                                 - len(prompt) - 1))), label=f"beam{i}.budget")
-        width = draw(st.integers(2, 4), label=f"beam{i}.width")
+        width = draw(st.integers(2, max_width), label=f"beam{i}.width")
         n = draw(st.integers(1, width), label=f"beam{i}.n") if "n" in fields else 1
         penalty = (draw(st.sampled_from(LENGTH_PENALTIES), label=f"beam{i}.length_penalty")
                    if "length_penalty" in fields else 1.0)

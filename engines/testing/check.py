@@ -71,6 +71,9 @@ class Draws:
     tenants: bool = False
     children: bool = False  # workloads carry requests with n > 1 (where n is declared)
     beams: bool = False  # workloads carry beam searches (where beam_width is declared)
+    # The check replays its workloads on every config variant with a KV view: beam widths
+    # then stay within the seats of each (a variant refuses a search wider than its batch).
+    beams_fit_variants: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -177,7 +177,7 @@ REGISTRY: tuple[Check, ...] = (
     Check("zero_waste", slots.check_zero_waste, needs=(SLOTS,), machine=_EVERY_STEP),
     Check("work_conservation", slots.check_work_conservation, needs=(SLOTS,)),
     Check("kv_accounting", kv.check_kv_accounting, needs=(KV,),
-          draws=Draws(children=True, beams=True),
+          draws=Draws(children=True, beams=True, beams_fit_variants=True),
           tally=kv.TALLY),
     Check("drain", drain.check_drain, needs=(LOAD,)),
     Check("isolation", tenant_isolation.check_tenant_isolation, needs=(SHARING, TENANTS),

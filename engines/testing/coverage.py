@@ -29,7 +29,7 @@ from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
 from engines.testing.recorder import Trace
 from engines.testing.strategies import is_near_miss
 
-__all__ = ["GREEDY_ONLY", "UNDRAWN", "WITHHELD", "Coverage", "Tally", "noted"]
+__all__ = ["BEAMS_UNFIT", "GREEDY_ONLY", "UNDRAWN", "WITHHELD", "Coverage", "Tally", "noted"]
 
 ENGINE = "engine: "  # the engine's own counters: reported even at zero, which says a lot
 # The logits-processing fields of SamplingParams: requests drawn with each are counted, and
@@ -38,6 +38,9 @@ PROCESSED = ALL_PARAMS - BASE_PARAMS
 # The constraints (engines.testing.constraint_draws), counted and named alike.
 DRAWN_FIELDS = PROCESSED | CONSTRAINT_PARAMS
 UNDRAWN = "sampling: not drawn, "
+# A check that replays its workloads on the KV variants drew no beam search: one of them has
+# a single seat (engines.testing.search.beam_width_cap).
+BEAMS_UNFIT = "beams: none fit every variant"
 WITHHELD = "sampling: withheld under tie-aware parity, "
 # Said once per engine where nothing could be counted: no threshold declared, or a KV pool
 # that the requests running at once cannot overflow (so the engine never preempts).
@@ -154,6 +157,11 @@ class Coverage:
                        "a RoPE scaling threshold: `position_thresholds`), nor does an engine "
                        "compared with it, so no request was drawn to cross one and none was "
                        "counted")
+        if data.get(f"max {BEAMS_UNFIT}"):
+            out.append("beams: the KV check, which replays every workload on each config "
+                       "variant with a KV view, drew no beam search, as one of them has one "
+                       "seat (a search needs one a beam); the beam check draws them on the "
+                       "engine alone")
         if data.get(f"max {POOL_FITS}"):
             out.append(f"limits: the KV pool's {data[f'max {POOL_FITS}']} blocks "
                        "(kv_total_blocks) hold a whole context for each of the "

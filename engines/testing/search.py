@@ -18,9 +18,10 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from engines.protocol import PROMPT_LOGPROBS_FIELD
+from engines.testing.beam_draws import MAX_BEAM_WIDTH, draws_beams
 from engines.testing.checks import check_named
 from engines.testing.context import SuiteContext
-from engines.testing.coverage import Coverage
+from engines.testing.coverage import BEAMS_UNFIT, Coverage
 from engines.testing.limits import EngineLimits
 from engines.testing.processing import declared_greedy_filters
 from engines.testing.report import explain, explain_leak
@@ -67,11 +68,23 @@ def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
     return limits
 
 
+def beam_width_cap(limits: EngineLimits, fit_variants: bool) -> int:
+    """The widest beam search a check may draw: within the seats of the engine and, where the
+    check replays its workloads on the KV variants, of each of them (below 2: none)."""
+    seats = [MAX_BEAM_WIDTH]
+    if fit_variants:
+        seats += [s for _, s in limits.variant_pools]
+        if limits.max_batch_size:
+            seats.append(limits.max_batch_size)
+    return min(seats)
+
+
 def strategy_for(ctx: SuiteContext, check: str) -> st.SearchStrategy[Workload]:
     draws = check_named(check).draws
     return workloads(limits_for(ctx, check), alone=ctx.oracle.tokens, min_bad=draws.bad[0],
                      max_bad=draws.bad[1], seed_group=draws.seed_groups,
-                     children=draws.children, beams=draws.beams)
+                     children=draws.children, beams=draws.beams,
+                     beam_width=beam_width_cap(ctx.limits, draws.beams_fit_variants))
 
 
 def _stream_seed(ctx: SuiteContext, settings: Settings) -> int | None:
@@ -142,6 +155,10 @@ def search(ctx: SuiteContext, check: str, *, settings: Settings | None = None,
     the passing workloads exercised."""
     __tracebackhide__ = True
     coverage = Coverage()
+    draws = check_named(check).draws
+    if (draws.beams_fit_variants and draws_beams(ctx.limits)
+            and beam_width_cap(ctx.limits, True) < 2):
+        coverage.most[BEAMS_UNFIT] = 1  # said in the summary, not skipped silently
     if seeds:
         _seeds(ctx, check, coverage)
     if not check_named(check).draws.search:

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
 from engines.testing.bad_requests import bad_requests_for
-from engines.testing.beam_draws import beam_requests, draws_beams
+from engines.testing.beam_draws import MAX_BEAM_WIDTH, beam_requests, draws_beams
 from engines.testing.children_draws import draws_children, families
 from engines.testing.constraint_draws import constrained, satisfiable
 from engines.testing.limits import EngineLimits
@@ -396,6 +396,7 @@ def workloads(
     seed_group: bool = False,
     children: bool = False,
     beams: bool = False,
+    beam_width: int = MAX_BEAM_WIDTH,
 ) -> Workload:
     """A whole workload: a request mix (with a group of seeds, when `seed_group`), its arrival
     schedule, aborts (for Abortable engines, when `aborts`) and min_bad..max_bad bad
@@ -405,8 +406,8 @@ def workloads(
         reqs += draw(seed_groups(limits, len(reqs)))
     if children and draws_children(limits):  # engines.testing.children_draws
         reqs += draw(families(limits, len(reqs)))
-    if beams and draws_beams(limits):  # engines.testing.beam_draws
-        reqs += draw(beam_requests(limits, len(reqs)))
+    if beams and draws_beams(limits) and beam_width >= 2:  # engines.testing.beam_draws
+        reqs += draw(beam_requests(limits, len(reqs), beam_width))
     idle = limits.max_tokens + 2
     arrivals = draw(arrival_schedules(len(reqs), idle_gap=idle))
     plan = draw(aborts_for(reqs, arrivals)) if aborts and limits.abortable else ()
