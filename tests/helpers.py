@@ -327,3 +327,23 @@ def beam_generate(model: Any, prompt: tuple[int, ...], p: SamplingParams) -> lis
         end = next((k + 1 for k, t in enumerate(gen) if t in p.stop_token_ids), len(gen))
         out.append(tuple(gen[:end]))
     return out
+
+
+def abort_a_beam_search(engine: Engine, prompt: tuple[int, ...], other_budget: int,
+                        between: Callable[[], object] = lambda: None) -> None:
+    """A beam search (width 3, n 2) beside another request: two steps, `between()`, then
+    abort the search: each of its 2 children ends ABORT once, and the other request still
+    finishes."""
+    engine.add_request(Request(prompt, SamplingParams(max_tokens=8, beam_width=3, n=2),
+                               request_id="b"))
+    engine.add_request(Request((3,), SamplingParams(max_tokens=other_budget),
+                               request_id="after"))
+    engine.step()
+    engine.step()
+    between()
+    engine.abort_request("b")  # type: ignore[attr-defined]
+    outs = engine.step()
+    assert sorted(o.index for o in outs if o.finish_reason == FinishReason.ABORT) == [0, 1]
+    while engine.has_work():
+        outs += engine.step()
+    assert [o.finished for o in outs if o.request_id == "after"][-1]

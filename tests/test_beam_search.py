@@ -12,7 +12,7 @@ import pytest
 
 from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams, StepOutput
 from engines.sequential import SequentialEngine
-from tests.helpers import beam_generate
+from tests.helpers import abort_a_beam_search, beam_generate
 from tests.planted.beam_bugs import BEAM_PLANTED
 from tests.planted.harness import hunt_in_subprocess
 
@@ -68,18 +68,7 @@ def test_beam_requests_refuse_what_the_search_does_not_do() -> None:
 
 
 def test_aborting_a_beam_search_ends_every_beam() -> None:
-    engine = SequentialEngine()
-    engine.add_request(Request((1, 2), SamplingParams(max_tokens=8, beam_width=3, n=2),
-                               request_id="b"))
-    engine.add_request(Request((3,), SamplingParams(max_tokens=2), request_id="after"))
-    engine.step()
-    engine.step()
-    engine.abort_request("b")
-    outs = engine.step()
-    assert sorted(o.index for o in outs if o.finish_reason == FinishReason.ABORT) == [0, 1]
-    while engine.has_work():
-        outs += engine.step()
-    assert [o.finished for o in outs if o.request_id == "after"][-1]
+    abort_a_beam_search(SequentialEngine(), (1, 2), 2)
 
 
 @pytest.mark.parametrize("bug", BEAM_PLANTED, ids=lambda b: b.__name__)

@@ -23,7 +23,7 @@ from engines.protocol import (
     kv_extra_blocks,
 )
 from engines.sequential import SequentialEngine
-from tests.helpers import beam_generate, run_children
+from tests.helpers import abort_a_beam_search, beam_generate, run_children
 from tests.planted.beam_bugs import PagedBeamKeepsOldTable, PagedBeamWritesSharedBlock
 
 Children = dict[tuple[Hashable, int], tuple[list[int], FinishReason | None]]
@@ -223,18 +223,11 @@ def test_beams_share_the_prompt_and_copy_the_partial_block() -> None:
 
 def test_aborting_a_paged_beam_search_frees_its_rows() -> None:
     engine = PagedEngine(block_size=4)
-    engine.add_request(Request((1, 2, 3), SamplingParams(max_tokens=8, beam_width=3, n=2),
-                               request_id="b"))
-    engine.add_request(Request((3,), SamplingParams(max_tokens=4), request_id="after"))
-    engine.step()
-    engine.step()
-    assert len(engine.kv_block_tables()) == 4  # 3 beam rows and the other request
-    engine.abort_request("b")
-    outs = engine.step()
-    assert sorted(o.index for o in outs if o.finish_reason == FinishReason.ABORT) == [0, 1]
-    while engine.has_work():
-        outs += engine.step()
-    assert [o.finished for o in outs if o.request_id == "after"][-1]
+
+    def held() -> None:
+        assert len(engine.kv_block_tables()) == 4  # 3 beam rows and the other request
+
+    abort_a_beam_search(engine, (1, 2, 3), 4, held)
     assert engine.kv_free_blocks() == engine.kv_total_blocks and not engine._groups
     assert sorted(engine.free_seats) == list(range(engine.max_batch_size))
 
