@@ -159,6 +159,8 @@ class PagedForward(DecoderParts):
                                              dtype=torch.long, device=device)
             self._all_rows = torch.arange(seats, device=device)
             self._no_rows = torch.zeros((0, self.max_blocks), dtype=torch.long, device=device)
+            self._no_index = torch.zeros((0, 2), dtype=torch.long, device=device)
+            self._no_back = torch.zeros(0, dtype=torch.long, device=device)
 
     def _compilable(self, config: Any) -> tuple[Any, ...]:
         """The compiled graphs' weight arguments; refuses what they do not compute."""
@@ -334,55 +336,83 @@ class PagedForward(DecoderParts):
     # --- compiled (engines.paged.compiled) --------------------------------------------------
 
     def _fits(self, rows: Sequence[Row]) -> bool:
-        tokens = sum(len(row.tokens) for row in rows)
-        width = max(row.start + len(row.tokens) for row in rows)
-        return tokens * width <= compiled_steps.MAX_PAIRS
+        """Whether the step's query-key pairs (engines.paged.compiled.step_graph's: each
+        one-token row over the longest such row, each multi-token row's L over the longest
+        such row) stay under MAX_PAIRS."""
+        singles = [row.start + 1 for row in rows if len(row.tokens) == 1]
+        multi = [row for row in rows if len(row.tokens) > 1]
+        pairs = len(singles) * max(singles, default=0)
+        if multi:
+            pairs += (len(multi) * max(len(row.tokens) for row in multi)
+                      * max(row.start + len(row.tokens) for row in multi))
+        return pairs <= compiled_steps.MAX_PAIRS
 
     def _graph_step(self, graph: Any, rows: Sequence[Row], table_rows: Sequence[int]
                     ) -> torch.Tensor:
-        """Any step as the dynamic graph: the rows in two groups by length (engines.paged
-        .compiled.step_graph), each token with its row's table."""
+        """Any step as the dynamic graph (engines.paged.compiled.step_graph): one-token rows
+        first, each token with its row's table, then the multi-token rows row by row."""
         device, bs = self.tables.device, self.block_size
-        groups = _two_widths(rows, bs)
+        singles = [i for i, row in enumerate(rows) if len(row.tokens) == 1]
+        multi = [i for i, row in enumerate(rows) if len(row.tokens) > 1]
         tokens, positions, slots, owner = array("q"), array("q"), array("q"), array("q")
         first = [0] * len(rows)  # row -> packed index of its first token
-        widths, sizes = [], []
-        for group in groups:
-            at = len(tokens)
-            width = 0
-            for i in group:
-                row = rows[i]
-                start, end = row.start, row.start + len(row.tokens)
-                first[i] = len(tokens)
-                tokens.extend(row.tokens)
-                positions.extend(range(start, end))
-                slots.extend(self.slots(row.blocks, start, end) if end - start > 1
-                             else (row.blocks[start // bs] * bs + start % bs,))
-                owner.extend([table_rows[i]] * (end - start))
-                width = max(width, end)
-            # No size below 2 reaches the graph: torch.compile specializes sizes 0 and 1,
-            # each a graph of its own (a compile, and one of its 8 cached entries). A padding
-            # token writes the scratch block and reads table row 0 at position 0.
-            for _ in range(2 - (len(tokens) - at)):
-                tokens.append(0)
-                positions.append(0)
-                slots.append(self.scratch_block * bs)
-                owner.append(0)
-            sizes.append(len(tokens) - at)
-            widths.append(min(max(2, -(-width // bs)), self.max_blocks))
+        width_a = 0
+        for i in singles:
+            row = rows[i]
+            first[i] = len(tokens)
+            tokens.append(row.tokens[0])
+            positions.append(row.start)
+            slots.append(row.blocks[row.start // bs] * bs + row.start % bs)
+            owner.append(table_rows[i])
+            width_a = max(width_a, row.start + 1)
+        # No size below 2 reaches the graph's one-token group: torch.compile specializes
+        # sizes 0 and 1, each a graph of its own (a compile, and one of its 8 cached entries).
+        # A padding token writes the scratch block and reads table row 0 at position 0.
+        for _ in range(2 - len(tokens)):
+            tokens.append(0)
+            positions.append(0)
+            slots.append(self.scratch_block * bs)
+            owner.append(0)
+        split = len(tokens)
+        length = max((len(rows[i].tokens) for i in multi), default=2)
+        index, back, row_owner = array("q"), array("q"), array("q")
+        width_b = 0
+        for r, i in enumerate(multi):
+            row = rows[i]
+            start, end = row.start, row.start + len(row.tokens)
+            first[i] = len(tokens)
+            at = len(tokens) - split
+            index.extend(range(at, at + end - start))
+            index.extend([at] * (length - (end - start)))  # padding: the row's first token
+            back.extend(range(r * length, r * length + end - start))
+            tokens.extend(row.tokens)
+            positions.extend(range(start, end))
+            slots.extend(self.slots(row.blocks, start, end))
+            row_owner.append(table_rows[i])
+            width_b = max(width_b, end)
         wanted = array("q", [first[i] + o for i, row in enumerate(rows)
                              for o in row.logit_offsets()])
         asked = len(wanted)
         wanted.extend([0] * (2 - asked))  # padded logits are dropped
-        n = len(tokens)
-        packed = long_tensor(tokens + positions + slots + owner + wanted, device)
+        n, m = len(tokens), len(index)
+        packed = long_tensor(tokens + positions + slots + owner + wanted + index + back
+                             + row_owner, device)
         write = packed[2 * n : 3 * n]
-        owners = packed[3 * n : 4 * n]
-        tables_a = self.tables[:, : widths[0]].index_select(0, owners[: sizes[0]])
-        tables_b = self.tables[:, : widths[1]].index_select(0, owners[sizes[0] :])
+        at = 3 * n + split + len(wanted)
+        tables_a = self.tables[:, : self._blocks(width_a)].index_select(0, packed[3 * n :
+                                                                              3 * n + split])
+        rows_tables = self.tables[:, : self._blocks(width_b)].index_select(
+            0, packed[at + m + len(back) :])
         logits = graph(packed[:n], packed[n : 2 * n], write // bs, write % bs, tables_a,
-                       tables_b, packed[4 * n :], *self._graph_args)
+                       rows_tables, packed[at : at + m].view(len(multi), length),
+                       packed[at + m : at + m + len(back)],
+                       packed[3 * n + split : at], *self._graph_args)
         return logits[:asked]
+
+    def _blocks(self, width: int) -> int:
+        """Table columns a group's attention reads for rows up to `width` tokens: at least 2
+        (torch.compile specializes sizes 0 and 1)."""
+        return min(max(2, -(-width // self.block_size)), self.max_blocks)
 
     def _decodes_only(self, rows: Sequence[Row]) -> bool:
         return bool(rows) and len(rows) <= self.seats and all(
@@ -404,22 +434,7 @@ class PagedForward(DecoderParts):
             tables = torch.cat((tables, self._scratch_table.expand(pad, -1)))
         graph = self.compiled.bucket_graph(size)
         logits = graph(packed[:size], packed[size : 2 * size], packed[2 * size : 3 * size],
-                       packed[3 * size :], tables, self._no_rows, self._all_rows[:size],
-                       *self._graph_args)
+                       packed[3 * size :], tables, self._no_rows, self._no_index,
+                       self._no_back, self._all_rows[:size], *self._graph_args)
         return logits[: len(rows)]
 
-
-def _two_widths(rows: Sequence[Row], block_size: int) -> tuple[list[int], list[int]]:
-    """Row indices in two groups, shorter rows first, split where tokens x width (in blocks)
-    summed over both groups is least: a token attends over its group's whole width."""
-    order = sorted(range(len(rows)), key=lambda i: rows[i].start + len(rows[i].tokens))
-    ends = [-(-(rows[i].start + len(rows[i].tokens)) // block_size) for i in order]
-    counts = [len(rows[i].tokens) for i in order]
-    total = sum(counts)
-    best, split, before = total * ends[-1], len(order), 0
-    for k in range(1, len(order)):
-        before += counts[k - 1]
-        cost = before * ends[k - 1] + (total - before) * ends[-1]
-        if cost < best:
-            best, split = cost, k
-    return order[:split], order[split:]
