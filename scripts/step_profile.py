@@ -148,9 +148,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--compiled", default="off", help="PagedEngine(compiled=...)")
     parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="max_num_batched_tokens (default: the engine's)")
     args = parser.parse_args()
-    options = {"compiled": args.compiled,
-               "enable_prefix_caching": not args.no_prefix_caching}
+    options: dict[str, object] = {"compiled": args.compiled,
+                                  "enable_prefix_caching": not args.no_prefix_caching}
+    if args.budget is not None:
+        options["max_num_batched_tokens"] = args.budget
     torch.set_num_threads(args.threads)
     gc.disable()
     timer = Timer()
