@@ -108,16 +108,8 @@ def paged_small_b256() -> Any:
 
 
 # The closed runs at OpenVINO GenAI's token budget, prefix caching off in both (see above).
-def paged_tiny_nopc_b256() -> Any:
-    return _paged("tiny", False, max_num_batched_tokens=256)
-
-
 def paged_tiny_nopc_compiled_b256() -> Any:
     return _paged("tiny", False, compiled="step", max_num_batched_tokens=256)
-
-
-def paged_small_nopc_b256() -> Any:
-    return _paged("small", False, max_num_batched_tokens=256)
 
 
 def paged_small_nopc_compiled_b256() -> Any:

@@ -86,8 +86,8 @@ def _row_attention(q: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,
     [R, L] the packed index of each row's tokens (a short row repeats its first), `tables`
     [R, blocks]. Each row's keys and values are gathered once and its tokens attend to them
     in one SDPA (ATen's flash kernel, which inductor calls as is): per token, as _attention
-    does, a chunk re-reads its whole table for every token; on the closed mix this halves
-    the graph steps' non-matmul time (small) and takes 20% off them (tiny). Returns
+    does, a chunk re-reads its whole table for every token. On the closed mix the graph
+    steps took 4-10% less time on tiny, 1-7% on small (docs/benchmarks.md). Returns
     [R * L, heads, D]; the caller picks the real tokens."""
     r, length = rows.shape
     h, d = q.shape[1], q.shape[2]

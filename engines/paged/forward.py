@@ -394,19 +394,16 @@ class PagedForward(DecoderParts):
                              for o in row.logit_offsets()])
         asked = len(wanted)
         wanted.extend([0] * (2 - asked))  # padded logits are dropped
-        n, m = len(tokens), len(index)
+        # One int64 tensor a step, split into views of its parts.
+        parts = (tokens, positions, slots, owner, wanted, index, back, row_owner)
         packed = long_tensor(tokens + positions + slots + owner + wanted + index + back
                              + row_owner, device)
-        write = packed[2 * n : 3 * n]
-        at = 3 * n + split + len(wanted)
-        tables_a = self.tables[:, : self._blocks(width_a)].index_select(0, packed[3 * n :
-                                                                              3 * n + split])
-        rows_tables = self.tables[:, : self._blocks(width_b)].index_select(
-            0, packed[at + m + len(back) :])
-        logits = graph(packed[:n], packed[n : 2 * n], write // bs, write % bs, tables_a,
-                       rows_tables, packed[at : at + m].view(len(multi), length),
-                       packed[at + m : at + m + len(back)],
-                       packed[3 * n + split : at], *self._graph_args)
+        (tokens_t, positions_t, write, owner_t, wanted_t, index_t, back_t,
+         row_owner_t) = packed.split([len(part) for part in parts])
+        tables_a = self.tables[:, : self._blocks(width_a)].index_select(0, owner_t)
+        rows_tables = self.tables[:, : self._blocks(width_b)].index_select(0, row_owner_t)
+        logits = graph(tokens_t, positions_t, write // bs, write % bs, tables_a, rows_tables,
+                       index_t.view(len(multi), length), back_t, wanted_t, *self._graph_args)
         return logits[:asked]
 
     def _blocks(self, width: int) -> int:
