@@ -22,6 +22,12 @@ from torch.utils.weak import WeakIdKeyDictionary
 # EPYC with AVX-512, where MKL's kernels are not its fastest), and 0.3-0.8x on the tiny
 # preset's (64 x 192-1024), whose calls are too small to pay the packed call's overhead.
 PACK_ELEMENTS = 1 << 17
+# A smaller weight gains from oneDNN too once a call has enough rows (`Linear(by_rows=True)`):
+# the packed call costs ~9 us more, then multiplies ~2x faster than MKL's sgemm, so it wins
+# from about rows x weight elements = 2^20 on (`python scripts/linear_kernels.py --rows`, the
+# tiny preset's four projections at 16-3,327 rows, fp32, one thread, 2026-12-05: oneDNN took
+# 0.40-0.86x MKL's time from there on, 0.98-5.9x below it, decodes included).
+ROW_PACK_ELEMENTS = 1 << 20
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -49,33 +55,45 @@ def activation(module: Any, hidden_act: str | None) -> Any:
     return F.silu if hidden_act == "silu" else module
 
 
-# Each packed weight's oneDNN copy, by the weight tensor itself (weakly: an engine's weights
-# and their copies go when the engine does), for `linear` inside compiled graphs.
+# Each packed weight's (oneDNN copy, Linear.min_rows), by the weight tensor itself (weakly: an
+# engine's weights and their copies go when the engine does), for `linear` inside compiled
+# graphs.
 _PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 class Linear:
     """y = x @ w.T (+ b): F.linear, or oneDNN with the weight packed once on a CPU for weights
-    of PACK_ELEMENTS or more. The packed product sums in another order than MKL's, so it moves
-    logits by float rounding (~1e-6 relative), as any batch size does."""
+    of PACK_ELEMENTS or more; with `by_rows`, smaller weights too, for calls of at least
+    ROW_PACK_ELEMENTS / weight elements rows. The packed product sums in another order than
+    MKL's, so it moves logits by float rounding (~1e-6 relative), as any batch size does; by
+    rows, a token's logits then depend on how many rows its step had (the paged engine turns
+    it on only where it compiles, whose attention already rounds per step shape)."""
 
-    __slots__ = ("bias", "packed", "weight")
+    __slots__ = ("bias", "min_rows", "packed", "weight")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, *,
-                 pack: bool | None = None) -> None:
+                 pack: bool | None = None, by_rows: bool = False) -> None:
         self.weight, self.bias = weight, bias
         self.packed: torch.Tensor | None = None
+        self.min_rows = 0  # calls with fewer rows multiply by F.linear
         if pack is None:
-            pack = (weight.device.type == "cpu" and weight.numel() >= PACK_ELEMENTS
+            large = weight.numel() >= PACK_ELEMENTS
+            pack = ((large or by_rows) and weight.device.type == "cpu"
                     and weight.dtype in (torch.float32, torch.bfloat16)
                     and torch.backends.mkldnn.is_available())
+            if not large:
+                self.min_rows = -(-ROW_PACK_ELEMENTS // max(1, weight.numel()))
         if pack:
             with torch.no_grad():
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-            _PACKED[weight] = self.packed
+            _PACKED[weight] = (self.packed, self.min_rows)
+
+    @property
+    def always_packed(self) -> bool:
+        return self.packed is not None and self.min_rows == 0
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
+        if self.packed is None or x.shape[0] < self.min_rows:
             return F.linear(x, self.weight, self.bias)
         out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias,
                                                                 "none", [], "")
@@ -89,9 +107,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     copy itself (an opaque oneDNN tensor; inductor lowers oneDNN's linear only for weights
     it froze into the graph, and a graph here takes its weights as inputs, so that every
     engine in a process shares it): the op looks it up from the plain weight it is given."""
-    packed = _PACKED.get(weight)
-    if packed is None:
+    found = _PACKED.get(weight)
+    if found is None or x.shape[0] < found[1]:
         return F.linear(x, weight, bias)
+    packed = found[0]
     out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     return out
 

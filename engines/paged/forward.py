@@ -124,18 +124,24 @@ class PagedForward(DecoderParts):
         self.causal = causal_table(max_model_len, device, dtype)
         self.rope = rope_tables(self.rotary, max_model_len, device, dtype)  # [len, 2, D]
         act = activation(None, getattr(config, "hidden_act", None))
+        # oneDNN for small weights' many-row calls too (engines.core.ops.ROW_PACK_ELEMENTS),
+        # only where the engine compiles: the default forward keeps MKL's products, whose
+        # rows do not depend on the step's other rows, as the sequential reference's do.
+        by_rows = self.transposed
         self.packed_layers = [
             _PackedLayer(
                 ln1=_Norm(layer.ln1), ln2=_Norm(layer.ln2),
-                qkv=Linear(layer.qkv_w, layer.qkv_b), o=Linear(layer.o_w, layer.o_b),
-                gate_up=Linear(layer.gate_up_w, None), down=Linear(layer.down_w, None),
+                qkv=Linear(layer.qkv_w, layer.qkv_b, by_rows=by_rows),
+                o=Linear(layer.o_w, layer.o_b, by_rows=by_rows),
+                gate_up=Linear(layer.gate_up_w, None, by_rows=by_rows),
+                down=Linear(layer.down_w, None, by_rows=by_rows),
                 act=act or layer.act,
                 q_norm=_Norm(layer.q_norm) if layer.q_norm is not None else None,
                 k_norm=_Norm(layer.k_norm) if layer.k_norm is not None else None)
             for layer in self.layers]
         self.final_norm = _Norm(self.norm)
         head: Any = self.lm_head
-        self.head = Linear(head.weight, head.bias)
+        self.head = Linear(head.weight, head.bias, by_rows=by_rows)
         self.embed_weight: torch.Tensor = self.embed.weight  # type: ignore[assignment]
         # Block tables: a row per seat, then `seats` scratch rows for rows without one
         # (rewritten every step). Entries past a request's blocks are stale or 0: valid ids,
@@ -185,7 +191,7 @@ class PagedForward(DecoderParts):
                 (self.num_heads, self.num_kv_heads, self.head_dim), eps.pop(), self.scale,
                 # oneDNN's packed products where the eager forward uses them (any weight:
                 # engines.core.ops.linear multiplies the others by F.linear).
-                any(lin.packed is not None for layer in self.packed_layers
+                any(lin.always_packed for layer in self.packed_layers
                     for lin in (layer.qkv, layer.o, layer.gate_up, layer.down, self.head)))
 
     def lora_shapes(self) -> list[dict[str, tuple[int, tuple[int, ...]]]]:
