@@ -1,9 +1,10 @@
 """Zero-argument factories for the paired OpenVINO GenAI comparison of issue 37 (equal seats,
 KV memory and cores): ours, paged `equal_memory` (16 seats, 8 whole contexts of KV) against
 OpenVINO GenAI with 16 sequences over 8 x 16 blocks of 32 tokens (the same KV), per preset;
-`_pc` / `_nopc`: prefix caching on / off in both. The bench's closed runs repeat one trace on
-one engine, so with prefix caching on, the warm-up runs fill the cache for the recorded ones:
-the issue's table ran ours with it (our default) and OpenVINO GenAI without (its adapter's).
+`_pc` / `_nopc`: prefix caching on / off in both. Until 2026-12-05 the bench's runs replayed
+one trace's prompts as drawn, so with prefix caching on, every run found the run before it in
+the cache: the issue's table ran ours with it (our default) and OpenVINO GenAI without (its
+adapter's). Every run now sends prompts of its own (engines.bench.fresh).
 
     taskset -c 0 .venv-openvino/bin/python -m engines.bench closed --no-hf --preset tiny \\
         --engine paged=scripts.pair_factories:paged_tiny_nopc \\

@@ -266,8 +266,10 @@ def test_replay_drives_a_server_at_the_rates_given(from_env: State, tmp_path: Pa
         words = row["prompt"].split()
         assert len(words) == row["prompt_tokens_count"] == 4 and row["output_tokens_count"] == 3
         assert all(w[0] == "t" and 0 <= int(w[1:]) < fake_server.VOCAB for w in words)
-    # 6 warm-up requests of the same prompts reached the server first, then 2 x 6.
-    assert len(from_env.sent) <= 6
+    # Every run sends prompts of its own (engines.bench.fresh): the warm-up's 6, then 6 a
+    # rate, the same requests past their first token.
+    assert len(from_env.sent) == 18
+    assert len({prompt[1:] for prompt in from_env.sent}) == 6
     # The run's report renders its table and its rate plot again.
     printed = capsys.readouterr().out
     for rendered in ("replay.csv", "rate.png"):

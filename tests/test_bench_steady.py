@@ -84,7 +84,7 @@ def test_a_paired_run_gives_the_gauge_its_turns() -> None:
     trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
     config = Config(clock="steady")
     kit = host_kit.build(config, 64, timer=gauge, steady=steady)
-    comparison.context(config, kit=kit).paired(
+    comparison.context(config, 100, kit=kit).paired(
         {"e": FakeEngine(max_batch_size=2, base_s=0.001)}, {"e": trace})
     # One gauge: the kit's turns time it, and the steady clock settles on those timings.
     assert gauge.calls > before and steady.settled
@@ -120,7 +120,7 @@ def test_the_baseline_is_settled_after_the_warm_up_runs() -> None:
     trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
     config = Config(warmup=2, runs=2, clock="steady")
     kit = host_kit.build(config, 64, timer=SlowWhileWarmingUp(), steady=steady)
-    ctx = comparison.context(config, bar=bar, kit=kit)
+    ctx = comparison.context(config, 100, bar=bar, kit=kit)
     comparison.closed_stage(ctx, {"e": FakeEngine(max_batch_size=2, base_s=0.001)}, trace,
                             config)
     assert bar.ticks == 4  # the warm-ups and the recorded runs, each once

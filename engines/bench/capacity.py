@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engines.bench.draws import WorkItem
+from engines.bench.fresh import FreshPrompts
 from engines.bench.probes import MAX_GROWTH, RULE, Probe
 from engines.bench.rate_profiles import Capacity, CapacityProfile, GoodputProfile, run_profiles
 from engines.bench.replay import Clock
@@ -90,6 +91,7 @@ def goodput_many(ctx: RunContext, engines: Mapping[str, Engine], items: list[Wor
 def search(engine: Engine, items: list[WorkItem], *, name: str, start_rate: float,
            clock: Clock | None = None, **kwargs: Any) -> Capacity:
     """Bisect on the arrival rate for the highest stable one, starting near `start_rate`."""
-    ctx = RunContext(clocks=None if clock is None else {name: clock})
+    ctx = RunContext(clocks=None if clock is None else {name: clock},
+                     fresh=FreshPrompts(int(engine.vocab_size)))
     return search_many(ctx, {name: engine}, items, start_rates={name: start_rate},
                        **kwargs)[name]

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.bench import clocks, comparison, draws, output, rates, traces
+from engines.bench import clocks, comparison, draws, fresh, output, rates, traces
 from engines.bench.config import DEFAULT_ENGINES, Config, EngineFactory, default_engines
 from engines.bench.describe import banner, describe, unequal_threads
 from engines.bench.devices import default_device
@@ -199,10 +199,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      slo_given=config.slo_ttft_s is not None and config.slo_itl_s is not None),
               file=sys.stderr)
         kit = f"noisy-host kit: {host(args, config.device)[1]}"
-        print(f"  {kit}\n  scheduling: {scheduling.note}", file=sys.stderr)
+        print(f"  {kit}\n  scheduling: {scheduling.note}\n  {fresh.NOTE}", file=sys.stderr)
         result = comparison.run(engines, config, bar=bar)
     found = output.write(result, args.out, plots=not args.no_plots,
-                         notes=[kit, f"scheduling: {scheduling.note}"])
+                         notes=[kit, f"scheduling: {scheduling.note}", fresh.NOTE])
     print(found.text())
     print(f"wrote {args.out}/ in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return 0
@@ -260,10 +260,10 @@ def cmd_closed(args: argparse.Namespace) -> int:
           f"{config.warmup} warm-up + {config.runs} recorded runs", file=sys.stderr)
     with (progress(not args.no_progress) as bar,
           priority.stepping_priority(args.priority, config.clock) as scheduling):
-        print(f"  scheduling: {scheduling.note}", file=sys.stderr)
+        print(f"  scheduling: {scheduling.note}\n  {fresh.NOTE}", file=sys.stderr)
         kit = host_kit.build(config, comparison.scale(engines)[0])
-        results = comparison.closed_stage(comparison.context(config, bar=bar, kit=kit),
-                                          engines, trace, config)
+        ctx = comparison.context(config, vocab_size, bar=bar, kit=kit)
+        results = comparison.closed_stage(ctx, engines, trace, config)
     rows = []
     for name, result in results.items():
         rates = [s["output_tokens_per_s"] for s in result.closed_summaries]
@@ -279,8 +279,8 @@ def cmd_closed(args: argparse.Namespace) -> int:
     if "hf-generate" in set(table["engine"]):
         base = table.set_index("engine").loc["hf-generate", "output_tokens_per_s"]
         table["vs_hf_generate"] = table["output_tokens_per_s"] / base
-    publish(Report(config=asdict(config), slo={}, summary=records(table), notes=[],
-                          kind="closed"), args.out, plots=False)
+    publish(Report(config=asdict(config), slo={}, summary=records(table), notes=[fresh.NOTE],
+                   kind="closed"), args.out, plots=False)
     return 0
 
 

@@ -37,6 +37,7 @@ from engines.bench.clocks import TimeSource
 from engines.bench.config import Config, EngineFactory
 from engines.bench.describe import EngineDescription, describe
 from engines.bench.devices import synchronizer
+from engines.bench.fresh import FreshPrompts
 from engines.bench.host import kit as host_kit
 from engines.bench.host.kit import HostKit
 from engines.bench.host.steady import SteadyTime
@@ -166,15 +167,17 @@ def headline(slo: Targets, once: HardwareTimes | None) -> tuple[SLO, HardwareTim
     return slo, once
 
 
-def context(config: Config, *, bar: Progress | None = None, kit: HostKit | None = None,
-            time_source: TimeSource | None = None) -> RunContext:
+def context(config: Config, vocab_size: int, *, bar: Progress | None = None,
+            kit: HostKit | None = None, time_source: TimeSource | None = None) -> RunContext:
     """The run context of a comparison under `config`: its device's sync, its clock (the
     kit's steady clock under --clock steady; `time_source`, tests: a virtual one), the kit's
-    hook between steps when it is on."""
+    hook between steps when it is on, and prompts fresh to every run (engines.bench.fresh)
+    over the engines' common `vocab_size`."""
     source = kit.steady if kit is not None and kit.steady is not None else \
         time_source or clocks.source(config.clock)
     return RunContext(sync=synchronizer(config.device), time_source=source,
-                      hook=kit.turn if kit is not None else None, bar=bar, seed=config.seed)
+                      hook=kit.turn if kit is not None else None, bar=bar, seed=config.seed,
+                      fresh=FreshPrompts(vocab_size))
 
 
 def _replica(ctx: RunContext, engines: dict[str, Engine], results: dict[str, EngineResult],
@@ -302,7 +305,7 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
     max_model_len, vocab_size = scale(engines)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
     kit = host_kit.build(config, max_model_len, timer=timer, steady=steady)
-    ctx = context(config, bar=bar, kit=kit, time_source=time_source)
+    ctx = context(config, vocab_size, bar=bar, kit=kit, time_source=time_source)
     slo, once = targets(config, max_model_len, timer, kit)
     gauge = kit.gauge if kit is not None else None
     closed_trace = traces.closed(mixed(config.closed_requests, seed=config.seed), tag="closed")

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from engines.bench import clocks, draws, traces
+from engines.bench.fresh import NOTE, FreshPrompts
 from engines.bench.metrics import requests_frame, tokens_frame, write_csv
 from engines.bench.rate_profiles import SweepProfile, run_profiles
 from engines.bench.replay import Run, WallClock
@@ -80,7 +81,8 @@ def replay(engines: dict[str, Engine], items: Sequence[draws.WorkItem], rates: S
     rows, runs = [], []
     warm = traces.closed(items[:WARMUP_REQUESTS], tag="warm")
     for name, engine in engines.items():
-        ctx = RunContext(clocks={name: WallClock()}, seed=seed, tag=process)
+        ctx = RunContext(clocks={name: WallClock()}, seed=seed, tag=process,
+                         fresh=FreshPrompts(int(engine.vocab_size)))
         alone = {name: engine}
         ctx.closed(alone, warm, warmup=warmup, runs=0)
         swept = run_profiles(ctx, alone, list(items), {name: SweepProfile(rates)}, "",
@@ -144,6 +146,6 @@ def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine],
               args.out / "tokens.csv")
     found = Report(config={**config, "rates": rates, "arrivals": args.arrivals,
                            "requests": len(items)},
-                   slo={}, summary=records(table), notes=[], kind="replay")
+                   slo={}, summary=records(table), notes=[NOTE], kind="replay")
     publish(found, args.out, plots=not args.no_plots)
     return 0

@@ -16,6 +16,7 @@ from typing import Any
 
 from engines.bench.clocks import TimeSource
 from engines.bench.devices import Sync
+from engines.bench.fresh import FreshPrompts
 from engines.bench.paired import run_paired
 from engines.bench.progress import Progress
 from engines.bench.replay import Clock, Run
@@ -36,6 +37,10 @@ class RunContext:
     clocks: Mapping[str, Clock] | None = None  # tests: virtual clocks the fakes advance
     seed: int = 0  # traces' seed
     tag: str = ""  # request-id prefix, unique per stage
+    # Every paired run's prompts shifted by its number (engines.bench.fresh), so no run finds
+    # an earlier one's prompts in a prefix cache; one object for every context derived from
+    # this one. None: traces as given (tests that count on exact prompts).
+    fresh: FreshPrompts | None = None
 
     def with_(self, **changes: Any) -> RunContext:
         return replace(self, **changes)
@@ -62,6 +67,8 @@ class RunContext:
                 turn()
 
         clocks = None if self.clocks is None else {n: self.clocks[n] for n in engines}
+        if self.fresh is not None:
+            traces = self.fresh.next(traces)
         return run_paired(engines, traces, clocks=clocks, record_slots=record_slots,
                           give_up_wait_s=give_up_wait_s, id_suffix=id_suffix, sync=self.sync,
                           between=cycle if turns else None, time_source=self.time_source)
