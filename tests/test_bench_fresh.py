@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from engines.bench import draws, traces
+from engines.bench import comparison, draws, traces
+from engines.bench.config import Config
 from engines.bench.draws import WorkItem
 from engines.bench.fresh import FreshPrompts, shifted
 from engines.bench.run_context import RunContext
@@ -83,3 +84,8 @@ def test_no_closed_run_finds_the_run_before_it_in_a_prefix_cache(fresh: bool) ->
         assert counted.cached == 0
     else:  # the carry-over the shift removes: every replay hits the run before it
         assert counted.cached >= 2 * 6 * 32
+
+
+def test_a_comparison_shifts_prompts_unless_told_to_send_them_as_drawn() -> None:
+    assert isinstance(comparison.context(Config(), VOCAB).fresh, FreshPrompts)
+    assert comparison.context(Config(fresh_prompts=False), VOCAB).fresh is None

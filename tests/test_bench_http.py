@@ -244,6 +244,17 @@ def bench(*argv: str, plots: bool = False) -> int:
                  *(() if plots else ("--no-plots",))])
 
 
+def test_exact_prompts_replays_the_trace_as_drawn(from_env: State, tmp_path: Path) -> None:
+    """--exact-prompts: every run sends the trace's own prompts (the bench before
+    engines.bench.fresh), and the report says a prefix cache may be warm."""
+    assert bench("replay", "--rates", "8,16", "--arrivals", "constant", "--requests", "6",
+                 "--prompt-tokens", "4", "--output-tokens", "3", "--out", str(tmp_path),
+                 "--exact-prompts") == 0
+    assert len(from_env.sent) == 6  # the warm-up's 6 prompts, then the same 6 at each rate
+    notes = json.loads((tmp_path / "report.json").read_text())["notes"]
+    assert any("--exact-prompts" in line for line in notes)
+
+
 def test_replay_drives_a_server_at_the_rates_given(from_env: State, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "guidellm.jsonl"

@@ -127,6 +127,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-hf", action="store_true", help="closed: skip the HF generate baseline")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--exact-prompts", action="store_true",
+                   help="send every run the trace's prompts as drawn: a prefix cache then keeps "
+                   "earlier runs' prompts, and the closed runs and probes measure it warm "
+                   "(default: each run's prompts its own, engines/bench/fresh.py)")
     rates.add_arguments(p)
     return p
 
@@ -173,7 +177,7 @@ def _config(args: argparse.Namespace) -> Config:
         reference_rps=args.rate, warmup=args.warmup, runs=args.runs, iterations=args.iterations,
         replicas=args.replicas, retries=args.retries,
         search_tie=args.search_tie, slo_ttft_s=args.slo_ttft, slo_itl_s=itl,
-        slo_attainment=args.slo_attainment)
+        slo_attainment=args.slo_attainment, fresh_prompts=not args.exact_prompts)
 
 
 def _factories(args: argparse.Namespace, config: Config) -> dict[str, EngineFactory]:
@@ -199,10 +203,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      slo_given=config.slo_ttft_s is not None and config.slo_itl_s is not None),
               file=sys.stderr)
         kit = f"noisy-host kit: {host(args, config.device)[1]}"
-        print(f"  {kit}\n  scheduling: {scheduling.note}\n  {fresh.NOTE}", file=sys.stderr)
+        prompts = fresh.note(config.fresh_prompts)
+        print(f"  {kit}\n  scheduling: {scheduling.note}\n  {prompts}", file=sys.stderr)
         result = comparison.run(engines, config, bar=bar)
     found = output.write(result, args.out, plots=not args.no_plots,
-                         notes=[kit, f"scheduling: {scheduling.note}", fresh.NOTE])
+                         notes=[kit, f"scheduling: {scheduling.note}", prompts])
     print(found.text())
     print(f"wrote {args.out}/ in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return 0
@@ -260,7 +265,8 @@ def cmd_closed(args: argparse.Namespace) -> int:
           f"{config.warmup} warm-up + {config.runs} recorded runs", file=sys.stderr)
     with (progress(not args.no_progress) as bar,
           priority.stepping_priority(args.priority, config.clock) as scheduling):
-        print(f"  scheduling: {scheduling.note}\n  {fresh.NOTE}", file=sys.stderr)
+        print(f"  scheduling: {scheduling.note}\n  {fresh.note(config.fresh_prompts)}",
+              file=sys.stderr)
         kit = host_kit.build(config, comparison.scale(engines)[0])
         ctx = comparison.context(config, vocab_size, bar=bar, kit=kit)
         results = comparison.closed_stage(ctx, engines, trace, config)
@@ -279,7 +285,8 @@ def cmd_closed(args: argparse.Namespace) -> int:
     if "hf-generate" in set(table["engine"]):
         base = table.set_index("engine").loc["hf-generate", "output_tokens_per_s"]
         table["vs_hf_generate"] = table["output_tokens_per_s"] / base
-    publish(Report(config=asdict(config), slo={}, summary=records(table), notes=[fresh.NOTE],
+    publish(Report(config=asdict(config), slo={}, summary=records(table),
+                   notes=[fresh.note(config.fresh_prompts)],
                    kind="closed"), args.out, plots=False)
     return 0
 

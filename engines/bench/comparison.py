@@ -177,7 +177,7 @@ def context(config: Config, vocab_size: int, *, bar: Progress | None = None,
         time_source or clocks.source(config.clock)
     return RunContext(sync=synchronizer(config.device), time_source=source,
                       hook=kit.turn if kit is not None else None, bar=bar, seed=config.seed,
-                      fresh=FreshPrompts(vocab_size))
+                      fresh=FreshPrompts(vocab_size) if config.fresh_prompts else None)
 
 
 def _replica(ctx: RunContext, engines: dict[str, Engine], results: dict[str, EngineResult],

@@ -77,6 +77,9 @@ class Config:
     # the noisy-host kit (engines.bench.host): its gauge between the steps, per-round targets,
     # re-timing and drift; always on under the cpu and steady clocks, which are its own
     host: bool = False
+    # Every paired run sends prompts of its own (engines.bench.fresh), so no run finds an
+    # earlier one's in a prefix cache; False (--exact-prompts): the trace's prompts as drawn.
+    fresh_prompts: bool = True
 
     @property
     def host_kit(self) -> bool:

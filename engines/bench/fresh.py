@@ -27,6 +27,14 @@ from engines.bench.traces import ArrivalTrace
 
 NOTE = ("prompts: fresh to every run (its prompts' first token shifted by the run's number, "
         "engines.bench.fresh): no run finds an earlier run's prompts in a prefix cache")
+EXACT_NOTE = ("prompts: every run sends the trace's prompts as drawn (--exact-prompts): an "
+              "engine with a prefix cache may find earlier runs' prompts in it, and its "
+              "closed runs and probes then measure it warm")
+
+
+def note(fresh: bool) -> str:
+    """The line the output gives the run's prompts."""
+    return NOTE if fresh else EXACT_NOTE
 
 
 def shifted(prompt: tuple[int, ...], run: int, vocab_size: int) -> tuple[int, ...]:

@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from engines.bench import clocks, draws, traces
-from engines.bench.fresh import NOTE, FreshPrompts
+from engines.bench.fresh import FreshPrompts, note
 from engines.bench.metrics import requests_frame, tokens_frame, write_csv
 from engines.bench.rate_profiles import SweepProfile, run_profiles
 from engines.bench.replay import Run, WallClock
@@ -73,16 +73,17 @@ def workload(n: int, *, max_model_len: int, vocab_size: int, seed: int,
 
 
 def replay(engines: dict[str, Engine], items: Sequence[draws.WorkItem], rates: Sequence[float],
-           *, process: str = "poisson", seed: int = 0,
-           warmup: int = 1) -> tuple[pd.DataFrame, list[Run]]:
+           *, process: str = "poisson", seed: int = 0, warmup: int = 1,
+           fresh: bool = True) -> tuple[pd.DataFrame, list[Run]]:
     """Each engine alone, on the wall clock: `warmup` closed runs, then one open-loop run per
     rate, in the order given (a SweepProfile, driven as the searches' profiles are), never
-    given up on. Returns one summary row per engine and rate, and the recorded runs."""
+    given up on; `fresh`: every run's prompts its own (engines.bench.fresh). Returns one
+    summary row per engine and rate, and the recorded runs."""
     rows, runs = [], []
     warm = traces.closed(items[:WARMUP_REQUESTS], tag="warm")
     for name, engine in engines.items():
         ctx = RunContext(clocks={name: WallClock()}, seed=seed, tag=process,
-                         fresh=FreshPrompts(int(engine.vocab_size)))
+                         fresh=FreshPrompts(int(engine.vocab_size)) if fresh else None)
         alone = {name: engine}
         ctx.closed(alone, warm, warmup=warmup, runs=0)
         swept = run_profiles(ctx, alone, list(items), {name: SweepProfile(rates)}, "",
@@ -139,13 +140,15 @@ def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine],
     print(f"replay: {draws.describe(items)}; {args.arrivals} at {args.rates} req/s, each "
           f"engine alone on the wall clock", file=sys.stderr)
     table, runs = replay(engines, items, rates, process=args.arrivals, seed=args.seed,
-                         warmup=1 if args.warmup is None else args.warmup)
+                         warmup=1 if args.warmup is None else args.warmup,
+                         fresh=bool(config.get("fresh_prompts", True)))
     write_csv(pd.concat([requests_frame(r).assign(offered_rps=r.trace.rate) for r in runs]),
               args.out / "requests.csv")
     write_csv(pd.concat([tokens_frame(r).assign(offered_rps=r.trace.rate) for r in runs]),
               args.out / "tokens.csv")
     found = Report(config={**config, "rates": rates, "arrivals": args.arrivals,
                            "requests": len(items)},
-                   slo={}, summary=records(table), notes=[NOTE], kind="replay")
+                   slo={}, summary=records(table),
+                   notes=[note(bool(config.get("fresh_prompts", True)))], kind="replay")
     publish(found, args.out, plots=not args.no_plots)
     return 0
