@@ -261,23 +261,33 @@ def assert_generate_tokens_with_mid_run_arrivals(engine: Engine, lengths: list[i
 
 def abort_one_of_two_mid_run(engine: Engine) -> tuple[tuple[int, ...], list[StepOutput]]:
     """Two requests of one prompt; after 3 steps abort "victim" (and an id never added): the
-    next step gives victim one empty ABORT output. Returns the prompt and every later output
-    (an adapter test; the caller checks they are all the other request's)."""
+    next step gives victim one empty ABORT output. Returns the prompt and every output after
+    the abort but that one (an adapter test; the caller checks they are all the other
+    request's). "other" must still run to its own end: an engine that computes on its own
+    threads (mistral.rs, a server) may hand out its last tokens in the abort's step already,
+    so those count as after the abort too, and the end is checked here, not by `rest`'s
+    length."""
     (prompt,) = make_prompts([5], seed=2)
     victim = Request(prompt, SamplingParams(max_tokens=20), request_id="victim")
     other = Request(prompt, SamplingParams(max_tokens=5), request_id="other")
     engine.add_request(victim)
     engine.add_request(other)
+    before: list[StepOutput] = []
     for _ in range(3):
-        engine.step()
+        before += engine.step()
     engine.abort_request("victim")  # type: ignore[attr-defined]
     engine.abort_request("never-added")  # type: ignore[attr-defined]
     assert engine.has_work()
-    first = {o.request_id: o for o in engine.step()}
-    assert first["victim"].token_ids == () and first["victim"].finish_reason is FinishReason.ABORT
-    rest: list[StepOutput] = []
+    first = engine.step()
+    aborted = [o for o in first if o.request_id == "victim"]
+    assert len(aborted) == 1 and aborted[0].token_ids == () \
+        and aborted[0].finish_reason is FinishReason.ABORT
+    rest = [o for o in first if o.request_id != "victim"]
     while engine.has_work():
         rest += engine.step()
+    ends = [o.finish_reason for o in before + rest
+            if o.request_id == "other" and o.finish_reason is not None]
+    assert ends in ([FinishReason.LENGTH], [FinishReason.STOP]), f"other ended {ends}"
     return prompt, rest
 
 
@@ -285,7 +295,7 @@ def assert_abort_frees_the_id(engine: Engine) -> None:
     """abort_one_of_two_mid_run, then only the other request's outputs follow, and the aborted
     id serves a new request with generate's tokens."""
     prompt, rest = abort_one_of_two_mid_run(engine)
-    assert rest and all(o.request_id == "other" for o in rest)
+    assert all(o.request_id == "other" for o in rest)
     again = Request(prompt, SamplingParams(max_tokens=4), request_id="victim")
     assert drain(engine, [again])["victim"] == (hf_generate(prompt, 4), FinishReason.LENGTH)
 
