@@ -7,7 +7,7 @@ An engine with a prefix cache would find the previous run's prompts still cached
 their prefill, so a recorded rate, and a probe's verdict, would depend on which runs came
 before it and on how much of them the cache kept, not on the engine's speed. Measured on the
 tiny preset, 16 seats over 8 contexts of KV: our paged engine found 1,264 of the compare
-closed trace's 4,512 prompt tokens cached from the run before, every run; OpenVINO GenAI's
+closed trace's 5,915 prompt tokens cached from the run before, every run; OpenVINO GenAI's
 capacity in `compare --quick` was 1.39x with its prefix cache on what it was with it off
 (docs/benchmarks.md, "Replays fresh to the engines' caches").
 
