@@ -139,9 +139,9 @@ def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine],
         print(f"wrote {export_guidellm(items, args.export_guidellm)}", file=sys.stderr)
     print(f"replay: {draws.describe(items)}; {args.arrivals} at {args.rates} req/s, each "
           f"engine alone on the wall clock", file=sys.stderr)
+    fresh = bool(config.get("fresh_prompts", True))
     table, runs = replay(engines, items, rates, process=args.arrivals, seed=args.seed,
-                         warmup=1 if args.warmup is None else args.warmup,
-                         fresh=bool(config.get("fresh_prompts", True)))
+                         warmup=1 if args.warmup is None else args.warmup, fresh=fresh)
     write_csv(pd.concat([requests_frame(r).assign(offered_rps=r.trace.rate) for r in runs]),
               args.out / "requests.csv")
     write_csv(pd.concat([tokens_frame(r).assign(offered_rps=r.trace.rate) for r in runs]),
@@ -149,6 +149,6 @@ def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine],
     found = Report(config={**config, "rates": rates, "arrivals": args.arrivals,
                            "requests": len(items)},
                    slo={}, summary=records(table),
-                   notes=[note(bool(config.get("fresh_prompts", True)))], kind="replay")
+                   notes=[note(fresh)], kind="replay")
     publish(found, args.out, plots=not args.no_plots)
     return 0
