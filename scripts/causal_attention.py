@@ -1,9 +1,9 @@
-"""A prompt's causal self-attention on the CPU, the ways PyTorch offers, at the tiny preset's
-heads (2 query heads over 1 KV head of 32): what a prefill's attention costs our engines a
-layer, and whether any PyTorch-level path is much faster than ATen's flash kernel. One
+"""A prompt's causal self-attention on the CPU, the ways PyTorch offers and our native kernel
+(engines.core.native), at the tiny preset's heads (2 query heads over 1 KV head of 32) or the
+small one's (8 over 2, of 64): what a prefill's attention costs our engines a layer. One
 thread, fp32, best of `--repeats` calls; every variant is checked against the first.
 
-    taskset -c 0 python scripts/causal_attention.py [--lengths 120,240,482]
+    taskset -c 0 python scripts/causal_attention.py [--lengths 120,240,482] [--heads 8,2,64]
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-HEADS, KV_HEADS, DIM = 2, 1, 32
+from engines.core import native
+
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -33,7 +34,7 @@ def _full_mask(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
 
 def _matmuls(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     n = q.shape[2]
-    scores = torch.matmul(q[0], k[0].transpose(-1, -2)) * DIM ** -0.5
+    scores = torch.matmul(q[0], k[0].transpose(-1, -2)) * q.shape[-1] ** -0.5
     scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
     return torch.matmul(scores.softmax(-1), v[0])[None]
 
@@ -51,6 +52,12 @@ def _by_query_blocks(block: int) -> Attention:
                 enable_gqa=True))
         return torch.cat(parts, 2)
     return attend
+
+
+def _native(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    out = native.causal_attention(q[0].transpose(0, 1), native.dense(k[0].transpose(0, 1)),
+                                  native.dense(v[0].transpose(0, 1)), 0, q.shape[-1] ** -0.5)
+    return out.transpose(0, 1)[None]
 
 
 def _flex() -> Attention:
@@ -81,17 +88,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--lengths", default="120,240,482")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--heads", default="2,1,32", help="query heads, KV heads, head_dim")
     args = parser.parse_args()
+    heads, kv_heads, dim = (int(x) for x in args.heads.split(","))
     torch.set_num_threads(1)
+    q_device = torch.device("cpu")
     variants: dict[str, Attention] = {
         "flash, is_causal": _flash, "flash, full mask": _full_mask,
         "matmul-softmax-matmul": _matmuls, "query blocks of 128": _by_query_blocks(128),
         "query blocks of 64": _by_query_blocks(64), "flex_attention (compiled)": _flex(),
     }
+    if native.available():
+        variants["native kernel"] = _native
+    else:
+        print(f"native kernel not measured: {native.describe(torch.float32, q_device, dim)}")
     gen = torch.Generator().manual_seed(0)
     for n in (int(length) for length in args.lengths.split(",")):
-        q = torch.randn(1, HEADS, n, DIM, generator=gen)
-        k, v = (torch.randn(1, KV_HEADS, n, DIM, generator=gen) for _ in range(2))
+        q = torch.randn(1, heads, n, dim, generator=gen)
+        k, v = (torch.randn(1, kv_heads, n, dim, generator=gen) for _ in range(2))
         expected = _flash(q, k, v)
         row = []
         for name, attend in variants.items():

@@ -115,3 +115,7 @@ def paged_tiny_nopc_compiled_b256() -> Any:
 
 def paged_small_nopc_compiled_b256() -> Any:
     return _paged("small", False, compiled="step", max_num_batched_tokens=256)
+
+
+def paged_tiny_nopc_b256() -> Any:  # eager, at OpenVINO GenAI's token budget
+    return _paged("tiny", False, max_num_batched_tokens=256)

@@ -267,7 +267,7 @@ def _exported(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
 _NAMED_IN = ["README.md", "pyproject.toml", "docs/*.md", "ci/*", "scripts/*.py",
              "benchmarks/*.py", "examples/*", "tests/**/*.py", "engines/**/*.py"]
 _SPEC = re.compile(r"(?<![\w.])(engines(?:\.\w+)+):([A-Za-z_]\w*)")
-_FILE = re.compile(r"(?<![\w./])engines/[\w/]*\w(?:\.py)?")
+_FILE = re.compile(r"(?<![\w./])engines/[\w/]*\w(?:\.py|\.cpp)?")
 _PLACEHOLDERS = {"FACTORY"}
 _LIB = "LIB"  # stands for any adapter folder's name (engines.adapters.LIB:make_engine)
 

@@ -2,7 +2,10 @@
 
 Single-query rows (decode, or a one-token span) go by length buckets: rows sorted by length
 and cut into groups whose padding stays under PAD_ELEMENTS, one masked SDPA per group.
-Prompt chunks go one SDPA each, causal, over the request's cached prefix plus the chunk.
+Prompt chunks go one call each, causal, over the request's cached prefix plus the chunk:
+the native kernel (engines.core.native: fp32 on a CPU, ~2x ATen's flash kernel on the
+presets' heads, read through the block table with no gathered copy) where it applies, else
+one SDPA.
 The packed order is the plan's: every group's rows together, then the chunks, so a group's
 queries and outputs are slices, not gathers.
 
@@ -42,6 +45,8 @@ from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
+
+from engines.core import native
 
 # Padding (in K elements gathered: tokens x kv_heads x head_dim) a bucket may carry before a
 # separate SDPA call is cheaper: 512 tokens on the tiny preset, 128 on the small one, inside
@@ -196,7 +201,14 @@ def attend(plan: AttentionPlan, q: torch.Tensor, k_new: torch.Tensor, v_new: tor
                                            scale=scale, enable_gqa=True)
         parts.append(a.squeeze(2))
         at += n
+    native_chunks = native.supports(q)
     for c in plan.chunks:
+        if native_chunks:  # see engines/core/native.py: ~2x ATen's flash kernel on tiny heads
+            parts.append(_native_chunk(c, q[at : at + c.size], k_new[at : at + c.size],
+                                       v_new[at : at + c.size], keys, values, scale,
+                                       transposed))
+            at += c.size
+            continue
         qc = q[at : at + c.size].transpose(0, 1)[None]
         if c.blocks is None:  # a prompt's first chunk: its own tokens, causal
             k = k_new[at : at + c.size].transpose(0, 1)[None]
@@ -212,3 +224,14 @@ def attend(plan: AttentionPlan, q: torch.Tensor, k_new: torch.Tensor, v_new: tor
         parts.append(a[0].transpose(0, 1))
         at += c.size
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _native_chunk(c: Chunk, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+                  keys: torch.Tensor, values: torch.Tensor, scale: float,
+                  transposed: bool) -> torch.Tensor:
+    """One chunk through the native kernel: its own K/V when it starts the prompt, else the
+    prefix and chunk read from the pool through its block table (no gathered copy)."""
+    if c.blocks is None:
+        return native.causal_attention(q, native.dense(k_new), native.dense(v_new), 0, scale)
+    return native.causal_attention(q, native.pool(keys, c.blocks, transposed=transposed),
+                                   native.pool(values, c.blocks), c.start, scale)

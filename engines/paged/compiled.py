@@ -7,11 +7,14 @@ step, masked per token): one attention for all of them, which inductor fuses int
 read the pool's blocks in place (no gathered copy): keys are stored transposed per block
 ([blocks, kv_heads, head_dim, block_size]), so that q.k is a vertical reduction over head_dim
 with a block's 16 keys in one vector register. A multi-token row (a prompt chunk, drafts)
-gathers its keys and values once and its tokens attend in one SDPA (_row_attention). Every
-other small op (norms, RoPE, residuals, the MLP's activation) fuses into a few loops between
-the matmuls. A decode reads its group's whole width and a chunk row is padded to the longest
-chunk, so the graph runs only steps whose query-key pairs stay under MAX_PAIRS; a large
-prefill (many whole prompts) runs the eager forward, whose causal chunks do less work.
+attends through the native causal kernel (engines.core.native.chunk_attention, an op of
+its own: each row over its own prefix, read through its table) where that kernel applies;
+elsewhere it gathers its keys and values once and its tokens attend in one SDPA
+(_row_attention), padded to the longest row. Every other small op (norms, RoPE, residuals,
+the MLP's activation) fuses into a few loops between the matmuls. A decode reads its group's
+whole width and an SDPA chunk row is padded, so the graph runs only steps whose padded
+query-key pairs stay under MAX_PAIRS (native rows do not count: their work is causal); a
+larger step runs the eager forward, whose causal chunks do less work.
 
 Two modes:
 - "step" (the CPU's): every step under MAX_PAIRS, decode or mixed, one graph dynamic in the
@@ -37,6 +40,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engines.core import native  # noqa: F401  (registers torch.ops.batching_engines)
 from engines.core.ops import linear, rms_norm
 
 COMPILE_MODES = ("off", "step", "graphs")
@@ -111,7 +115,7 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
                head_w: torch.Tensor, head_b: torch.Tensor | None,
                layers: Sequence[Weights], kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
                dims: tuple[int, int, int], eps: float, scale: float,
-               packed: bool = False) -> torch.Tensor:
+               packed: bool = False, native_rows: bool = False) -> torch.Tensor:
     """Packed tokens [T] at `positions`, each written to (write_blocks, write_offsets) and
     attending to its table up to its position. The first T_a tokens (one-token rows: decodes)
     each have their table row in `tables` [T_a, blocks_a]; the other T - T_a (multi-token
@@ -121,7 +125,11 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
     indices `wanted`. kv: each layer's (keys [blocks, kv_heads, D,
     block_size], values [blocks, block_size, kv_heads, D]). `packed`: the weights are
     multiplied by oneDNN from their packed copies (engines.core.ops.linear, the eager
-    forward's product: on the small preset 2x MKL's, which F.linear here would call)."""
+    forward's product: on the small preset 2x MKL's, which F.linear here would call).
+    `native_rows`: the multi-token rows attend through the native causal kernel
+    (engines.core.native.chunk_attention: each row over its own prefix, no padding), not
+    _row_attention's padded SDPA; `rows` then gives each row's first token and `back` is
+    unused."""
     mm = linear if packed else F.linear
     h, hkv, d = dims
     n, split = tokens.shape[0], tables.shape[0]
@@ -147,7 +155,11 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
         torch.ops.aten.index_put_(keys, [write_blocks, None, None, write_offsets], k)
         torch.ops.aten.index_put_(values, [write_blocks, write_offsets], v)
         attn = _attention(q[:split], positions[:split], tables, keys, values, scale)
-        if rows_tables.shape[0]:
+        if rows_tables.shape[0] and native_rows:
+            chunks = torch.ops.batching_engines.chunk_attention(
+                q[split:], positions[split:], rows, rows_tables, keys, values, scale, True)
+            attn = torch.cat((attn, chunks))
+        elif rows_tables.shape[0]:
             chunks = _row_attention(q[split:], positions[split:], rows, rows_tables, keys,
                                     values, scale)
             attn = torch.cat((attn, chunks.index_select(0, back)))

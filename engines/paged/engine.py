@@ -183,11 +183,13 @@ class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
     @property
     def execution(self) -> str:
         mode = self.runner.compiled.mode
+        # Which kernel prompt chunks attend with: it moves a prefill's speed ~2x on a CPU.
+        chunks = f"prompt attention: {self.runner.prompt_attention}"
         if mode == "off":
-            return super().execution
+            return f"{super().execution}, {chunks}"
         return (f"torch {torch.__version__.split('+')[0]} on {self.device.type}, "
                 f"compiled={mode!r} (engines.paged.compiled; {self.runner.graph_steps} "
-                "steps compiled so far, the others eager)")
+                f"steps compiled so far, the others eager), {chunks}")
 
     @property
     def prefix_cache_hits(self) -> int:

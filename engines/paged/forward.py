@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 import engines.paged.compiled as compiled_steps
+from engines.core import native
 from engines.core.decoder import DecoderParts
 from engines.core.ops import Linear, activation, norm_parts, rms_norm, rope, rope_tables
 from engines.paged.attention import (
@@ -156,6 +157,10 @@ class PagedForward(DecoderParts):
         self.compiled = compiled_steps.CompiledSteps(compiled, device)
         self.graph_steps = 0  # steps the compiled graph ran (the others ran eagerly)
         self.graph_fallbacks = 0  # steps eager because torch.compile's graph cache was full
+        # Multi-token rows of the compiled step through the native causal kernel (fp32 on a
+        # CPU, head_dim a multiple of 32, the kernel built): unpadded, so they need no cap.
+        self.native_rows = native.refusal(dtype, device, self.head_dim) is None
+        self.prompt_attention = native.describe(dtype, device, self.head_dim)
         if compiled != "off":
             self._graph_args = self._compilable(config)
             if device.type == "cuda" and compiled == "graphs":
@@ -192,7 +197,8 @@ class PagedForward(DecoderParts):
                 # oneDNN's packed products where the eager forward uses them (any weight:
                 # engines.core.ops.linear multiplies the others by F.linear).
                 any(lin.always_packed for layer in self.packed_layers
-                    for lin in (layer.qkv, layer.o, layer.gate_up, layer.down, self.head)))
+                    for lin in (layer.qkv, layer.o, layer.gate_up, layer.down, self.head)),
+                self.native_rows)
 
     def lora_shapes(self) -> list[dict[str, tuple[int, tuple[int, ...]]]]:
         """Per layer, per packed projection: (in features, each part's out features)."""
@@ -344,11 +350,12 @@ class PagedForward(DecoderParts):
     def _fits(self, rows: Sequence[Row]) -> bool:
         """Whether the step's query-key pairs (engines.paged.compiled.step_graph's: each
         one-token row over the longest such row, each multi-token row's L over the longest
-        such row) stay under MAX_PAIRS."""
+        such row) stay under MAX_PAIRS. Native rows attend causally, each over its own
+        prefix (no padded square), so only the one-token rows count."""
         singles = [row.start + 1 for row in rows if len(row.tokens) == 1]
         multi = [row for row in rows if len(row.tokens) > 1]
         pairs = len(singles) * max(singles, default=0)
-        if multi:
+        if multi and not self.native_rows:
             pairs += (len(multi) * max(len(row.tokens) for row in multi)
                       * max(row.start + len(row.tokens) for row in multi))
         return pairs <= compiled_steps.MAX_PAIRS

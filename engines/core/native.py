@@ -1,0 +1,231 @@
+"""The native causal-attention kernel (causal_attention.cpp): built once per host with its C++
+compiler, cached, and called through ctypes on the tensors' memory.
+
+Why a compiler at run time rather than a wheel: the kernel is a few hundred lines tuned by
+`-march=native` for the CPU that runs it, it needs no torch headers (a build takes about two
+seconds, not the minute a torch extension does), and a host without a compiler loses only
+speed: `available()` says so and every caller falls back to ATen's SDPA, and the bench's
+report names which attention ran (`describe()`).
+
+ctypes releases the GIL for the call, so with several torch threads the query rows are split
+over a small thread pool of the same size (rows weighted by their causal length).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+SOURCE = Path(__file__).with_name("causal_attention.cpp")
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno")
+# Rows a thread must have before the call is split: below this a split costs more than it saves.
+MIN_ROWS_PER_THREAD = 64
+_I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+# BATCHING_ENGINES_NATIVE=0 turns the kernel off (ATen's SDPA everywhere), e.g. to compare.
+ENV_SWITCH = "BATCHING_ENGINES_NATIVE"
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "batching-engines" / "native"
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def _build(compiler: str) -> Path:
+    """The shared library for this source, compiler and host, built if not cached. Writes to
+    a temporary name and renames, so concurrent builds (pytest-xdist workers) never load a
+    half-written file."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                             check=True).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), compiler, version, *FLAGS,
+                                    platform.machine(), platform.node()]).encode())
+    target = _cache_dir() / f"causal_attention-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True,
+                       text=True, check=True)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+@cache
+def _library() -> ctypes.CDLL | str:
+    """The loaded library, or why there is none."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return f"{ENV_SWITCH}=0"
+    compiler = _compiler()
+    if compiler is None:
+        return "no C++ compiler (g++ or $CXX) on this host"
+    try:
+        lib = ctypes.CDLL(str(_build(compiler)))
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        return f"building {SOURCE.name} failed: {detail.strip().splitlines()[-1:]}"
+    argtypes: list[Any] = ([_PTR, _I64, _I64] + [_PTR] * 6 + [_PTR, _I64, _I64]
+                           + [_INT] * 5 + [ctypes.c_float, _INT, _INT])
+    lib.causal_attention.argtypes = argtypes
+    rows_argtypes: list[Any] = ([_PTR, _I64, _I64, _INT, _PTR, _I64, _INT, _PTR, _PTR, _I64]
+                                + [_PTR] * 4 + [_PTR, _I64, _I64] + [_INT] * 3
+                                + [ctypes.c_float, _INT, _INT])
+    lib.rows_attention.argtypes = rows_argtypes
+    for fn in (lib.causal_attention, lib.rows_attention):
+        fn.restype = ctypes.c_int
+    return lib
+
+
+def available() -> bool:
+    return not isinstance(_library(), str)
+
+
+def refusal(dtype: torch.dtype, device: torch.device, head_dim: int) -> str | None:
+    """Why prompt chunks of this kind attend with ATen's SDPA instead, or None: the kernel
+    computes fp32 on a CPU, head_dim a multiple of 32, once built."""
+    lib = _library()
+    if isinstance(lib, str):
+        return lib
+    if device.type != "cpu":
+        return f"on {device.type}: the kernel is for CPUs"
+    if dtype != torch.float32:
+        return f"{dtype}: the kernel computes float32"
+    if head_dim % 32:
+        return f"head_dim {head_dim} is not a multiple of 32"
+    return None
+
+
+def supports(q: torch.Tensor) -> bool:
+    """Whether the kernel takes this query ([..., head_dim])."""
+    return refusal(q.dtype, q.device, q.shape[-1]) is None
+
+
+def describe(dtype: torch.dtype, device: torch.device, head_dim: int) -> str:
+    """Which attention prompt chunks of this kind use, and why: for reports."""
+    reason = refusal(dtype, device, head_dim)
+    return ("the native causal kernel (engines/core/causal_attention.cpp)" if reason is None
+            else f"ATen SDPA ({reason})")
+
+
+@cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="causal-attention")
+
+
+class KV(NamedTuple):
+    """Keys or values as the kernel reads them: `tensor` dense [keys, kv_heads, D] (table
+    None), or a block pool read through `table` (int64 block ids, contiguous); `strides` in
+    elements: (block_size, block, token, head, dim)."""
+
+    tensor: torch.Tensor
+    table: torch.Tensor | None
+    strides: tuple[int, int, int, int, int]
+    heads: int
+
+
+def dense(x: torch.Tensor) -> KV:
+    """[keys, kv_heads, D], any strides."""
+    return KV(x, None, (1, 0, x.stride(0), x.stride(1), x.stride(2)), x.shape[1])
+
+
+def pool(x: torch.Tensor, table: torch.Tensor, *, transposed: bool = False) -> KV:
+    """A layer's pool [blocks, block_size, kv_heads, D] or, `transposed`, [blocks, kv_heads,
+    D, block_size] (the compiled step's keys), through `table`."""
+    if transposed:
+        return KV(x, table, (x.shape[3], x.stride(0), x.stride(3), x.stride(1), x.stride(2)),
+                  x.shape[1])
+    return KV(x, table, (x.shape[1], x.stride(0), x.stride(1), x.stride(2), x.stride(3)),
+              x.shape[2])
+
+
+def _kv_args(kv: KV) -> tuple[int, int | None, Any]:
+    if kv.table is not None and (kv.table.dtype != torch.long or kv.table.stride(-1) != 1):
+        raise ValueError("causal_attention: a block table must be contiguous int64")
+    return (kv.tensor.data_ptr(), None if kv.table is None else kv.table.data_ptr(),
+            (ctypes.c_int64 * 5)(*kv.strides))
+
+
+def causal_attention(q: torch.Tensor, k: KV, v: KV, start: int, scale: float,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+    """q [n, heads, D]: a chunk's tokens at positions start..start+n-1, each attending to keys
+    0..its position; k and v hold at least start + n keys. Writes `out` (or a new tensor)
+    [n, heads, D] and returns it. Call only where supports(q)."""
+    lib = _library()
+    assert not isinstance(lib, str), lib
+    n, heads, dim = q.shape
+    if heads % k.heads:
+        raise ValueError(f"causal_attention: {heads} heads over {k.heads} KV heads")
+    if q.stride(2) != 1:
+        q = q.contiguous()
+    if out is None:
+        out = torch.empty(n, heads, dim, dtype=q.dtype, device=q.device)
+    args = (q.data_ptr(), q.stride(0), q.stride(1), *_kv_args(k), *_kv_args(v),
+            out.data_ptr(), out.stride(0), out.stride(1), n, start, heads, k.heads, dim, scale)
+    _run(lib.causal_attention, args, n * heads)
+    return out
+
+
+def _run(fn: Callable[..., int], args: tuple[Any, ...], rows: int) -> None:
+    """fn(*args, part, parts) on `parts` threads (ctypes releases the GIL), as many as
+    torch's where each gets MIN_ROWS_PER_THREAD query rows."""
+    parts = min(torch.get_num_threads(), max(1, rows // MIN_ROWS_PER_THREAD))
+    if parts == 1:
+        codes = [fn(*args, 0, 1)]
+    else:
+        threads = _pool(parts)
+        jobs = [threads.submit(fn, *args, p, parts) for p in range(parts)]
+        codes = [job.result() for job in jobs]
+    if any(codes):
+        raise MemoryError("causal_attention: no scratch memory for the keys")
+
+
+@torch.library.custom_op("batching_engines::chunk_attention", mutates_args=())
+def chunk_attention(q: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,
+                    tables: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                    scale: float, keys_transposed: bool) -> torch.Tensor:
+    """The compiled step's multi-token rows (engines.paged.compiled.step_graph) in one call:
+    q [T, heads, D] their packed tokens, row after row; positions [T]; rows [R, L] each row's
+    token indices (its first is where it starts; the next row's first, where it ends);
+    tables [R, blocks]; a layer's pools (keys transposed per block or not). Returns
+    [T, heads, D] in q's order. An op of its own because torch.compile cannot trace a
+    ctypes call."""
+    lib = _library()
+    assert not isinstance(lib, str), lib
+    q = q if q.stride(2) == 1 else q.contiguous()
+    positions, rows, tables = (x if x.stride(-1) == 1 else x.contiguous()
+                               for x in (positions, rows, tables))
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k, v = pool(keys, tables, transposed=keys_transposed), pool(values, tables)
+    args = (q.data_ptr(), q.stride(0), q.stride(1), q.shape[0], rows.data_ptr(),
+            rows.stride(0), rows.shape[0], positions.data_ptr(), tables.data_ptr(),
+            tables.stride(0), keys.data_ptr(), (ctypes.c_int64 * 5)(*k.strides),
+            values.data_ptr(), (ctypes.c_int64 * 5)(*v.strides), out.data_ptr(),
+            out.stride(0), out.stride(1), q.shape[1], k.heads, q.shape[2], scale)
+    _run(lib.rows_attention, args, q.shape[0] * q.shape[1])
+    return out
+
+
+@chunk_attention.register_fake
+def _chunk_attention_shape(q: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,
+                           tables: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                           scale: float, keys_transposed: bool) -> torch.Tensor:
+    return torch.empty_like(q)
