@@ -34,6 +34,8 @@ def _full_mask(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
 
 def _matmuls(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     n = q.shape[2]
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     scores = torch.matmul(q[0], k[0].transpose(-1, -2)) * q.shape[-1] ** -0.5
     scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
     return torch.matmul(scores.softmax(-1), v[0])[None]

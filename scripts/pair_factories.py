@@ -119,3 +119,7 @@ def paged_small_nopc_compiled_b256() -> Any:
 
 def paged_tiny_nopc_b256() -> Any:  # eager, at OpenVINO GenAI's token budget
     return _paged("tiny", False, max_num_batched_tokens=256)
+
+
+def paged_tiny_compiled_b512() -> Any:  # a whole 482-token prompt in one step
+    return _paged("tiny", True, compiled="step", max_num_batched_tokens=512)

@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engines.core import native
+from engines.core import native, native_ops
+from engines.paged.compiled import _attention
 
 _CPU = torch.device("cpu")
 pytestmark = pytest.mark.skipif(
@@ -97,7 +98,7 @@ def test_the_compiled_steps_op_reads_rows_through_their_tables() -> None:
     firsts = torch.tensor([0, 20, 25])
     rows = firsts[:, None].expand(3, 64)  # only the first column is read
     out = torch.ops.batching_engines.chunk_attention(q, positions, rows, tables, keys, values,
-                                                     0.3, True)
+                                                     0.3)
     for r, (start, n) in enumerate(spans):
         k = keys[tables[r]].permute(0, 3, 1, 2).reshape(-1, kv_heads, dim)
         v = values[tables[r]].reshape(-1, kv_heads, dim)
@@ -105,6 +106,35 @@ def test_the_compiled_steps_op_reads_rows_through_their_tables() -> None:
         expected = native.causal_attention(q[int(firsts[r]) : int(firsts[r]) + n],
                                            native.dense(k), native.dense(v), start, 0.3)
         assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), SHAPES)
+def test_the_decode_op_matches_the_compiled_steps_own_attention(heads: int, kv_heads: int,
+                                                                 dim: int) -> None:
+    gen = torch.Generator().manual_seed(heads * dim)
+    bs, blocks = 16, 60
+    keys = torch.randn(blocks, kv_heads, dim, bs, generator=gen)
+    values = torch.randn(blocks, bs, kv_heads, dim, generator=gen)
+    positions = torch.tensor([0, 1, 15, 16, 17, 100, 143])  # block edges, a long row
+    tables = torch.stack([torch.randperm(blocks, generator=gen)[:10] for _ in positions])
+    q = torch.randn(len(positions), heads, dim, generator=gen)
+    got = torch.ops.batching_engines.decode_attention(q, positions, tables, keys, values, 0.2)
+    torch.testing.assert_close(got, _attention(q, positions, tables, keys, values, 0.2),
+                               rtol=1e-5, atol=1e-5)
+    # Each row alone gets the same bits as in the batch: no row reads another's sums.
+    alone = torch.cat([torch.ops.batching_engines.decode_attention(
+        q[i : i + 1], positions[i : i + 1], tables[i : i + 1], keys, values, 0.2)
+        for i in range(len(positions))])
+    assert torch.equal(alone, got)
+
+
+def test_the_decode_op_refuses_blocks_it_cannot_read_as_vectors() -> None:
+    assert native_ops.decodes(2, 16) and not native_ops.decodes(2, 8)
+    assert not native_ops.decodes(3, 16)
+    keys, values = torch.zeros(4, 1, 32, 8), torch.zeros(4, 8, 1, 32)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        torch.ops.batching_engines.decode_attention(torch.zeros(1, 2, 32), torch.tensor([3]),
+                                                    torch.tensor([[0]]), keys, values, 0.2)
 
 
 def test_refusals_name_what_the_kernel_does_not_compute() -> None:

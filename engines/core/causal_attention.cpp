@@ -268,6 +268,64 @@ int chunk(const float* q, int64_t q_ts, int64_t q_hs, const Layout& ks, const La
     return 0;
 }
 
+// One token's query heads (rows, R of them, all on KV head hk) over keys [0, limit) of a
+// block pool whose keys are stored transposed per block ([dim, block_size] each, token
+// stride 1, block_size a multiple of W): a decode. Keys and values are read in place,
+// block by block through the table, so nothing is copied; scores go to s[r * pad].
+template <int R>
+void decode_rows(const Rows& rows, const Layout& ks, const Layout& vs, int hk, int dim,
+                 float scale, int limit, float* s, int pad) {
+    const int64_t bs = ks.block_size;
+    for (int64_t b = 0; b * bs < limit; ++b) {
+        const float* kb = ks.base + ks.table[b] * ks.block + hk * ks.head;
+        for (int64_t t = 0; t < bs && b * bs + t < limit; t += W) {
+            vf acc[R];
+            for (int r = 0; r < R; ++r) acc[r] = vf{};
+            for (int d = 0; d < dim; ++d) {
+                const vf kd = load(kb + d * ks.dim + t);
+                for (int r = 0; r < R; ++r) acc[r] += splat(rows.q[r][d]) * kd;
+            }
+            for (int r = 0; r < R; ++r)
+                store(s + (int64_t)r * pad + b * bs + t, acc[r] * splat(scale));
+        }
+    }
+    const int end = (limit + W - 1) / W * W;
+    float inv[R];
+    for (int r = 0; r < R; ++r) inv[r] = softmax_row(s + (int64_t)r * pad, limit, end);
+    for (int c = 0; c < dim; c += 2 * W) {
+        vf acc0[R], acc1[R];
+        for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = vf{};
+        for (int64_t b = 0; b * vs.block_size < limit; ++b) {
+            const float* vb = vs.base + vs.table[b] * vs.block + hk * vs.head + c;
+            const int64_t first = b * vs.block_size;
+            const int64_t n = limit - first < vs.block_size ? limit - first : vs.block_size;
+            for (int64_t t = 0; t < n; ++t) {
+                const vf v0 = load(vb + t * vs.token);
+                const vf v1 = load(vb + t * vs.token + W);
+                for (int r = 0; r < R; ++r) {
+                    const vf p = splat(s[(int64_t)r * pad + first + t]);
+                    acc0[r] += p * v0;
+                    acc1[r] += p * v1;
+                }
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            store(rows.o[r] + c, acc0[r] * splat(inv[r]));
+            store(rows.o[r] + c + W, acc1[r] * splat(inv[r]));
+        }
+    }
+}
+
+void decode_dispatch(int n, const Rows& rows, const Layout& ks, const Layout& vs, int hk,
+                     int dim, float scale, int limit, float* s, int pad) {
+    switch (n) {
+        case 1: decode_rows<1>(rows, ks, vs, hk, dim, scale, limit, s, pad); break;
+        case 2: decode_rows<2>(rows, ks, vs, hk, dim, scale, limit, s, pad); break;
+        case 4: decode_rows<4>(rows, ks, vs, hk, dim, scale, limit, s, pad); break;
+        default: decode_rows<8>(rows, ks, vs, hk, dim, scale, limit, s, pad); break;
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -283,7 +341,7 @@ int causal_attention(const float* q, int64_t q_ts, int64_t q_hs, const float* k,
                      const int64_t* v_table, const int64_t* v_strides, float* out,
                      int64_t o_ts, int64_t o_hs, int n, int start, int heads, int kv_heads,
                      int dim, float scale, int part, int parts) {
-    int t_begin, t_end;
+    int t_begin = 0, t_end = 0;
     share(start, n, part, parts, &t_begin, &t_end);
     return chunk(q, q_ts, q_hs, layout(k, k_table, k_strides), layout(v, v_table, v_strides),
                  out, o_ts, o_hs, start, heads, kv_heads, dim, scale, t_begin, t_end);
@@ -304,7 +362,7 @@ int rows_attention(const float* q, int64_t q_ts, int64_t q_hs, int tokens, const
         const int64_t end = r + 1 < count ? rows[(r + 1) * rows_stride] : tokens;
         const int start = (int)positions[first];
         const int n = (int)(end - first);
-        int t_begin, t_end;
+        int t_begin = 0, t_end = 0;
         share(start, n, part, parts, &t_begin, &t_end);
         const int64_t* table = tables + r * table_stride;
         const int code = chunk(q + first * q_ts, q_ts, q_hs, layout(k, table, k_strides),
@@ -312,6 +370,47 @@ int rows_attention(const float* q, int64_t q_ts, int64_t q_hs, int tokens, const
                                start, heads, kv_heads, dim, scale, t_begin, t_end);
         if (code) return code;
     }
+    return 0;
+}
+
+// One-token rows (decodes): token i (of `count`) at position positions[i] attends to keys
+// 0 .. that position through block table tables + i * table_stride. Keys must be stored
+// transposed per block (token stride 1) with block_size a multiple of 16, and heads /
+// kv_heads must be 1, 2, 4 or 8; otherwise returns -2 and writes nothing. Tokens are split
+// into `parts` (this call computes `part`). Returns -1 when scratch could not be allocated.
+int decode_attention(const float* q, int64_t q_ts, int64_t q_hs, int count,
+                     const int64_t* positions, const int64_t* tables, int64_t table_stride,
+                     const float* k, const int64_t* k_strides, const float* v,
+                     const int64_t* v_strides, float* out, int64_t o_ts, int64_t o_hs,
+                     int heads, int kv_heads, int dim, float scale, int part, int parts) {
+    const int group = heads / kv_heads;
+    if (k_strides[2] != 1 || k_strides[0] % W || (group != 1 && group != 2 && group != 4 &&
+                                                   group != 8))
+        return -2;
+    const int first = (int)((int64_t)count * part / parts);
+    const int last = (int)((int64_t)count * (part + 1) / parts);
+    int64_t longest = 0;
+    for (int i = first; i < last; ++i)
+        longest = positions[i] + 1 > longest ? positions[i] + 1 : longest;
+    const int64_t bs = k_strides[0];
+    const int64_t pad = (longest + bs - 1) / bs * bs + 2 * W;
+    float* s = static_cast<float*>(std::malloc(sizeof(float) * (size_t)pad * MAXR));
+    if (s == nullptr) return -1;
+    for (int i = first; i < last; ++i) {
+        const int64_t* table = tables + i * table_stride;
+        const Layout ks = layout(k, table, k_strides), vs = layout(v, table, v_strides);
+        for (int hk = 0; hk < kv_heads; ++hk) {
+            Rows rows;
+            for (int g = 0; g < group; ++g) {
+                const int h = hk * group + g;
+                rows.q[g] = q + (int64_t)i * q_ts + (int64_t)h * q_hs;
+                rows.o[g] = out + (int64_t)i * o_ts + (int64_t)h * o_hs;
+            }
+            decode_dispatch(group, rows, ks, vs, hk, dim, scale, (int)positions[i] + 1, s,
+                            (int)pad);
+        }
+    }
+    std::free(s);
     return 0;
 }
 

@@ -90,7 +90,11 @@ def _library() -> ctypes.CDLL | str:
                                 + [_PTR] * 4 + [_PTR, _I64, _I64] + [_INT] * 3
                                 + [ctypes.c_float, _INT, _INT])
     lib.rows_attention.argtypes = rows_argtypes
-    for fn in (lib.causal_attention, lib.rows_attention):
+    decode_argtypes: list[Any] = ([_PTR, _I64, _I64, _INT, _PTR, _PTR, _I64] + [_PTR] * 4
+                                  + [_PTR, _I64, _I64] + [_INT] * 3
+                                  + [ctypes.c_float, _INT, _INT])
+    lib.decode_attention.argtypes = decode_argtypes
+    for fn in (lib.causal_attention, lib.rows_attention, lib.decode_attention):
         fn.restype = ctypes.c_int
     return lib
 
@@ -157,11 +161,17 @@ def pool(x: torch.Tensor, table: torch.Tensor, *, transposed: bool = False) -> K
               x.shape[2])
 
 
+@cache
+def strides(values: tuple[int, ...]) -> Any:
+    """A ctypes int64 array of `values` (the kernel only reads it): made once per layout."""
+    return (ctypes.c_int64 * len(values))(*values)
+
+
 def _kv_args(kv: KV) -> tuple[int, int | None, Any]:
     if kv.table is not None and (kv.table.dtype != torch.long or kv.table.stride(-1) != 1):
         raise ValueError("causal_attention: a block table must be contiguous int64")
     return (kv.tensor.data_ptr(), None if kv.table is None else kv.table.data_ptr(),
-            (ctypes.c_int64 * 5)(*kv.strides))
+            strides(kv.strides))
 
 
 def causal_attention(q: torch.Tensor, k: KV, v: KV, start: int, scale: float,
@@ -169,8 +179,7 @@ def causal_attention(q: torch.Tensor, k: KV, v: KV, start: int, scale: float,
     """q [n, heads, D]: a chunk's tokens at positions start..start+n-1, each attending to keys
     0..its position; k and v hold at least start + n keys. Writes `out` (or a new tensor)
     [n, heads, D] and returns it. Call only where supports(q)."""
-    lib = _library()
-    assert not isinstance(lib, str), lib
+    lib = library()
     n, heads, dim = q.shape
     if heads % k.heads:
         raise ValueError(f"causal_attention: {heads} heads over {k.heads} KV heads")
@@ -180,52 +189,30 @@ def causal_attention(q: torch.Tensor, k: KV, v: KV, start: int, scale: float,
         out = torch.empty(n, heads, dim, dtype=q.dtype, device=q.device)
     args = (q.data_ptr(), q.stride(0), q.stride(1), *_kv_args(k), *_kv_args(v),
             out.data_ptr(), out.stride(0), out.stride(1), n, start, heads, k.heads, dim, scale)
-    _run(lib.causal_attention, args, n * heads)
+    run(lib.causal_attention, args, n * heads)
     return out
 
 
-def _run(fn: Callable[..., int], args: tuple[Any, ...], rows: int) -> None:
+def library() -> ctypes.CDLL:
+    """The loaded kernel library; only where available()."""
+    lib = _library()
+    assert not isinstance(lib, str), lib
+    return lib
+
+
+def run(fn: Callable[..., int], args: tuple[Any, ...], rows: int) -> None:
     """fn(*args, part, parts) on `parts` threads (ctypes releases the GIL), as many as
     torch's where each gets MIN_ROWS_PER_THREAD query rows."""
-    parts = min(torch.get_num_threads(), max(1, rows // MIN_ROWS_PER_THREAD))
+    threads = torch.get_num_threads()
+    parts = 1 if threads == 1 else min(threads, max(1, rows // MIN_ROWS_PER_THREAD))
     if parts == 1:
         codes = [fn(*args, 0, 1)]
     else:
-        threads = _pool(parts)
-        jobs = [threads.submit(fn, *args, p, parts) for p in range(parts)]
+        workers = _pool(parts)
+        jobs = [workers.submit(fn, *args, p, parts) for p in range(parts)]
         codes = [job.result() for job in jobs]
+    if -2 in codes:
+        raise ValueError("decode_attention: keys must be stored transposed per block, blocks "
+                         "a multiple of 16 tokens, 1, 2, 4 or 8 query heads a KV head")
     if any(codes):
         raise MemoryError("causal_attention: no scratch memory for the keys")
-
-
-@torch.library.custom_op("batching_engines::chunk_attention", mutates_args=())
-def chunk_attention(q: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,
-                    tables: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                    scale: float, keys_transposed: bool) -> torch.Tensor:
-    """The compiled step's multi-token rows (engines.paged.compiled.step_graph) in one call:
-    q [T, heads, D] their packed tokens, row after row; positions [T]; rows [R, L] each row's
-    token indices (its first is where it starts; the next row's first, where it ends);
-    tables [R, blocks]; a layer's pools (keys transposed per block or not). Returns
-    [T, heads, D] in q's order. An op of its own because torch.compile cannot trace a
-    ctypes call."""
-    lib = _library()
-    assert not isinstance(lib, str), lib
-    q = q if q.stride(2) == 1 else q.contiguous()
-    positions, rows, tables = (x if x.stride(-1) == 1 else x.contiguous()
-                               for x in (positions, rows, tables))
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    k, v = pool(keys, tables, transposed=keys_transposed), pool(values, tables)
-    args = (q.data_ptr(), q.stride(0), q.stride(1), q.shape[0], rows.data_ptr(),
-            rows.stride(0), rows.shape[0], positions.data_ptr(), tables.data_ptr(),
-            tables.stride(0), keys.data_ptr(), (ctypes.c_int64 * 5)(*k.strides),
-            values.data_ptr(), (ctypes.c_int64 * 5)(*v.strides), out.data_ptr(),
-            out.stride(0), out.stride(1), q.shape[1], k.heads, q.shape[2], scale)
-    _run(lib.rows_attention, args, q.shape[0] * q.shape[1])
-    return out
-
-
-@chunk_attention.register_fake
-def _chunk_attention_shape(q: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,
-                           tables: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                           scale: float, keys_transposed: bool) -> torch.Tensor:
-    return torch.empty_like(q)

@@ -7,7 +7,7 @@ step, masked per token): one attention for all of them, which inductor fuses int
 read the pool's blocks in place (no gathered copy): keys are stored transposed per block
 ([blocks, kv_heads, head_dim, block_size]), so that q.k is a vertical reduction over head_dim
 with a block's 16 keys in one vector register. A multi-token row (a prompt chunk, drafts)
-attends through the native causal kernel (engines.core.native.chunk_attention, an op of
+attends through the native causal kernel (engines.core.native_ops.chunk_attention, an op of
 its own: each row over its own prefix, read through its table) where that kernel applies;
 elsewhere it gathers its keys and values once and its tokens attend in one SDPA
 (_row_attention), padded to the longest row. Every other small op (norms, RoPE, residuals,
@@ -40,7 +40,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engines.core import native  # noqa: F401  (registers torch.ops.batching_engines)
+from engines.core import native_ops  # noqa: F401  (registers torch.ops.batching_engines)
 from engines.core.ops import linear, rms_norm
 
 COMPILE_MODES = ("off", "step", "graphs")
@@ -115,7 +115,8 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
                head_w: torch.Tensor, head_b: torch.Tensor | None,
                layers: Sequence[Weights], kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
                dims: tuple[int, int, int], eps: float, scale: float,
-               packed: bool = False, native_rows: bool = False) -> torch.Tensor:
+               packed: bool = False, native_rows: bool = False,
+               native_decodes: bool = False) -> torch.Tensor:
     """Packed tokens [T] at `positions`, each written to (write_blocks, write_offsets) and
     attending to its table up to its position. The first T_a tokens (one-token rows: decodes)
     each have their table row in `tables` [T_a, blocks_a]; the other T - T_a (multi-token
@@ -127,9 +128,11 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
     multiplied by oneDNN from their packed copies (engines.core.ops.linear, the eager
     forward's product: on the small preset 2x MKL's, which F.linear here would call).
     `native_rows`: the multi-token rows attend through the native causal kernel
-    (engines.core.native.chunk_attention: each row over its own prefix, no padding), not
+    (engines.core.native_ops.chunk_attention: each row over its own prefix, no padding), not
     _row_attention's padded SDPA; `rows` then gives each row's first token and `back` is
-    unused."""
+    unused. `native_decodes`: the one-token rows attend through the native kernel too
+    (engines.core.native_ops.decode_attention, reading the pools in place), not _attention's
+    inductor loops."""
     mm = linear if packed else F.linear
     h, hkv, d = dims
     n, split = tokens.shape[0], tables.shape[0]
@@ -154,10 +157,14 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
         # before any attends: a chunk's tokens read each other's.
         torch.ops.aten.index_put_(keys, [write_blocks, None, None, write_offsets], k)
         torch.ops.aten.index_put_(values, [write_blocks, write_offsets], v)
-        attn = _attention(q[:split], positions[:split], tables, keys, values, scale)
+        if native_decodes:
+            attn = torch.ops.batching_engines.decode_attention(q[:split], positions[:split],
+                                                               tables, keys, values, scale)
+        else:
+            attn = _attention(q[:split], positions[:split], tables, keys, values, scale)
         if rows_tables.shape[0] and native_rows:
             chunks = torch.ops.batching_engines.chunk_attention(
-                q[split:], positions[split:], rows, rows_tables, keys, values, scale, True)
+                q[split:], positions[split:], rows, rows_tables, keys, values, scale)
             attn = torch.cat((attn, chunks))
         elif rows_tables.shape[0]:
             chunks = _row_attention(q[split:], positions[split:], rows, rows_tables, keys,

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 import engines.paged.compiled as compiled_steps
-from engines.core import native
+from engines.core import native, native_ops
 from engines.core.decoder import DecoderParts
 from engines.core.ops import Linear, activation, norm_parts, rms_norm, rope, rope_tables
 from engines.paged.attention import (
@@ -160,6 +160,8 @@ class PagedForward(DecoderParts):
         # Multi-token rows of the compiled step through the native causal kernel (fp32 on a
         # CPU, head_dim a multiple of 32, the kernel built): unpadded, so they need no cap.
         self.native_rows = native.refusal(dtype, device, self.head_dim) is None
+        self.native_decodes = self.native_rows and native_ops.decodes(
+            self.num_heads // self.num_kv_heads, block_size)
         self.prompt_attention = native.describe(dtype, device, self.head_dim)
         if compiled != "off":
             self._graph_args = self._compilable(config)
@@ -198,7 +200,7 @@ class PagedForward(DecoderParts):
                 # engines.core.ops.linear multiplies the others by F.linear).
                 any(lin.always_packed for layer in self.packed_layers
                     for lin in (layer.qkv, layer.o, layer.gate_up, layer.down, self.head)),
-                self.native_rows)
+                self.native_rows, self.native_decodes)
 
     def lora_shapes(self) -> list[dict[str, tuple[int, tuple[int, ...]]]]:
         """Per layer, per packed projection: (in features, each part's out features)."""
