@@ -23,13 +23,13 @@ CONTEXTS = 8  # whole contexts of KV memory both engines get
 OV_BLOCK = 32  # the OpenVINO CPU plugin's block size
 
 
-def _openvino(preset: str, caching: bool) -> Any:
+def _openvino(preset: str, caching: bool, budget: int = 256) -> Any:
     from engines.adapters.openvino.adapter import openvino_genai_engine
 
     context = preset_max_model_len(preset) or 512
     return openvino_genai_engine(preset, max_batch_size=SEATS,
                                  num_kv_blocks=CONTEXTS * -(-context // OV_BLOCK),
-                                 enable_prefix_caching=caching)
+                                 enable_prefix_caching=caching, max_num_batched_tokens=budget)
 
 
 def _paged(preset: str, caching: bool, **kwargs: Any) -> Any:
@@ -123,3 +123,7 @@ def paged_tiny_nopc_b256() -> Any:  # eager, at OpenVINO GenAI's token budget
 
 def paged_tiny_compiled_b512() -> Any:  # a whole 482-token prompt in one step
     return _paged("tiny", True, compiled="step", max_num_batched_tokens=512)
+
+
+def openvino_tiny_pc_b512() -> Any:  # OpenVINO GenAI at the same token budget as the above
+    return _openvino("tiny", True, budget=512)
