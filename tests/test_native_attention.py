@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -144,7 +145,12 @@ def test_refusals_name_what_the_kernel_does_not_compute() -> None:
     assert native.describe(torch.bfloat16, _CPU, 32).startswith("ATen SDPA")
 
 
-def test_switched_off_the_paged_engine_says_so_and_still_serves() -> None:
+@pytest.mark.parametrize(("env", "said"), [
+    ({native.ENV_SWITCH: "0"}, f"ATen SDPA ({native.ENV_SWITCH}=0)"),
+    ({"CXX": "false"}, "ATen SDPA (building causal_attention.cpp failed"),
+], ids=["switched-off", "compiler-fails"])
+def test_without_the_kernel_the_paged_engine_says_why_and_still_serves(
+        env: dict[str, str], said: str, tmp_path: Path) -> None:
     code = ("from engines.paged import PagedEngine\n"
             "from engines.protocol import Request, SamplingParams\n"
             "e = PagedEngine()\n"
@@ -154,8 +160,9 @@ def test_switched_off_the_paged_engine_says_so_and_still_serves() -> None:
             "while e.has_work():\n"
             "    n += sum(len(o.token_ids) for o in e.step())\n"
             "print(n)\n")
-    env = {**os.environ, native.ENV_SWITCH: "0"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          check=True)
-    assert f"ATen SDPA ({native.ENV_SWITCH}=0)" in done.stdout
+    # A cache of its own, so that a library built by an earlier run is not found.
+    full = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), **env}
+    done = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                          text=True, check=True)
+    assert said in done.stdout
     assert done.stdout.split()[-1] == "3"

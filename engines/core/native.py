@@ -2,10 +2,11 @@
 compiler, cached, and called through ctypes on the tensors' memory.
 
 Why a compiler at run time rather than a wheel: the kernel is a few hundred lines tuned by
-`-march=native` for the CPU that runs it, it needs no torch headers (a build takes about two
-seconds, not the minute a torch extension does), and a host without a compiler loses only
-speed: `available()` says so and every caller falls back to ATen's SDPA, and the bench's
-report names which attention ran (`describe()`).
+`-march=native` for the CPU that runs it, it needs no torch headers (a build takes about a
+second, not the minute a torch extension does), and a host without a compiler loses only
+speed: `available()` says so and every caller falls back to ATen's SDPA, and the engine's
+banner line (its `execution`, in the bench's reports) names which attention ran
+(`describe()`).
 
 ctypes releases the GIL for the call, so with several torch threads the query rows are split
 over a small thread pool of the same size (rows weighted by their causal length).
@@ -81,8 +82,8 @@ def _library() -> ctypes.CDLL | str:
     try:
         lib = ctypes.CDLL(str(_build(compiler)))
     except (OSError, subprocess.CalledProcessError) as exc:
-        detail = getattr(exc, "stderr", "") or str(exc)
-        return f"building {SOURCE.name} failed: {detail.strip().splitlines()[-1:]}"
+        lines = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
+        return f"building {SOURCE.name} failed: {lines[-1] if lines else type(exc).__name__}"
     argtypes: list[Any] = ([_PTR, _I64, _I64] + [_PTR] * 6 + [_PTR, _I64, _I64]
                            + [_INT] * 5 + [ctypes.c_float, _INT, _INT])
     lib.causal_attention.argtypes = argtypes
