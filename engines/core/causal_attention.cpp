@@ -141,13 +141,13 @@ float softmax_row(float* s, int limit, int end) {
 
 // out_r = sum_j p[r][j] * v_j over keys [0, end), 32 output features at a time.
 template <int R>
-void weighted_values(const Rows& rows, const float* s, int pad, const float* v, int64_t vts,
-                     int dim, int end, const float* inv) {
+void weighted_values(const Rows& rows, const float* s, int pad, const float* v, int dim,
+                     int end, const float* inv) {
     for (int c = 0; c < dim; c += 2 * W) {
         vf acc0[R], acc1[R];
         for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = vf{};
         for (int j = 0; j < end; ++j) {
-            const float* vj = v + (int64_t)j * vts + c;
+            const float* vj = v + (int64_t)j * dim + c;
             const vf v0 = load(vj);
             const vf v1 = load(vj + W);
             for (int r = 0; r < R; ++r) {
@@ -164,28 +164,28 @@ void weighted_values(const Rows& rows, const float* s, int pad, const float* v, 
 }
 
 template <int R>
-void block(const Rows& rows, const float* kt, int pad, const float* v, int64_t vts, int dim,
-           float scale, float* s) {
+void block(const Rows& rows, const float* kt, int pad, const float* v, int dim, float scale,
+           float* s) {
     int last = 0;
     for (int r = 0; r < R; ++r) last = rows.limit[r] > last ? rows.limit[r] : last;
     const int end = (last + 2 * W - 1) / (2 * W) * (2 * W);
     scores<R>(rows, kt, pad, dim, end, scale, s);
     float inv[R];
     for (int r = 0; r < R; ++r) inv[r] = softmax_row(s + (int64_t)r * pad, rows.limit[r], end);
-    weighted_values<R>(rows, s, pad, v, vts, dim, last, inv);
+    weighted_values<R>(rows, s, pad, v, dim, last, inv);
 }
 
-void dispatch(int n, const Rows& rows, const float* kt, int pad, const float* v, int64_t vts,
-              int dim, float scale, float* s) {
+void dispatch(int n, const Rows& rows, const float* kt, int pad, const float* v, int dim,
+              float scale, float* s) {
     switch (n) {
-        case 1: block<1>(rows, kt, pad, v, vts, dim, scale, s); break;
-        case 2: block<2>(rows, kt, pad, v, vts, dim, scale, s); break;
-        case 3: block<3>(rows, kt, pad, v, vts, dim, scale, s); break;
-        case 4: block<4>(rows, kt, pad, v, vts, dim, scale, s); break;
-        case 5: block<5>(rows, kt, pad, v, vts, dim, scale, s); break;
-        case 6: block<6>(rows, kt, pad, v, vts, dim, scale, s); break;
-        case 7: block<7>(rows, kt, pad, v, vts, dim, scale, s); break;
-        default: block<8>(rows, kt, pad, v, vts, dim, scale, s); break;
+        case 1: block<1>(rows, kt, pad, v, dim, scale, s); break;
+        case 2: block<2>(rows, kt, pad, v, dim, scale, s); break;
+        case 3: block<3>(rows, kt, pad, v, dim, scale, s); break;
+        case 4: block<4>(rows, kt, pad, v, dim, scale, s); break;
+        case 5: block<5>(rows, kt, pad, v, dim, scale, s); break;
+        case 6: block<6>(rows, kt, pad, v, dim, scale, s); break;
+        case 7: block<7>(rows, kt, pad, v, dim, scale, s); break;
+        default: block<8>(rows, kt, pad, v, dim, scale, s); break;
     }
 }
 
@@ -257,12 +257,12 @@ int chunk(const float* q, int64_t q_ts, int64_t q_hs, const Layout& ks, const La
                 rows.o[count] = out + (int64_t)t * o_ts + (int64_t)h * o_hs;
                 rows.limit[count] = start + t + 1;
                 if (++count == MAXR) {
-                    dispatch(count, rows, kt, pad, vc, dim, dim, scale, s);
+                    dispatch(count, rows, kt, pad, vc, dim, scale, s);
                     count = 0;
                 }
             }
         }
-        if (count) dispatch(count, rows, kt, pad, vc, dim, dim, scale, s);
+        if (count) dispatch(count, rows, kt, pad, vc, dim, scale, s);
     }
     std::free(kt);
     return 0;

@@ -119,11 +119,6 @@ def refusal(dtype: torch.dtype, device: torch.device, head_dim: int) -> str | No
     return None
 
 
-def supports(q: torch.Tensor) -> bool:
-    """Whether the kernel takes this query ([..., head_dim])."""
-    return refusal(q.dtype, q.device, q.shape[-1]) is None
-
-
 def describe(dtype: torch.dtype, device: torch.device, head_dim: int) -> str:
     """Which attention prompt chunks of this kind use, and why: for reports."""
     reason = refusal(dtype, device, head_dim)
@@ -152,14 +147,18 @@ def dense(x: torch.Tensor) -> KV:
     return KV(x, None, (1, 0, x.stride(0), x.stride(1), x.stride(2)), x.shape[1])
 
 
-def pool(x: torch.Tensor, table: torch.Tensor, *, transposed: bool = False) -> KV:
-    """A layer's pool [blocks, block_size, kv_heads, D] or, `transposed`, [blocks, kv_heads,
-    D, block_size] (the compiled step's keys), through `table`."""
+def pool_layout(x: torch.Tensor, *, transposed: bool = False
+                ) -> tuple[tuple[int, int, int, int, int], int]:
+    """(strides, kv_heads) of a layer's pool [blocks, block_size, kv_heads, D] or,
+    `transposed`, [blocks, kv_heads, D, block_size] (the compiled step's keys)."""
     if transposed:
-        return KV(x, table, (x.shape[3], x.stride(0), x.stride(3), x.stride(1), x.stride(2)),
-                  x.shape[1])
-    return KV(x, table, (x.shape[1], x.stride(0), x.stride(1), x.stride(2), x.stride(3)),
-              x.shape[2])
+        return (x.shape[3], x.stride(0), x.stride(3), x.stride(1), x.stride(2)), x.shape[1]
+    return (x.shape[1], x.stride(0), x.stride(1), x.stride(2), x.stride(3)), x.shape[2]
+
+
+def pool(x: torch.Tensor, table: torch.Tensor, *, transposed: bool = False) -> KV:
+    """A layer's pool (see pool_layout) read through `table`."""
+    return KV(x, table, *pool_layout(x, transposed=transposed))
 
 
 @cache
@@ -179,7 +178,7 @@ def causal_attention(q: torch.Tensor, k: KV, v: KV, start: int, scale: float,
                      out: torch.Tensor | None = None) -> torch.Tensor:
     """q [n, heads, D]: a chunk's tokens at positions start..start+n-1, each attending to keys
     0..its position; k and v hold at least start + n keys. Writes `out` (or a new tensor)
-    [n, heads, D] and returns it. Call only where supports(q)."""
+    [n, heads, D] and returns it. Call only where refusal(q.dtype, q.device, D) is None."""
     lib = library()
     n, heads, dim = q.shape
     if heads % k.heads:

@@ -44,10 +44,9 @@ def _entry(name: str) -> Callable[..., int]:
 def _pools(keys: torch.Tensor, values: torch.Tensor) -> tuple[int, object, int, object, int]:
     """Pointers and stride arrays of a layer's pools: keys transposed per block [blocks,
     kv_heads, D, block_size], values [blocks, block_size, kv_heads, D]."""
-    k = (keys.shape[3], keys.stride(0), keys.stride(3), keys.stride(1), keys.stride(2))
-    v = (values.shape[1], values.stride(0), values.stride(1), values.stride(2),
-         values.stride(3))
-    return keys.data_ptr(), native.strides(k), values.data_ptr(), native.strides(v), keys.shape[1]
+    k, kv_heads = native.pool_layout(keys, transposed=True)
+    v, _ = native.pool_layout(values)
+    return keys.data_ptr(), native.strides(k), values.data_ptr(), native.strides(v), kv_heads
 
 
 def chunk_attention(q: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,

@@ -183,11 +183,12 @@ def _keys(keys: torch.Tensor, blocks: torch.Tensor, rows: int,
 
 def attend(plan: AttentionPlan, q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
            keys: torch.Tensor, values: torch.Tensor, scale: float, *,
-           transposed: bool = False) -> torch.Tensor:
+           transposed: bool = False, native_chunks: bool = False) -> torch.Tensor:
     """q [T, heads, D], k_new/v_new [T, kv_heads, D]: the packed tokens in plan order (their
     K/V already written to the pool); one layer's pool as blocks: values [blocks,
-    block_size, kv_heads, D], keys the same or `transposed` (see _keys). Returns
-    [T, heads, D]."""
+    block_size, kv_heads, D], keys the same or `transposed` (see _keys). `native_chunks`:
+    the chunks attend through engines.core.native (the caller's check that its refusal is
+    None, made once). Returns [T, heads, D]."""
     parts = []
     at = 0
     kv_heads, dim = values.shape[2], values.shape[3]
@@ -201,7 +202,6 @@ def attend(plan: AttentionPlan, q: torch.Tensor, k_new: torch.Tensor, v_new: tor
                                            scale=scale, enable_gqa=True)
         parts.append(a.squeeze(2))
         at += n
-    native_chunks = native.supports(q)
     for c in plan.chunks:
         if native_chunks:  # see engines/core/native.py: ~2x ATen's flash kernel on tiny heads
             parts.append(_native_chunk(c, q[at : at + c.size], k_new[at : at + c.size],

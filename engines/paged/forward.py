@@ -157,8 +157,9 @@ class PagedForward(DecoderParts):
         self.compiled = compiled_steps.CompiledSteps(compiled, device)
         self.graph_steps = 0  # steps the compiled graph ran (the others ran eagerly)
         self.graph_fallbacks = 0  # steps eager because torch.compile's graph cache was full
-        # Multi-token rows of the compiled step through the native causal kernel (fp32 on a
-        # CPU, head_dim a multiple of 32, the kernel built): unpadded, so they need no cap.
+        # Multi-token rows (eager chunks, the compiled step's rows) through the native causal
+        # kernel (fp32 on a CPU, head_dim a multiple of 32, the kernel built): unpadded, so
+        # the compiled step needs no cap for them.
         self.native_rows = native.refusal(dtype, device, self.head_dim) is None
         self.native_decodes = self.native_rows and native_ops.decodes(
             self.num_heads // self.num_kv_heads, block_size)
@@ -319,8 +320,8 @@ class PagedForward(DecoderParts):
             v = qkv[:, (h + hkv) * d :].view(n, hkv, d)
             key_writes[write_blocks, write_offsets] = k
             values[write_blocks, write_offsets] = v
-            attn = attend(plan, q, k, v, keys, values, self.scale,
-                          transposed=self.transposed).reshape(n, -1)
+            attn = attend(plan, q, k, v, keys, values, self.scale, transposed=self.transposed,
+                          native_chunks=self.native_rows).reshape(n, -1)
             if index is None or lora is None:
                 x = x + layer.o(attn)
                 gate, up = layer.gate_up(layer.ln2(x)).chunk(2, dim=-1)
