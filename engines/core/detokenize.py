@@ -81,7 +81,8 @@ class IncrementalText:
         """Take one output token; True if it completed a stop string (checked only when
         `check_stop`: min_tokens reached). Nothing may be added after a stop."""
         assert self._cut is None, "a token after the stop string ended the request"
-        before = len(self.visible)
+        searching = check_stop and bool(self.stop)
+        before = len(self.visible) if searching else 0
         self._tokens.append(token)
         window = self._decode(self._tokens[self._prefix:])
         tail = window[len(self._prefix_text):]
@@ -92,7 +93,7 @@ class IncrementalText:
             self._tail = ""
             self._prefix, self._read = self._read, len(self._tokens)
             self._prefix_text = self._decode(self._tokens[self._prefix:self._read])
-        if check_stop and self.stop:
+        if searching:
             self._find_stop(before)
         return self._cut is not None
 
@@ -120,6 +121,14 @@ class IncrementalText:
         """The text not handed out yet that may be now: everything when `final` (the request
         finished: a cut character is U+FFFD for good) or cut at a stop string; else the
         visible text less what a stop string could still claim."""
+        if not (final or self._cut is not None or self._tail):
+            # The common case (every character complete, no stop cut): the settled text
+            # alone, without building `visible` and `text()` (a per-token cost of every
+            # streamed request).
+            upto = max(self._emitted, len(self._base) - self._hold)
+            out = self._base[self._emitted:upto]
+            self._emitted = upto
+            return out
         if final or self._cut is not None:
             upto = len(self.text())
         else:
