@@ -360,6 +360,7 @@ int rows_attention(const float* q, int64_t q_ts, int64_t q_hs, int tokens, const
     for (int r = 0; r < count; ++r) {
         const int64_t first = rows[r * rows_stride];
         const int64_t end = r + 1 < count ? rows[(r + 1) * rows_stride] : tokens;
+        if (end <= first) continue;  // an empty row (the compiled step's padding): no token
         const int start = (int)positions[first];
         const int n = (int)(end - first);
         int t_begin = 0, t_end = 0;

@@ -108,19 +108,22 @@ def _row_attention(q: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,
     return out.reshape(r * length, h, d)
 
 
-def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torch.Tensor,
-               write_offsets: torch.Tensor, tables: torch.Tensor, rows_tables: torch.Tensor,
-               rows: torch.Tensor, back: torch.Tensor, wanted: torch.Tensor,
+def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_slots: torch.Tensor,
+               tables_from: torch.Tensor, owners: torch.Tensor, rows_tables_from: torch.Tensor,
+               row_owners: torch.Tensor, rows: torch.Tensor, back: torch.Tensor,
+               wanted: torch.Tensor,
                embed: torch.Tensor, rope: torch.Tensor, final: torch.Tensor,
                head_w: torch.Tensor, head_b: torch.Tensor | None,
                layers: Sequence[Weights], kv: Sequence[tuple[torch.Tensor, torch.Tensor]],
                dims: tuple[int, int, int], eps: float, scale: float,
                packed: bool = False, native_rows: bool = False,
                native_decodes: bool = False) -> torch.Tensor:
-    """Packed tokens [T] at `positions`, each written to (write_blocks, write_offsets) and
-    attending to its table up to its position. The first T_a tokens (one-token rows: decodes)
-    each have their table row in `tables` [T_a, blocks_a]; the other T - T_a (multi-token
-    rows: chunks, drafts) are R rows, `rows_tables` [R, blocks_b], `rows` [R, L] each row's
+    """Packed tokens [T] at `positions`, each written to its pool slot (block x block_size +
+    offset) `write_slots` and attending to its table up to its position. The first T_a tokens
+    (one-token rows: decodes) each have their table row `tables_from[owners]` [T_a, blocks_a];
+    the other T - T_a (multi-token rows: chunks, drafts) are R rows, with tables
+    `rows_tables_from[row_owners]` [R, blocks_b] (the gathers and the slots' division happen
+    here, fused, rather than as eager ops a step), `rows` [R, L] each row's
     token indices among those T - T_a (a short row padded with its first), `back` [T - T_a]
     each such token's index in the R x L layout (see _row_attention). Logits of the packed
     indices `wanted`. kv: each layer's (keys [blocks, kv_heads, D,
@@ -135,7 +138,11 @@ def step_graph(tokens: torch.Tensor, positions: torch.Tensor, write_blocks: torc
     inductor loops."""
     mm = linear if packed else F.linear
     h, hkv, d = dims
-    n, split = tokens.shape[0], tables.shape[0]
+    n, split = tokens.shape[0], owners.shape[0]
+    tables = tables_from.index_select(0, owners)
+    rows_tables = rows_tables_from.index_select(0, row_owners)
+    block_size = kv[0][0].shape[3]
+    write_blocks, write_offsets = write_slots // block_size, write_slots % block_size
     x = embed.index_select(0, tokens)
     cos, sin = rope.index_select(0, positions).unsqueeze(2).unbind(1)
     for i, (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gate_up_w, down_w, qn, kn) in enumerate(layers):

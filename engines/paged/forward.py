@@ -173,8 +173,17 @@ class PagedForward(DecoderParts):
                                              dtype=torch.long, device=device)
             self._all_rows = torch.arange(seats, device=device)
             self._no_rows = torch.zeros((0, self.max_blocks), dtype=torch.long, device=device)
+            self._no_owners = torch.zeros(0, dtype=torch.long, device=device)
             self._no_index = torch.zeros((0, 2), dtype=torch.long, device=device)
             self._no_back = torch.zeros(0, dtype=torch.long, device=device)
+            if compiled == "step":
+                # The engine's own sizes (pool blocks, context, seats) dynamic from the first
+                # compile: every engine in the process shares the graph (8 at most), and a
+                # size compiled static costs a graph per engine shape, per kind of step.
+                for pool in (t for pair in self._kv for t in pair):
+                    torch._dynamo.maybe_mark_dynamic(pool, 0)
+                torch._dynamo.maybe_mark_dynamic(self.rope, 0)
+                torch._dynamo.maybe_mark_dynamic(self.tables, [0, 1])
 
     def _compilable(self, config: Any) -> tuple[Any, ...]:
         """The compiled graphs' weight arguments; refuses what they do not compute."""
@@ -370,25 +379,26 @@ class PagedForward(DecoderParts):
         device, bs = self.tables.device, self.block_size
         singles = [i for i, row in enumerate(rows) if len(row.tokens) == 1]
         multi = [i for i, row in enumerate(rows) if len(row.tokens) > 1]
-        tokens, positions, slots, owner = array("q"), array("q"), array("q"), array("q")
+        ones = [rows[i] for i in singles]
+        # Built by comprehension, a list per field: a step's fixed cost on the tiny preset,
+        # where a 16-row decode step takes ~0.8 ms in all.
+        tokens = array("q", [row.tokens[0] for row in ones])
+        positions = array("q", [row.start for row in ones])
+        slots = array("q", [row.blocks[row.start // bs] * bs + row.start % bs for row in ones])
+        owner = array("q", [table_rows[i] for i in singles])
+        width_a = max((row.start + 1 for row in ones), default=0)
         first = [0] * len(rows)  # row -> packed index of its first token
-        width_a = 0
-        for i in singles:
-            row = rows[i]
-            first[i] = len(tokens)
-            tokens.append(row.tokens[0])
-            positions.append(row.start)
-            slots.append(row.blocks[row.start // bs] * bs + row.start % bs)
-            owner.append(table_rows[i])
-            width_a = max(width_a, row.start + 1)
+        for at, i in enumerate(singles):
+            first[i] = at
         # No size below 2 reaches the graph's one-token group: torch.compile specializes
         # sizes 0 and 1, each a graph of its own (a compile, and one of its 8 cached entries).
         # A padding token writes the scratch block and reads table row 0 at position 0.
-        for _ in range(2 - len(tokens)):
-            tokens.append(0)
-            positions.append(0)
-            slots.append(self.scratch_block * bs)
-            owner.append(0)
+        pad = 2 - len(tokens)
+        if pad > 0:
+            tokens.extend([0] * pad)
+            positions.extend([0] * pad)
+            slots.extend([self.scratch_block * bs] * pad)
+            owner.extend([0] * pad)
         split = len(tokens)
         length = max((len(rows[i].tokens) for i in multi), default=2)
         index, back, row_owner = array("q"), array("q"), array("q")
@@ -406,6 +416,14 @@ class PagedForward(DecoderParts):
             slots.extend(self.slots(row.blocks, start, end))
             row_owner.append(table_rows[i])
             width_b = max(width_b, end)
+        if len(multi) == 1:
+            # Nor does a group of one row (sizes 0 and 1 would each be graphs of their own,
+            # times every engine shape in the process: the suite ran out of graphs). A second,
+            # empty row: the native kernel skips a row that ends where it starts; the padded
+            # SDPA computes it from the first token and `back` drops it.
+            at = len(tokens) - split if self.native_rows else 0
+            index.extend([at] * length)
+            row_owner.append(0)
         wanted = array("q", [first[i] + o for i, row in enumerate(rows)
                              for o in row.logit_offsets()])
         asked = len(wanted)
@@ -414,13 +432,27 @@ class PagedForward(DecoderParts):
         parts = (tokens, positions, slots, owner, wanted, index, back, row_owner)
         packed = long_tensor(tokens + positions + slots + owner + wanted + index + back
                              + row_owner, device)
-        (tokens_t, positions_t, write, owner_t, wanted_t, index_t, back_t,
+        (tokens_t, positions_t, slots_t, owner_t, wanted_t, index_t, back_t,
          row_owner_t) = packed.split([len(part) for part in parts])
-        tables_a = self.tables[:, : self._blocks(width_a)].index_select(0, owner_t)
-        rows_tables = self.tables[:, : self._blocks(width_b)].index_select(0, row_owner_t)
-        logits = graph(tokens_t, positions_t, write // bs, write % bs, tables_a, rows_tables,
-                       index_t.view(len(multi), length), back_t, wanted_t, *self._graph_args)
+        logits = graph(tokens_t, positions_t, slots_t,
+                       self._tables_for(width_a, self.native_decodes), owner_t,
+                       self._tables_for(width_b, self.native_rows), row_owner_t,
+                       index_t.view(len(row_owner), length), back_t, wanted_t,
+                       *self._graph_args)
         return logits[:asked]
+
+    def _tables_for(self, width: int, native_kernel: bool) -> torch.Tensor:
+        """The table rows a graph group gathers from: every column where the native kernel
+        reads them (it stops at each token's position, so the width is static and no graph
+        is compiled for it), else the columns up to `width` (inductor's attention reads a
+        table's whole width), copied dense: always a copy (a full-width slice is contiguous
+        already, and `.contiguous()` would pass it as the view it is, whose dispatch keys
+        differ from a copy's, a graph of its own)."""
+        if native_kernel:
+            return self.tables
+        tables = self.tables[:, : self._blocks(width)].clone(memory_format=torch.contiguous_format)
+        torch._dynamo.maybe_mark_dynamic(tables, 0)  # seats: per engine (see __init__)
+        return tables
 
     def _blocks(self, width: int) -> int:
         """Table columns a group's attention reads for rows up to `width` tokens: at least 2
@@ -438,16 +470,15 @@ class PagedForward(DecoderParts):
         pad = size - len(rows)
         tokens = array("q", [row.tokens[0] for row in rows] + [0] * pad)
         positions = array("q", [row.start for row in rows] + [0] * pad)
-        blocks = array("q", [row.blocks[row.start // bs] for row in rows]
-                       + [self.scratch_block] * pad)
-        offsets = array("q", [row.start % bs for row in rows] + [0] * pad)
-        packed = long_tensor(tokens + positions + blocks + offsets, device)
+        slots = array("q", [row.blocks[row.start // bs] * bs + row.start % bs for row in rows]
+                      + [self.scratch_block * bs] * pad)
+        packed = long_tensor(tokens + positions + slots, device)
         tables = self.tables.index_select(0, long_tensor(table_rows, device))
         if pad:
             tables = torch.cat((tables, self._scratch_table.expand(pad, -1)))
         graph = self.compiled.bucket_graph(size)
-        logits = graph(packed[:size], packed[size : 2 * size], packed[2 * size : 3 * size],
-                       packed[3 * size :], tables, self._no_rows, self._no_index,
+        logits = graph(packed[:size], packed[size : 2 * size], packed[2 * size :], tables,
+                       self._all_rows[:size], self._no_rows, self._no_owners, self._no_index,
                        self._no_back, self._all_rows[:size], *self._graph_args)
         return logits[: len(rows)]
 
