@@ -30,11 +30,15 @@ from engines.core.ops import Linear
 from engines.models import PRESETS
 
 
+def _head_dim(config: dict[str, int]) -> int:
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+
+
 def _projections(config: dict[str, int]) -> list[tuple[int, int]]:
     """(in, out) of one layer's products: fused QKV, O, fused gate-up, down."""
     hidden, inter = config["hidden_size"], config["intermediate_size"]
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    dim = config.get("head_dim") or hidden // heads
+    dim = _head_dim(config)
     return [(hidden, (heads + 2 * kv_heads) * dim), (heads * dim, hidden),
             (hidden, 2 * inter), (inter, hidden)]
 
@@ -45,7 +49,7 @@ def mix_flops(preset: str, seed: int = 0) -> tuple[float, float, float, int]:
     takes one row of the LM head; a token at position p attends to p + 1 keys."""
     config = PRESETS[preset].config
     layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
-    dim = config.get("head_dim") or config["hidden_size"] // heads
+    dim = _head_dim(config)
     per_token = 2 * sum(i * o for i, o in _projections(config)) * layers
     items = draws.closed_mix(vocab_size=config["vocab_size"], seed=seed)
     tokens = outputs = keys = 0
@@ -60,7 +64,7 @@ def mix_flops(preset: str, seed: int = 0) -> tuple[float, float, float, int]:
 
 
 def _rate(fn: Callable[[], torch.Tensor], flops: float, calls: int) -> float:
-    """GFLOP/s of `fn`, best of its mean over `calls` calls after a warm-up."""
+    """GFLOP/s of `fn`: its mean over `calls` calls after a warm-up."""
     with torch.inference_mode():
         for _ in range(3):
             fn()

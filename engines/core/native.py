@@ -147,24 +147,19 @@ def dense(x: torch.Tensor) -> KV:
     return KV(x, None, (1, 0, x.stride(0), x.stride(1), x.stride(2)), x.shape[1])
 
 
-def pool_layout(x: torch.Tensor, *, transposed: bool = False
-                ) -> tuple[tuple[int, int, int, int, int], int]:
-    """(strides, kv_heads) of a layer's pool [blocks, block_size, kv_heads, D] or,
-    `transposed`, [blocks, kv_heads, D, block_size] (the compiled step's keys)."""
-    return layout_of(tuple(x.shape), x.stride(), transposed=transposed)
-
-
 def layout_of(shape: tuple[int, ...], stride: tuple[int, ...], *, transposed: bool = False
               ) -> tuple[tuple[int, int, int, int, int], int]:
-    """pool_layout of a pool of this shape and stride."""
+    """(strides, kv_heads) of a layer's pool of this shape and stride: [blocks, block_size,
+    kv_heads, D] or, `transposed`, [blocks, kv_heads, D, block_size] (the compiled step's
+    keys)."""
     if transposed:
         return (shape[3], stride[0], stride[3], stride[1], stride[2]), shape[1]
     return (shape[1], stride[0], stride[1], stride[2], stride[3]), shape[2]
 
 
 def pool(x: torch.Tensor, table: torch.Tensor, *, transposed: bool = False) -> KV:
-    """A layer's pool (see pool_layout) read through `table`."""
-    return KV(x, table, *pool_layout(x, transposed=transposed))
+    """A layer's pool (see layout_of) read through `table`."""
+    return KV(x, table, *layout_of(tuple(x.shape), x.stride(), transposed=transposed))
 
 
 @cache
