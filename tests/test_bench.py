@@ -442,14 +442,39 @@ def _after_the_searches(monkeypatch: pytest.MonkeyPatch, change: Callable[[], No
     monkeypatch.setattr(capacity, "goodput_many", then_change)
 
 
+class _RealCostTimer:
+    """A FakeTimer whose every timing also spins `spin_s` of real time: a machine on which
+    the gauge's own Python is slow next to the fake engines' (a loaded CI runner)."""
+
+    def __init__(self, timer: Any, spin_s: float) -> None:
+        self.timer, self.spin_s = timer, spin_s
+        self.batch, self.prompt_len, self.basis = timer.batch, timer.prompt_len, timer.basis
+
+    def _spin(self) -> None:
+        start = time.perf_counter()
+        while time.perf_counter() - start < self.spin_s:
+            pass
+
+    def decode(self) -> float:
+        self._spin()
+        return float(self.timer.decode())
+
+    def prefill(self) -> float:
+        self._spin()
+        return float(self.timer.prefill())
+
+
+@pytest.mark.parametrize("gauge_spin_s", [0.0, 5e-4])
 @pytest.mark.parametrize("clock", ["wall", "steady"])
 def test_the_reference_rate_is_retimed_just_before_the_reference_run(
-        clock: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        clock: str, gauge_spin_s: float, monkeypatch: pytest.MonkeyPatch) -> None:
     # The host slows 3x after the closed stage (another tenant starts during the searches).
     # Half the closed stage's rate would be 1.5x the slowed engine's capacity; the reference
     # run must run at half the rate the engine has now. On the steady clock, whose gauge
     # slows alike (the host's own speed: engines.bench.host.steady), the rate stays the quiet one,
-    # and the output says how far the host's speed moved.
+    # and the output says how far the host's speed moved. The gauge keeps its share of the
+    # time on the virtual clock too: were it the wall clock, a gauge slow in real time (a
+    # loaded runner: spin) would skip turns, and the steady clock would see the slowdown late.
     from engines.bench import comparison, output
     from engines.bench.doubles.fake import FakeTimer, Machine
     from engines.bench.host.steady import SteadyTime
@@ -464,7 +489,7 @@ def test_the_reference_rate_is_retimed_just_before_the_reference_run(
     # The fake spends a virtual clock, which the engines' clock (and the steady clock's raw
     # one) reads: every rate is exact, whatever the machine running the test does. One
     # gauge: the kit's.
-    gauge = FakeTimer(step_s=0.001, machine=machine)
+    gauge = _RealCostTimer(FakeTimer(step_s=0.001, machine=machine), gauge_spin_s)
     steady = SteadyTime(gauge, raw=virtual.now, window=3,
                         settle_turns=4) if clock == "steady" else None
     _after_the_searches(monkeypatch, lambda: setattr(machine, "factor", 3.0))

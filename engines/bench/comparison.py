@@ -300,11 +300,11 @@ def run(engines: dict[str, Engine], config: Config, *, bar: Progress | None = No
         time_source: TimeSource | None = None) -> Comparison:
     """Benchmark built engines (drained) on the same draws and traces, paired. `timer`
     replaces the preset's forward as the targets' timer and the kit's gauge, `steady` the
-    steady clock, `time_source` the config's clock (tests: modelled ones, on a virtual clock
-    the fake engines advance)."""
+    steady clock, `time_source` the config's clock and the one the kit's gauge keeps its
+    share on (tests: modelled ones, on a virtual clock the fake engines advance)."""
     max_model_len, vocab_size = scale(engines)
     mixed = functools.partial(draws.mixed, max_model_len=max_model_len, vocab_size=vocab_size)
-    kit = host_kit.build(config, max_model_len, timer=timer, steady=steady)
+    kit = host_kit.build(config, max_model_len, timer=timer, steady=steady, now=time_source)
     ctx = context(config, vocab_size, bar=bar, kit=kit, time_source=time_source)
     slo, once = targets(config, max_model_len, timer, kit)
     gauge = kit.gauge if kit is not None else None

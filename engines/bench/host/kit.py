@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+from engines.bench.clocks import TimeSource
 from engines.bench.config import Config
 from engines.bench.host.gauge import HostGauge, Timer
 from engines.bench.host.steady import SteadyTime
@@ -24,10 +27,12 @@ class HostKit:
 
 
 def build(config: Config, max_model_len: int, *, timer: Timer | None = None,
-          steady: SteadyTime | None = None) -> HostKit | None:
+          steady: SteadyTime | None = None, now: TimeSource | None = None) -> HostKit | None:
     """The kit when `config` asks for it (Config.host_kit), else None: its gauge on the
     preset's forward (or `timer`; tests), feeding the steady clock when that is the clock
-    (`steady`: a modelled one, tests)."""
+    (`steady`: a modelled one, tests). `now` is the clock the gauge keeps its share of a
+    round's time on: the wall clock, or the virtual one modelled engines spend (tests),
+    whose turns then never depend on how fast the machine running them is."""
     if config.clock != "steady" and steady is not None:
         raise ValueError(f"clock: a steady time source was given for --clock {config.clock}")
     if not config.host_kit:
@@ -36,7 +41,9 @@ def build(config: Config, max_model_len: int, *, timer: Timer | None = None,
         from engines.bench.calibration import for_config  # torch: only when timing
 
         timer = for_config(config, max_model_len)
+    wall = now or time.perf_counter
     if config.clock != "steady":
-        return HostKit(HostGauge(timer))
+        return HostKit(HostGauge(timer, now=wall))
     clock = steady or SteadyTime(timer)
-    return HostKit(HostGauge(timer, on_decode=clock.observe, scale=lambda: clock.speed), clock)
+    return HostKit(HostGauge(timer, now=wall, on_decode=clock.observe,
+                             scale=lambda: clock.speed), clock)
