@@ -19,7 +19,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from engines.core.sampling import filtered, penalized
+from engines.core.sampling import argmax_rows, filtered, penalized
 from engines.core.validation import check_request
 from engines.protocol import (
     ALL_PARAMS,
@@ -235,3 +235,26 @@ def test_the_suite_draws_what_every_engine_declares_and_names_the_rest() -> None
     assert any("declares it in supported_sampling: top_k" in n for n in notes)
     assert any("tie-aware parity" in n and n.endswith(": min_p") for n in notes)
     assert "top_k" not in Coverage.describe({f"max {UNDRAWN}top_k": 1, "requests": 3})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_argmax_rows_is_torchs_argmax_on_ties_nans_and_infinities(dtype: torch.dtype) -> None:
+    # Greedy and sampled tokens (argmax of probs / noise) come from argmax_rows, which takes
+    # numpy's argmax on a CPU's fp32 rows: it must pick what torch.argmax picks, first of ties,
+    # a NaN over everything, in a transposed (strided) batch too.
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(400):
+        n = int(torch.randint(1, 6, (1,), generator=gen))
+        v = int(torch.randint(1, 40, (1,), generator=gen))
+        x = torch.randint(-3, 4, (n, v), generator=gen).float()  # few values: many ties
+        pick = torch.rand(n, v, generator=gen)
+        x[pick < 0.05] = math.nan
+        x[(pick >= 0.05) & (pick < 0.1)] = math.inf
+        x[(pick >= 0.1) & (pick < 0.2)] = -math.inf
+        x[(pick >= 0.2) & (pick < 0.25)] = -0.0
+        if trial % 4 == 0:
+            x[:] = -math.inf
+        if trial % 3 == 0:
+            x = x.t().contiguous().t()
+        x = x.to(dtype)
+        assert argmax_rows(x) == x.argmax(dim=-1).tolist(), x

