@@ -10,7 +10,7 @@ import pytest
 
 from engines.bench import comparison, draws, traces
 from engines.bench.config import Config
-from engines.bench.doubles.fake import FakeEngine, FakeTimer, Machine
+from engines.bench.doubles.fake import FakeEngine, FakeTimer, Machine, VirtualClock
 from engines.bench.host import kit as host_kit
 from engines.bench.host.steady import SteadyTime
 
@@ -77,15 +77,18 @@ def test_work_counts_at_the_settled_speed_whatever_the_host_does() -> None:
 
 
 def test_a_paired_run_gives_the_gauge_its_turns() -> None:
-    machine = Machine()
+    # The engine spends a virtual clock, on which the gauge also keeps its share of the time
+    # (its timings spend none of it): a turn every cycle, however slow the host running the
+    # test (on the wall clock, a gauge slow next to the engine's steps skipped turns).
+    machine, virtual = Machine(), VirtualClock()
     gauge = FakeTimer(step_s=0.001, machine=machine)
-    steady = SteadyTime(gauge, raw=time.perf_counter, window=1, settle_turns=2)
+    steady = SteadyTime(gauge, raw=virtual.now, window=1, settle_turns=2)
     before = gauge.calls
     trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
     config = Config(clock="steady")
-    kit = host_kit.build(config, 64, timer=gauge, steady=steady)
-    comparison.context(config, 100, kit=kit).paired(
-        {"e": FakeEngine(max_batch_size=2, base_s=0.001)}, {"e": trace})
+    kit = host_kit.build(config, 64, timer=gauge, steady=steady, now=virtual.now)
+    comparison.context(config, 100, kit=kit).paired(  # the steady clock: on `virtual`
+        {"e": FakeEngine(max_batch_size=2, base_s=0.001, clock=virtual)}, {"e": trace})
     # One gauge: the kit's turns time it, and the steady clock settles on those timings.
     assert gauge.calls > before and steady.settled
 
@@ -116,12 +119,13 @@ def test_the_baseline_is_settled_after_the_warm_up_runs() -> None:
         def decode(self) -> float:
             return 0.002 if bar.ticks < 2 else 0.001
 
-    steady = SteadyTime(SlowWhileWarmingUp(), raw=time.perf_counter, window=1, settle_turns=2)
+    virtual = VirtualClock()  # the engine's and the gauge's share's: as in the test above
+    steady = SteadyTime(SlowWhileWarmingUp(), raw=virtual.now, window=1, settle_turns=2)
     trace = traces.closed(draws.uniform(4, prompt_len=4, max_tokens=4, vocab_size=100))
     config = Config(warmup=2, runs=2, clock="steady")
-    kit = host_kit.build(config, 64, timer=SlowWhileWarmingUp(), steady=steady)
+    kit = host_kit.build(config, 64, timer=SlowWhileWarmingUp(), steady=steady, now=virtual.now)
     ctx = comparison.context(config, 100, bar=bar, kit=kit)
-    comparison.closed_stage(ctx, {"e": FakeEngine(max_batch_size=2, base_s=0.001)}, trace,
-                            config)
+    comparison.closed_stage(ctx, {"e": FakeEngine(max_batch_size=2, base_s=0.001,
+                                                  clock=virtual)}, trace, config)
     assert bar.ticks == 4  # the warm-ups and the recorded runs, each once
     assert steady.settled and steady.baseline_s == pytest.approx(0.001)
