@@ -15,7 +15,7 @@ import pytest
 
 from engines.bench import capacity, disturbance, draws, traces
 from engines.bench.config import QUICK_SEARCH_TIE, Config
-from engines.bench.doubles.fake import FakeEngine, LoggedEngine, VirtualClock
+from engines.bench.doubles.fake import FakeEngine, FakeTimer, LoggedEngine, VirtualClock
 from engines.bench.host.gauge import MIN_DECODES, MIN_PREFILLS
 from engines.bench.metrics import requests_frame, summarize, tokens_frame
 from engines.bench.paired import EngineClock, run_paired
@@ -442,13 +442,13 @@ def _after_the_searches(monkeypatch: pytest.MonkeyPatch, change: Callable[[], No
     monkeypatch.setattr(capacity, "goodput_many", then_change)
 
 
-class _RealCostTimer:
+class _RealCostTimer(FakeTimer):
     """A FakeTimer whose every timing also spins `spin_s` of real time: a machine on which
     the gauge's own Python is slow next to the fake engines' (a loaded CI runner)."""
 
-    def __init__(self, timer: Any, spin_s: float) -> None:
-        self.timer, self.spin_s = timer, spin_s
-        self.batch, self.prompt_len, self.basis = timer.batch, timer.prompt_len, timer.basis
+    def __init__(self, spin_s: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spin_s = spin_s
 
     def _spin(self) -> None:
         start = time.perf_counter()
@@ -457,11 +457,11 @@ class _RealCostTimer:
 
     def decode(self) -> float:
         self._spin()
-        return float(self.timer.decode())
+        return super().decode()
 
     def prefill(self) -> float:
         self._spin()
-        return float(self.timer.prefill())
+        return super().prefill()
 
 
 @pytest.mark.parametrize("gauge_spin_s", [0.0, 5e-4])
@@ -476,7 +476,7 @@ def test_the_reference_rate_is_retimed_just_before_the_reference_run(
     # time on the virtual clock too: were it the wall clock, a gauge slow in real time (a
     # loaded runner: spin) would skip turns, and the steady clock would see the slowdown late.
     from engines.bench import comparison, output
-    from engines.bench.doubles.fake import FakeTimer, Machine
+    from engines.bench.doubles.fake import Machine
     from engines.bench.host.steady import SteadyTime
 
     machine, virtual = Machine(), VirtualClock()
@@ -489,7 +489,7 @@ def test_the_reference_rate_is_retimed_just_before_the_reference_run(
     # The fake spends a virtual clock, which the engines' clock (and the steady clock's raw
     # one) reads: every rate is exact, whatever the machine running the test does. One
     # gauge: the kit's.
-    gauge = _RealCostTimer(FakeTimer(step_s=0.001, machine=machine), gauge_spin_s)
+    gauge = _RealCostTimer(gauge_spin_s, step_s=0.001, machine=machine)
     steady = SteadyTime(gauge, raw=virtual.now, window=3,
                         settle_turns=4) if clock == "steady" else None
     _after_the_searches(monkeypatch, lambda: setattr(machine, "factor", 3.0))

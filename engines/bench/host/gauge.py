@@ -36,14 +36,14 @@ class HostGauge:
     each timing the rounds keep (that speed: the targets count on the engines' clock)."""
 
     def __init__(self, timer: Timer, *, share: float = SHARE,
-                 now: Callable[[], float] = time.perf_counter,
+                 now: Callable[[], float] | None = None,
                  on_decode: Callable[[float], None] | None = None,
                  scale: Callable[[], float] | None = None) -> None:
         if not 0 < share < 1:
             raise ValueError(f"yardstick share: must be in (0, 1), got {share}")
         self.timer = timer
         self.share = share
-        self._now = now
+        self._now = now or time.perf_counter  # the wall clock, unless a run gives its own
         self._on_decode, self._scale = on_decode, scale
         self._decodes: list[float] = []
         self._prefills: list[float] = []

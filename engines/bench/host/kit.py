@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from engines.bench.clocks import TimeSource
 from engines.bench.config import Config
 from engines.bench.host.gauge import HostGauge, Timer
@@ -41,9 +39,8 @@ def build(config: Config, max_model_len: int, *, timer: Timer | None = None,
         from engines.bench.calibration import for_config  # torch: only when timing
 
         timer = for_config(config, max_model_len)
-    wall = now or time.perf_counter
     if config.clock != "steady":
-        return HostKit(HostGauge(timer, now=wall))
+        return HostKit(HostGauge(timer, now=now))
     clock = steady or SteadyTime(timer)
-    return HostKit(HostGauge(timer, now=wall, on_decode=clock.observe,
+    return HostKit(HostGauge(timer, now=now, on_decode=clock.observe,
                              scale=lambda: clock.speed), clock)
