@@ -1,8 +1,8 @@
 """The package's shape: no import cycle anywhere in engines/ (imports inside functions count);
 engines/ laid out by kind, data flowing one way (FLOW below): protocol <- models <- core <-
 slot / paged / sequential / adapters, and testing / bench, which never import each other, see
-engines through the protocol and factories only; the old public spec paths stay thin
-re-exports of the new ones, and every spec path and engines/ file the repo names exists."""
+engines through the protocol and factories only; no module is an alias of another (a path
+that moved is renamed everywhere), and every spec path and engines/ file the repo names exists."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import ast
 import importlib
 import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -68,7 +67,7 @@ def test_the_graph_is_read() -> None:
     assert "engines.protocol" in GRAPH["engines.testing.recorder"]
     assert "engines.testing.search" in GRAPH["engines.testing.conformance"]  # in a function
     assert "engines.core.decoder" in GRAPH["engines.paged.forward"]
-    assert "engines.slot.continuous" in GRAPH["engines.continuous"]
+    assert "engines.slot.engine" in GRAPH["engines.slot.continuous"]
     assert "engines.adapters.vllm.adapter" in GRAPH["engines.adapters.vllm"]  # a star import
 
 
@@ -117,7 +116,6 @@ FLOW: dict[str, set[str]] = {
     # The presets' byte-level BPE, trained and cached per vocabulary size.
     "engines.tokenizer": {"engines.models"},
     "engines.factories": {"engines.protocol"},  # MODULE:CALLABLE specs, for testing and bench
-    "engines.deprecated": set(),  # the warning the old spec paths give
     # The thread count the bench's --threads hands to engines built in its process.
     "engines.threads": set(),
     "engines.core": {"engines.protocol", "engines.models", "engines.threads",
@@ -156,20 +154,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("engines.adapters.http.variants", "engines.loras"):
         "vllm_server_loras launches vLLM's server with the zoo's PEFT adapters (as vllm_loras)",
 }
-# The old public spec paths, deprecated aliases for one release: thin re-exports of where the
-# code now is that warn, naming it.
-SHIMS = {
-    "engines.continuous": "engines.slot.continuous",
-    "engines.static": "engines.slot.static",
-    "engines.paged_variants": "engines.paged.variants",
-    "engines.adapters.hf_continuous": "engines.adapters.hf.adapter",
-    "engines.adapters.hf_variants": "engines.adapters.hf.variants",
-    "engines.adapters.vllm_variants": "engines.adapters.vllm.variants",
-    "engines.adapters.http_variants": "engines.adapters.http.variants",
-    "engines.adapters.openvino_variants": "engines.adapters.openvino.variants",
-    "engines.adapters.ortgenai_variants": "engines.adapters.ortgenai.variants",
-    "engines.adapters.ct2_variants": "engines.adapters.ct2.variants",
-}
 # Packages that import nothing: `import engines.adapters` must not pull in torch or vllm.
 BARE = {"engines", "engines.adapters"}
 
@@ -181,9 +165,8 @@ def _part(name: str) -> str | None:
 
 
 def test_every_module_has_a_place() -> None:
-    homeless = [n for n in MODULES if _part(n) is None and n not in SHIMS and
-                n not in BARE]
-    assert not homeless, f"add these to FLOW (or SHIMS) in tests/test_layout.py: {homeless}"
+    homeless = [n for n in MODULES if _part(n) is None and n not in BARE]
+    assert not homeless, f"add these to FLOW in tests/test_layout.py: {homeless}"
 
 
 def test_data_flows_one_way() -> None:
@@ -213,22 +196,6 @@ def _body(name: str) -> list[ast.stmt]:
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the docstring
     return body
-
-
-@pytest.mark.parametrize("shim", sorted(SHIMS))
-def test_an_old_public_path_is_one_reexport_that_warns(shim: str) -> None:
-    assert shim in MODULES, f"{shim} is a public spec path until the next release"
-    body = _body(shim)
-    imports = [n for n in body if isinstance(n, ast.ImportFrom)]
-    calls = [n for n in body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
-    assert len(body) == 3 and len(imports) == 2 and len(calls) == 1, ast.dump(body[0])
-    assert {n.module for n in imports} == {SHIMS[shim], "engines.deprecated"}
-    call = calls[0].value
-    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-    assert call.func.id == "moved"
-    # Everything in engines/ imports the new paths; the old ones are for users.
-    users = [n for n, deps in GRAPH.items() if shim in deps and n not in SHIMS]
-    assert not users, users
 
 
 def test_bare_packages_import_nothing() -> None:
@@ -333,19 +300,12 @@ _NEEDS = {"http": (_HAS_HTTPX, "httpx not installed"),
 @pytest.mark.parametrize("old", [
     pytest.param(old, marks=[pytest.mark.skipif(not have, reason=why)
                              for lib, (have, why) in _NEEDS.items() if lib in old])
-    for old in sorted({**SHIMS, **REEXPORTING_PACKAGES})])
+    for old in sorted(REEXPORTING_PACKAGES)])
 def test_an_old_public_path_gives_the_same_objects(old: str) -> None:
-    new = {**SHIMS, **REEXPORTING_PACKAGES}[old]
-    names = {n for n in _defined(old) if not n.startswith("__") and n != "moved"}
+    new = REEXPORTING_PACKAGES[old]
+    names = {n for n in _defined(old) if not n.startswith("__")}
     assert names, old
-    new_module = importlib.import_module(new)
-    if old in SHIMS:  # imported afresh: its warning comes at import, once
-        sys.modules.pop(old, None)
-        with pytest.warns(DeprecationWarning, match=rf"^{re.escape(old)} is deprecated and "
-                                                    rf"goes in the next release: import "):
-            old_module = importlib.import_module(old)
-    else:
-        old_module = importlib.import_module(old)
+    old_module, new_module = importlib.import_module(old), importlib.import_module(new)
     assert all(getattr(old_module, n) is getattr(new_module, n) for n in names), names
 
 
@@ -369,9 +329,25 @@ def test_every_adapter_folder_has_one_shape() -> None:
         assert {"make_engine"} <= init or {"from_env", "vllm_server"} <= init, folder.name
 
 
-def test_the_flat_adapter_modules_are_only_the_deprecated_aliases() -> None:
+def _is_alias(source: str) -> bool:
+    """A module kept as an alias of another: its docstring says "Deprecated alias", or it
+    imports a `moved` helper (the warning the old aliases gave, all removed)."""
+    tree = ast.parse(source)
+    moved = any(isinstance(n, ast.ImportFrom) and any(a.name == "moved" for a in n.names)
+                for n in ast.walk(tree))
+    return moved or "deprecated alias" in (ast.get_docstring(tree) or "").lower()
+
+
+def test_no_alias_module_is_left() -> None:
+    """A module that moves is renamed everywhere at once, with no alias left at the old path
+    (CHANGELOG.md says what each removed spec path is now); adapters/ holds only folders."""
+    assert _is_alias('"""Deprecated alias of engines.slot.static."""\nfrom x import *\n')
+    assert _is_alias("from engines.deprecated import moved\nmoved(__name__, 'x')\n")
+    assert not _is_alias('"""The paged engine."""\nfrom engines.paged.engine import *\n')
+    aliases = [name for name, path in sorted(MODULES.items()) if _is_alias(path.read_text())]
+    assert not aliases, aliases
     flat = {_module(p) for p in (PACKAGE / "adapters").glob("*.py")} - {"engines.adapters"}
-    assert flat == {m for m in SHIMS if m.startswith("engines.adapters.")}, flat
+    assert not flat, f"one folder per adapter (docs/architecture.md), not a flat module: {flat}"
 
 
 # Where a check's name may stand as a string: its registry line, and nowhere else (a property
