@@ -19,9 +19,9 @@ import time
 from engines.factories import load_factory
 from engines.sequential import SequentialEngine
 from engines.testing.checks import check_named
+from engines.testing.checks.sequence_distribution import THRESHOLD, check_sequence_distribution
 from engines.testing.context import SuiteOptions, build_context
-from engines.testing.properties.base import Violation
-from engines.testing.properties.sequence_draws import THRESHOLD, check_sequence_distribution
+from engines.testing.judging.base import Violation
 from engines.testing.recorder import run_workload
 from engines.testing.search import limits_for
 from engines.testing.sequence_draws import sequence_workload

@@ -14,8 +14,8 @@ from transformers import GenerationConfig
 
 from engines.models import load_model
 from engines.protocol import Engine, FinishReason, Request, SamplingParams, StepOutput
+from engines.testing.judging import Judge, Violation
 from engines.testing.oracle import Alone
-from engines.testing.properties import Judge, Violation
 from engines.testing.recorder import StepRecord, Trace
 from engines.testing.workload import Abort, BadRequest, Workload
 

@@ -17,7 +17,7 @@ import pytest
 from engines.protocol import StepOutput
 from engines.testing import oracle as oracle_module
 from engines.testing.crash import EngineCrashed, call_engine
-from engines.testing.properties import Violation
+from engines.testing.judging import Violation
 from engines.testing.stateful import run_engine_machine
 from engines.testing.workload import Workload
 from examples.toy_engine import ToyEngine
@@ -69,7 +69,7 @@ def _check_report(pytester: pytest.Pytester, args: tuple[str, ...], head: str,
     section = _failure_section(result.outlines)
     text = "\n".join(section)
     assert len(section) < SHORT, text
-    assert section[2].startswith(f"E   engines.testing.properties.base.Violation: {head}"), text
+    assert section[2].startswith(f"E   engines.testing.judging.base.Violation: {head}"), text
     assert "In flight: " in text
     frames = text.split("the suite's frames hidden):\n", 1)[1].split("\n    \n", 1)[0]
     assert "engines/testing/" not in frames and "site-packages" not in frames, frames

@@ -15,8 +15,8 @@ from engines.adapters.http import HTTPEngine  # noqa: E402
 from engines.adapters.http.dialects import vllm_counters, vllm_load  # noqa: E402
 from engines.protocol import Load, LoadIntrospection, Request, SamplingParams  # noqa: E402
 from engines.testing.checks import applicability, check_named  # noqa: E402
+from engines.testing.judging import Violation  # noqa: E402
 from engines.testing.limits import EngineLimits  # noqa: E402
-from engines.testing.properties import Violation  # noqa: E402
 from engines.testing.recorder import load_left, run_workload  # noqa: E402
 from engines.testing.workload import Abort, Workload  # noqa: E402
 from tests import fake_server  # noqa: E402

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from engines.lora_engines import ZOO_ADAPTERS, paged_with_loras, sequential_with_loras
 from engines.loras import zoo_loras
 from engines.models import DEFAULT_PRESET
 from engines.paged import PagedEngine
 from engines.protocol import Engine
 from engines.testing.context import SuiteContext, SuiteOptions, build_context
-from engines.testing.properties import Violation
+from engines.testing.judging import Violation
 from engines.testing.stateful import run_engine_machine
+from engines.zoo import ZOO_ADAPTERS, paged_with_loras, sequential_with_loras
 from tests.planted.harness import fresh_engines, hunt, pinned
 from tests.planted.lora_bugs import LORA_PLANTED
 

@@ -10,8 +10,8 @@ import pytest
 
 from engines.protocol import FinishReason, Request, SamplingParams
 from engines.testing.checks import check_named
+from engines.testing.judging import Judge
 from engines.testing.oracle import Alone
-from engines.testing.properties import Judge
 from engines.testing.recorder import KVSnapshot, Trace
 from engines.testing.workload import Workload
 from tests.helpers import GOOD, R0, R1, TABLE, Steps, Table, fails, judge, trace

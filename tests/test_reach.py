@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from engines.models import ZOO_ROPE_THRESHOLD, ZOO_WINDOW, preset_thresholds
 from engines.protocol import Request, SamplingParams, kv_extra_blocks, position_thresholds
 from engines.testing.checks import check_named
+from engines.testing.checks.kv_accounting import PAST_PROMPT
 from engines.testing.coverage import Coverage
+from engines.testing.judging import Judge, Violation
 from engines.testing.limits import EngineLimits
-from engines.testing.properties import Judge, Violation
-from engines.testing.properties.kv import PAST_PROMPT
 from engines.testing.recorder import KVSnapshot, Trace
 from engines.testing.seed_workloads import _overflowing, seed_workloads
 from engines.testing.strategies import is_near_miss, request_mixes

@@ -1,8 +1,8 @@
 """A check is one registry entry: a check added to the registry, and to nothing else, is in
 the catalogue and the test ids, gets its skip / xfail fate from what it needs, draws and runs
 in the search, is judged by the state machine when its entry says, and adds its counters to
-the coverage summary. The new check here is what a file under engines/testing/properties/
-would hold; the registry is extended the way one line in engines/testing/checks.py does."""
+the coverage summary. The new check here is what a file under engines/testing/checks/
+would hold; the registry is extended the way discovering that file does."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from engines.testing.checks import (
 )
 from engines.testing.context import build_context
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.judging import Judge, Violation
 from engines.testing.limits import EngineLimits
-from engines.testing.properties import Judge, Violation
 from engines.testing.recorder import Trace
 from engines.testing.search import search
 from engines.testing.stateful import engine_machine, run_engine_machine

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck
 from hypothesis import settings as Settings
 
 from engines.testing.context import SuiteOptions, build_context
-from engines.testing.properties import Violation
+from engines.testing.judging import Violation
 from engines.testing.replays import REPLAYS
 from engines.testing.search import search
 from engines.testing.stateful import run_engine_machine

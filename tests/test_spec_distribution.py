@@ -20,9 +20,9 @@ from engines.paged.variants import speculative_draft_sampled
 from engines.protocol import Request
 from engines.sequential import SequentialEngine
 from engines.testing.checks import check_named
+from engines.testing.checks.sequence_distribution import check_sequence_distribution
 from engines.testing.context import SuiteOptions, build_context
-from engines.testing.properties import Violation
-from engines.testing.properties.sequence_draws import check_sequence_distribution
+from engines.testing.judging import Violation
 from engines.testing.recorder import run_workload
 from engines.testing.search import limits_for
 from engines.testing.sequence_draws import sequence_workload

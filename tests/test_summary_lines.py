@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.testing.properties.seeds import FALSE_ALARM, identical_bound, seeds_needed
+from engines.testing.checks.seeds import FALSE_ALARM, identical_bound, seeds_needed
 
 ROOT = str(Path(__file__).resolve().parents[1])
 SUITE = ("-p", "no:cacheprovider", "--hypothesis-profile=batching-dev", "--pyargs",

@@ -17,9 +17,9 @@ from engines.protocol import SamplingParams
 from engines.sequential import SequentialEngine
 from engines.testing import distribution as D
 from engines.testing.checks import check_named
+from engines.testing.checks.sampling_distribution import check_sampling_distribution
 from engines.testing.context import SuiteContext, SuiteOptions, build_context
 from engines.testing.processing import GREEDY_FILTERS, greedy_filter
-from engines.testing.properties.unseeded_draws import check_sampling_distribution
 from engines.testing.recorder import run_workload
 from engines.testing.search import limits_for, search
 from engines.testing.seed_workloads import seed_workloads

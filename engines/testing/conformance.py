@@ -28,7 +28,7 @@ def test_conformance(conformance_context: SuiteContext, conformance_check: str,
     """One check (docs/architecture.md), on seed workloads and then a Hypothesis search."""
     __tracebackhide__ = True
     from engines.testing.crash import EngineCrashed
-    from engines.testing.properties import Violation
+    from engines.testing.judging import Violation
     from engines.testing.report import crash_finding
 
     try:

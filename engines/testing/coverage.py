@@ -6,7 +6,7 @@ KVIntrospection (the strategies still cross 16-token "blocks", but they are a gu
 No counter is about slots: occupancy is read from the trace ("in flight at once").
 
 What is counted of every workload is here; what a check counts of its own judgement is its
-`Tally`, beside its property (engines/testing/properties/), and so are the sentences its
+`Tally`, beside its property (engines/testing/checks/<check>.py), and so are the sentences its
 counters call for. A key of the form `topic: detail` (a one-word topic, e.g. "limits: ...")
 is material for those sentences, not for the one-line summary."""
 

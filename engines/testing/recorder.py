@@ -1,6 +1,6 @@
 """Runs a workload on an engine through the protocol only, recording what it saw as a Trace.
 
-The driver never judges (engines.testing.properties does), except for what it cannot leave
+The driver never judges (engines.testing.checks does), except for what it cannot leave
 for later: an exception from the engine, or a step that does not return.
 """
 
@@ -44,7 +44,7 @@ _serial = itertools.count()
 # Cache salts go to the engine tagged with this process's tag and the run's serial: a salted
 # tenant's cache then holds only what this run computed, on any engine, a server that served
 # earlier runs (or earlier processes) included, so what a salted request finds cached is
-# explained by this run alone (engines.testing.properties.isolation_counts). Requests with
+# explained by this run alone (engines.testing.judging.tenant_counts). Requests with
 # one salt in a run share it still; no salt stays none.
 _PROCESS_TAG = secrets.token_hex(4)
 

@@ -22,8 +22,8 @@ from hypothesis.control import current_build_context
 from engines.testing.checks import Check, catalogue
 from engines.testing.context import SuiteContext
 from engines.testing.crash import EngineCrashed, StepTimeout
+from engines.testing.judging import Judge
 from engines.testing.pool import EnginePool
-from engines.testing.properties import Judge
 from engines.testing.recorder import Trace, run_workload
 from engines.testing.workload import Workload, factory_source, repro_variant
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from engines.testing.context import SuiteContext
 from engines.testing.crash import EngineCrashed
+from engines.testing.judging import Violation
 from engines.testing.leaks import minimal_leak
-from engines.testing.properties import Violation
 from engines.testing.replays import confirmation, variant_script
 from engines.testing.verdict import Failure, Leak, failure_after
 from engines.testing.workload import Workload, repro_sequence, repro_snippet

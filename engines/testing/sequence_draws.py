@@ -2,7 +2,7 @@
 requests of one fixed prompt, each SEQUENCE_TOKENS tokens long, arriving in waves, so that a
 speculating engine verifies drafts for some rows while others prefill. Their first tokens
 are judged against the reference engine's distribution position by position
-(engines.testing.properties.sequence_draws); no seed is needed, so engines that declare no
+(engines.testing.checks.sequence_distribution); no seed is needed, so engines that declare no
 `seed` (or declare seeds broken) are judged too.
 
 The prompt repeats a 3-token chunk: a prompt-lookup drafter finds its continuation at once
@@ -19,7 +19,7 @@ __all__ = ["SEQUENCE_DRAWS", "SEQUENCE_PROMPT", "SEQUENCE_TEMPERATURE", "SEQUENC
            "WAVES", "sequence_workload"]
 
 # Requests a run: 7 tokens judged each (the first is sampling_distribution's), 1,120 in all;
-# the false-alarm bound and the measured rate: engines.testing.properties.sequence_draws.
+# the false-alarm bound and the measured rate: engines.testing.checks.sequence_distribution.
 SEQUENCE_DRAWS = 160
 # Tokens a request: the first is drawn after the prompt as in any engine; a speculating
 # engine drafts the next ones, several steps of drafts (k = 3: 3 drafts, then a bonus).

@@ -33,8 +33,8 @@ from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.checks import VARIANTS, Check, Moment, catalogue
 from engines.testing.context import SuiteContext, build_context
 from engines.testing.crash import EngineCrashed
+from engines.testing.judging import Violation
 from engines.testing.lora_swaps import adapter_swaps, swappable, swaps_note
-from engines.testing.properties import Violation
 from engines.testing.recorder import Recorder
 from engines.testing.report import crash_finding, explain
 from engines.testing.search import search_settings

@@ -10,7 +10,7 @@ variant must serve every drawn request); salts only where every engine compared 
 Isolation groups: one prompt of whole KV blocks and a short tail (so that a prefix cache
 holds its blocks), under two or three different tenants and one tenant twice, arriving one
 after another: a block shared across tenants is a leak, and the same tenant's repeat shows
-whether the engine shares at all (engines.testing.properties.isolation judges both).
+whether the engine shares at all (engines.testing.judging.tenant_blocks judges both).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 tables (no KVIntrospection), only its own count of the prompt tokens each request took from
 its prefix cache (StepOutput.cached_prompt_tokens). The `isolation` check must catch a prefix
 key that ignores the salt, and isolation had by caching nothing for salted tenants, from the
-counts alone (engines.testing.properties.isolation_counts), as it would over HTTP.
+counts alone (engines.testing.judging.tenant_counts), as it would over HTTP.
 
 COUNT_PLANTED: each factory -> the check that catches it; COUNT_CONTROL: the correct engine
 behind the same view.

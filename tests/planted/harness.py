@@ -14,7 +14,7 @@ from hypothesis.errors import FlakyFailure
 
 from engines.testing.context import SuiteContext, SuiteOptions, build_context
 from engines.testing.crash import EngineCrashed
-from engines.testing.properties import Violation
+from engines.testing.judging import Violation
 from engines.testing.report import crash_finding
 from engines.testing.search import search
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engines.testing.coverage import Tally
+from engines.testing.judging.base import Judge, Violation
 from engines.testing.limits import EngineLimits
-from engines.testing.properties.base import Judge, Violation
 from engines.testing.recorder import Trace
 
 __all__ = ["Check", "Draws", "Given", "Moment", "Need", "Property"]

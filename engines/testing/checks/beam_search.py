@@ -23,13 +23,15 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.needs import BEAMS
+from engines.testing.checks.reference_parity import CHECK as REFERENCE_PARITY
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.judging.base import Judge, describe
 from engines.testing.oracle import Alone, AloneOracle
-from engines.testing.properties.base import Judge, describe
 from engines.testing.recorder import Trace
 
-__all__ = ["TALLY", "check_beam_search", "is_beam_search"]
+__all__ = ["CHECK", "TALLY", "check_beam_search", "is_beam_search"]
 
 
 def is_beam_search(params: SamplingParams) -> bool:
@@ -190,3 +192,7 @@ def check_beam_search(check: Check, trace: Trace, judge: Judge
         forgiven += _compare(check, judge, trace, r, beams, want, "on the reference engine",
                              True)
     return judged, referenced, forgiven, unreferenced
+
+
+CHECK = Check("beam_search", check_beam_search, needs=(BEAMS,), draws=Draws(beams=True),
+              tally=TALLY, rejudges=(REFERENCE_PARITY,))

@@ -18,12 +18,13 @@ import math
 from collections.abc import Hashable
 
 from engines.protocol import FinishReason, Request, StepOutput
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.needs import CHILDREN
 from engines.testing.coverage import Coverage, Tally
-from engines.testing.properties.base import Judge, describe
+from engines.testing.judging.base import Judge, describe
 from engines.testing.recorder import Trace
 
-__all__ = ["FALSE_ALARM", "TALLY", "check_children"]
+__all__ = ["CHECK", "FALSE_ALARM", "TALLY", "check_children"]
 
 FALSE_ALARM = 1e-6  # the most likely identical independent children may be, and still fail
 
@@ -139,3 +140,7 @@ def check_children(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
                 f"{math.exp(chance):.2g} (from the tokens' logprobs). Do the children share "
                 "one seed or one generator?")
     return judged, distinct, unknown
+
+
+CHECK = Check("children", check_children, needs=(CHILDREN,), draws=Draws(children=True),
+              tally=TALLY)

@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from engines.protocol import FinishReason, Guided, Request
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.needs import CONSTRAINTS
 from engines.testing.coverage import Coverage, Tally
-from engines.testing.properties.base import Judge, describe
+from engines.testing.judging.base import Judge, describe
 from engines.testing.recorder import Trace
 
-__all__ = ["TALLY", "Judged", "check_constraints", "completed_word", "grammar_of"]
+__all__ = ["CHECK", "TALLY", "Judged", "check_constraints", "completed_word", "grammar_of"]
 
 # The constraints the notes name when none was drawn, and why a request went unjudged.
 KINDS = ("allowed_token_ids", "logit_bias", "bad_words", "guided")
@@ -249,3 +250,7 @@ def _notes(data: Mapping[str, int], name: str) -> list[str]:
 
 
 TALLY = Tally(_add, _notes)
+
+
+CHECK = Check("constraints", check_constraints, needs=(CONSTRAINTS,),
+              draws=Draws(constraints=True), tally=TALLY)

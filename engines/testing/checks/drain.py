@@ -6,11 +6,12 @@ no token comparison sees."""
 
 from __future__ import annotations
 
-from engines.testing.check import Check
-from engines.testing.properties.base import Judge
+from engines.testing.checks.base import Check
+from engines.testing.checks.needs import LOAD
+from engines.testing.judging.base import Judge
 from engines.testing.recorder import Trace, load_left
 
-__all__ = ["check_drain"]
+__all__ = ["CHECK", "check_drain"]
 
 
 def check_drain(check: Check, trace: Trace, judge: Judge) -> None:
@@ -27,3 +28,6 @@ def check_drain(check: Check, trace: Trace, judge: Judge) -> None:
                          f"still shows {left}. Expected nothing running or waiting and KV usage "
                          f"back to its value before the workload: a request or its KV blocks "
                          "leaked.")
+
+
+CHECK = Check("drain", check_drain, needs=(LOAD,))

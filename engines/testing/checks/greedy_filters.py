@@ -16,14 +16,15 @@ import dataclasses
 from collections.abc import Mapping
 
 from engines.protocol import SamplingParams
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.needs import GREEDY_FILTER
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.judging.base import Judge, describe
 from engines.testing.oracle import TOP_K
 from engines.testing.processing import greedy_filter
-from engines.testing.properties.base import Judge, describe
 from engines.testing.recorder import Trace
 
-__all__ = ["TALLY", "check_greedy_filters"]
+__all__ = ["CHECK", "TALLY", "check_greedy_filters"]
 
 _JUDGED = "greedy-filter requests judged"
 _TIE = "filters: diverged at a near-tie of the two most likely tokens"
@@ -103,3 +104,7 @@ def _notes(data: Mapping[str, int], name: str) -> list[str]:
 
 
 TALLY = Tally(_add, _notes)
+
+
+CHECK = Check("greedy_filters", check_greedy_filters, needs=(GREEDY_FILTER,),
+              draws=Draws(greedy_filters=True), tally=TALLY)

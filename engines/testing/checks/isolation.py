@@ -1,8 +1,8 @@
 """The `isolation` check: tenant isolation judged by whichever view the engine gives, both where
-it gives both. Block tables (KVIntrospection: engines.testing.properties.isolation) show a
+it gives both. Block tables (KVIntrospection: engines.testing.judging.tenant_blocks) show a
 block held by two tenants at once; the engine's own count of cached prompt tokens
-(StepOutput.cached_prompt_tokens, declared in `output_fields`: engines.testing.properties
-.isolation_counts) shows KV handed across tenants wherever it came from, a server's included.
+(StepOutput.cached_prompt_tokens, declared in `output_fields`: engines.testing.judging
+.tenant_counts) shows KV handed across tenants wherever it came from, a server's included.
 The summary says which view judged how much, and what neither could."""
 
 from __future__ import annotations
@@ -10,19 +10,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.needs import SHARING, TENANTS
 from engines.testing.coverage import Coverage, Tally
-from engines.testing.properties import isolation
-from engines.testing.properties.base import Judge
-from engines.testing.properties.isolation_counts import CountsJudged, check_counts
+from engines.testing.judging import tenant_blocks
+from engines.testing.judging.base import Judge
+from engines.testing.judging.tenant_counts import CountsJudged, check_counts
 from engines.testing.recorder import Trace
 
-__all__ = ["TALLY", "Both", "check_tenant_isolation"]
+__all__ = ["CHECK", "TALLY", "Both", "check_tenant_isolation"]
 
 
 @dataclass(frozen=True, slots=True)
 class Both:
-    kv: isolation.Judged | None  # None: the trace has no block tables
+    kv: tenant_blocks.Judged | None  # None: the trace has no block tables
     counts: CountsJudged | None  # None: the engine does not report its cached tokens
 
 
@@ -31,14 +32,14 @@ def check_tenant_isolation(check: Check, trace: Trace, judge: Judge) -> Both:
     by caching nothing)."""
     __tracebackhide__ = True
     tables = any(rec.kv is not None for rec in trace.steps)
-    kv = isolation.check_isolation(check, trace, judge) if tables else None
+    kv = tenant_blocks.check_isolation(check, trace, judge) if tables else None
     counts = check_counts(check, trace) if trace.cached_counts else None
     return Both(kv, counts)
 
 
 def _add(coverage: Coverage, judged: Both, check: str) -> None:
     if judged.kv is not None:
-        isolation.TALLY.add(coverage, judged.kv, check)
+        tenant_blocks.TALLY.add(coverage, judged.kv, check)
     if judged.counts is not None:
         c = coverage.counts
         for key, n in asdict(judged.counts).items():
@@ -80,7 +81,11 @@ def _counts_notes(data: Mapping[str, int], check: str) -> list[str]:
 
 
 def _notes(data: Mapping[str, int], check: str) -> list[str]:
-    return isolation.TALLY.notes(data, check) + _counts_notes(data, check)
+    return tenant_blocks.TALLY.notes(data, check) + _counts_notes(data, check)
 
 
 TALLY = Tally(_add, _notes)
+
+
+CHECK = Check("isolation", check_tenant_isolation, needs=(SHARING, TENANTS),
+              draws=Draws(tenants=True), tally=TALLY)

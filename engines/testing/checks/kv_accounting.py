@@ -25,13 +25,14 @@ from collections import defaultdict
 from collections.abc import Hashable
 
 from engines.protocol import child_key
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.needs import KV
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.crash import EngineCrashed
-from engines.testing.properties.base import Judge, Violation
+from engines.testing.judging.base import Judge, Violation
 from engines.testing.recorder import KVSnapshot, Trace
 
-__all__ = ["TALLY", "check_kv_accounting"]
+__all__ = ["CHECK", "TALLY", "check_kv_accounting"]
 
 
 Beams = dict[Hashable, tuple[int, int]]  # a beam row's key -> (prompt length, max_tokens)
@@ -220,3 +221,8 @@ def _judge_trace(check: Check, trace: Trace, where: str) -> int:
                          f"{last.free} of {last.total} are free. Expected every block free or "
                          "evictable.")
     return past_prompt
+
+
+# Children and beams: copy-on-write and forked block tables are where KV accounting breaks.
+CHECK = Check("kv_accounting", check_kv_accounting, needs=(KV,),
+              draws=Draws(children=True, beams=True, beams_fit_variants=True), tally=TALLY)

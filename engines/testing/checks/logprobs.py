@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 
 from engines.protocol import Request
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.needs import TOP_LOGPROBS
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.judging.base import Judge, describe, step_of_token, tops
 from engines.testing.oracle import served_by
 from engines.testing.processing import comparable_kinds
-from engines.testing.properties.base import Judge, describe, step_of_token, tops
 from engines.testing.recorder import Trace
 
 # Batched against alone on the same engine: fp32 engines agree to within rounding of
@@ -149,3 +150,9 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
                 _compare(check, trace, r, got, ref.top_logprobs, tokens, ref.tokens, REFERENCE_TOL,
                          "the reference engine's")
     return judged, shape, none, kinds
+
+
+# Top logprobs the check asks of every request: enough for a neighbour's to differ.
+LOGPROBS = 5
+CHECK = Check("logprobs", check_logprobs, needs=(TOP_LOGPROBS,), draws=Draws(logprobs=LOGPROBS),
+              tally=TALLY)

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from engines.protocol import Request
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.logprobs import BATCH_TOL, LOGPROBS, REFERENCE_TOL, _apart
+from engines.testing.checks.needs import PROMPT_LOGPROBS
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.judging.base import Judge, describe
 from engines.testing.oracle import served_by
-from engines.testing.properties.base import Judge, describe
-from engines.testing.properties.logprobs import BATCH_TOL, REFERENCE_TOL, _apart
 from engines.testing.recorder import Trace
 
 Entries = Sequence[Mapping[int, float] | None]
@@ -108,3 +109,7 @@ def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int
                 _compare(check, trace, r, got, ref.prompt_logprobs, REFERENCE_TOL,
                          "the reference engine's")
     return judged, shape
+
+
+CHECK = Check("prompt_logprobs", check_prompt_logprobs, needs=(PROMPT_LOGPROBS,),
+              draws=Draws(prompt_logprobs=LOGPROBS), tally=TALLY)

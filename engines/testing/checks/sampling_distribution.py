@@ -20,13 +20,15 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from engines.protocol import SamplingParams
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.needs import REFERENCE, TEMPERATURE
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.distribution import tempered, tv_test
-from engines.testing.properties.base import Judge
+from engines.testing.judging.base import Judge
 from engines.testing.recorder import Trace
+from engines.testing.unseeded import DRAWS
 
-__all__ = ["MIN_GROUP", "TALLY", "check_sampling_distribution"]
+__all__ = ["CHECK", "MIN_GROUP", "TALLY", "check_sampling_distribution"]
 
 MIN_GROUP = 100  # draws a group needs to be judged (the seed workload has 160)
 # Candidates asked of the reference: its whole vocabulary up to this (a temperature other
@@ -108,3 +110,8 @@ def _notes(data: Mapping[str, int], name: str) -> list[str]:
 
 
 TALLY = Tally(_add, _notes)
+
+
+CHECK = Check("sampling_distribution", check_sampling_distribution,
+              needs=(REFERENCE, TEMPERATURE), draws=Draws(unseeded_draws=DRAWS, search=False),
+              tally=TALLY)

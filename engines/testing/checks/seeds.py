@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engines.protocol import Request
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
 from engines.testing.coverage import GREEDY_ONLY, Coverage, Tally
+from engines.testing.judging.base import Judge, describe
 from engines.testing.oracle import TOP_K
-from engines.testing.properties.base import Judge, describe
 from engines.testing.recorder import Trace
 
-__all__ = ["FALSE_ALARM", "MOST_SEEDS_ASKED", "SOURCES", "TALLY", "SeedGroup", "check_seeds",
-           "identical_bound", "seed_groups", "seeds_needed"]
+__all__ = ["CHECK", "FALSE_ALARM", "MOST_SEEDS_ASKED", "SOURCES", "TALLY", "SeedGroup",
+           "check_seeds", "identical_bound", "seed_groups", "seeds_needed"]
 
 FALSE_ALARM = 1e-6
 MOST_SEEDS_ASKED = 10_000  # past this many seeds a group is called unjudgeable outright
@@ -236,3 +236,6 @@ def _certain(data: Mapping[str, int], source: str, name: str) -> str:
 
 
 TALLY = Tally(_add, _notes)
+
+
+CHECK = Check("seeds", check_seeds, draws=Draws(seed_groups=True), sampling=True, tally=TALLY)

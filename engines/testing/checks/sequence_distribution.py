@@ -34,13 +34,15 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from engines.protocol import SamplingParams
-from engines.testing.check import Check
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.needs import REFERENCE, TEMPERATURE
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.distribution import tv_test
-from engines.testing.properties.base import Judge
+from engines.testing.judging.base import Judge
 from engines.testing.recorder import Trace
+from engines.testing.sequence_draws import SEQUENCE_DRAWS
 
-__all__ = ["BINS", "FIRST_JUDGED", "MIN_DRAWS", "ORDERS", "PIT_SEED", "THRESHOLD", "TALLY",
+__all__ = ["CHECK", "BINS", "FIRST_JUDGED", "MIN_DRAWS", "ORDERS", "PIT_SEED", "THRESHOLD", "TALLY",
            "check_sequence_distribution", "pit_bins"]
 
 BINS = 4  # equal bins of [0, 1): 2^4 - 2 unions in the bound
@@ -195,3 +197,8 @@ def _notes(data: Mapping[str, int], name: str) -> list[str]:
 
 
 TALLY = Tally(_add, _notes)
+
+
+CHECK = Check("sequence_distribution", check_sequence_distribution,
+              needs=(REFERENCE, TEMPERATURE),
+              draws=Draws(sequence_draws=SEQUENCE_DRAWS, search=False), tally=TALLY)

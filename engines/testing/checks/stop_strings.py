@@ -15,17 +15,18 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from engines.protocol import FinishReason, Request
-from engines.testing.check import Check
+from engines.testing.checks.base import Check
+from engines.testing.checks.needs import STOP_STRINGS, TOKENIZER
+from engines.testing.checks.streamed_text import _mismatch, streamed
 from engines.testing.coverage import Coverage, Tally
-from engines.testing.properties.base import Judge, describe, step_of_token
-from engines.testing.properties.streamed_text import _mismatch, streamed
+from engines.testing.judging.base import Judge, describe, step_of_token
 from engines.testing.recorder import Trace
 from engines.testing.text import StopAt, cuts, decode, stop_tokens, tokenizer, visible
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["TALLY", "check_stop_strings"]
+__all__ = ["CHECK", "TALLY", "check_stop_strings"]
 
 
 def _about(r: Request) -> str:
@@ -134,3 +135,6 @@ def check_stop_strings(check: Check, trace: Trace, judge: Judge) -> tuple[int, i
                 raise check.fail(_mismatch(r, trace, got, alone.text,
                                            f"its text served alone ({_about(r)})"))
     return hit, spanning, missed, no_text
+
+
+CHECK = Check("stop_strings", check_stop_strings, needs=(TOKENIZER, STOP_STRINGS), tally=TALLY)

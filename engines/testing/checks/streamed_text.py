@@ -12,16 +12,17 @@ from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from engines.protocol import FinishReason, Request
-from engines.testing.check import Check
+from engines.testing.checks.base import Check
+from engines.testing.checks.needs import TOKENIZER
 from engines.testing.coverage import Coverage, Tally
-from engines.testing.properties.base import Judge, describe
+from engines.testing.judging.base import Judge, describe
 from engines.testing.recorder import Trace
 from engines.testing.text import REPLACEMENT, decode, tokenizer
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["TALLY", "check_streamed_text", "cut_characters", "streamed"]
+__all__ = ["CHECK", "TALLY", "check_streamed_text", "cut_characters", "streamed"]
 
 
 def streamed(trace: Trace, rid: Hashable) -> str | None:
@@ -109,3 +110,6 @@ def check_streamed_text(check: Check, trace: Trace, judge: Judge) -> tuple[int, 
                 raise check.fail(_mismatch(r, trace, got, alone.text,
                                            "its text served alone"))
     return judged, cut, none
+
+
+CHECK = Check("streamed_text", check_streamed_text, needs=(TOKENIZER,), tally=TALLY)

@@ -26,9 +26,9 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 from engines.protocol import Request
-from engines.testing.check import Check
+from engines.testing.checks.base import Check
 from engines.testing.coverage import Coverage, Tally
-from engines.testing.properties.base import Judge, describe
+from engines.testing.judging.base import Judge, describe
 from engines.testing.recorder import KVSnapshot, Trace
 
 __all__ = ["TALLY", "Judged", "check_isolation"]

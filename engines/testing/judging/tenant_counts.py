@@ -37,8 +37,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from engines.protocol import Request
-from engines.testing.check import Check
-from engines.testing.properties.base import describe
+from engines.testing.checks.base import Check
+from engines.testing.judging.base import describe
 from engines.testing.recorder import Trace
 
 __all__ = ["CountsJudged", "check_counts", "reported_counts"]

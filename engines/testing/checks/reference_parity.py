@@ -1,0 +1,73 @@
+"""reference_parity: every greedy request's tokens equal what the reference engine
+(--reference-engine) generates for it alone."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.needs import REFERENCE
+from engines.testing.checks.parity import owes_prefix_only, where
+from engines.testing.coverage import Coverage, Tally
+from engines.testing.judging.base import Judge, describe, tops
+from engines.testing.oracle import NotServable
+from engines.testing.recorder import Trace
+
+__all__ = ["CHECK", "TALLY", "check_reference_parity"]
+
+
+def check_reference_parity(check: Check, trace: Trace, judge: Judge) -> int:
+    """Every greedy request's tokens equal what the reference engine (--reference-engine)
+    generates for it alone. Catches what self-parity cannot: bugs that make batched and alone
+    runs wrong alike (a dropped bias, RoPE off by one everywhere). A request under a LoRA
+    adapter is compared where the reference serves the same adapter directory (under any
+    name, or added through its LoRAManagement); the others are counted, not judged, and the
+    count returned (REFERENCE_TALLY says it)."""
+    __tracebackhide__ = True
+    reference = judge.reference
+    assert reference is not None, f"{check.name} needs a reference engine"
+    unknown = 0  # requests under an adapter the reference cannot serve
+    for r in trace.workload.requests:
+        if r.params.temperature > 0:
+            continue  # engines' samplers differ: only greedy tokens are comparable
+        try:
+            expected = reference(r.prompt_token_ids, r.params,
+                                 lora_path=trace.lora_paths.get(r.request_id))
+        except NotServable:
+            unknown += 1
+            continue
+        got = trace.tokens(r.request_id)
+        exp = expected.tokens
+        if owes_prefix_only(trace, r, len(got), len(exp)):
+            exp = exp[: len(got)]
+        how = judge.diverges(r.prompt_token_ids, got, exp, observed_top=tops(trace, r.request_id),
+                             expected_top=expected.top_logprobs)
+        if how is not None:
+            raise check.fail(
+                f"{describe(r, trace)} diverged from the reference "
+                f"engine {where(trace, r, got, exp)}, {how.replace('alone', 'reference')}"
+                f". The reference generated {list(expected.tokens)}; this engine {got}.")
+    return unknown
+
+
+UNSERVED = "tenants: requests under an adapter the reference cannot serve"
+
+
+def _add_unserved(coverage: Coverage, unknown: int, check: str) -> None:
+    coverage.counts[UNSERVED] += unknown or 0
+
+
+def _unserved_notes(data: Mapping[str, int], check: str) -> list[str]:
+    n = data.get(UNSERVED, 0)
+    if not n:
+        return []
+    return [f"{check}: {n} request(s) under a LoRA adapter were not judged: the reference "
+            "engine neither serves the adapter's directory (its `loras` declaration) nor has "
+            "add_lora (engines.protocol.LoRAManagement)"]
+
+
+TALLY = Tally(_add_unserved, _unserved_notes)
+
+
+CHECK = Check("reference_parity", check_reference_parity, needs=(REFERENCE,),
+              draws=Draws(tenants=True), tally=TALLY)
