@@ -41,8 +41,7 @@ def main() -> int:
     try:
         import torch
         import transformers
-        from transformers import (AutoModelForCausalLM, ContinuousBatchingConfig,
-                                  GenerationConfig)
+        from transformers import AutoModelForCausalLM, ContinuousBatchingConfig, GenerationConfig
     except ImportError as exc:
         print(f"RESULT: cannot-run {exc}")
         return 2
