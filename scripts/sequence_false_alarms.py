@@ -21,17 +21,17 @@ from engines.sequential import SequentialEngine
 from engines.testing.checks import check_named
 from engines.testing.checks.sequence_distribution import THRESHOLD, check_sequence_distribution
 from engines.testing.context import SuiteOptions, build_context
+from engines.testing.features.sequence_draws import sequence_workload
 from engines.testing.judging.base import Violation
 from engines.testing.recorder import run_workload
-from engines.testing.search import limits_for
-from engines.testing.sequence_draws import sequence_workload
+from engines.testing.search import drawing_of
 
 
 def measure(spec: str, runs: int) -> None:
     factory = load_factory(spec)
     ctx = build_context(factory, name=spec, spec=spec,
                         options=SuiteOptions(reference=SequentialEngine))
-    w = sequence_workload(limits_for(ctx, "sequence_distribution"))
+    w = sequence_workload(drawing_of(ctx, "sequence_distribution"))
     check = check_named("sequence_distribution")
     tvs: list[float] = []
     alarms = 0

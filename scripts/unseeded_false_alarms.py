@@ -1,8 +1,8 @@
 """Measure the sampling_distribution check's false-alarm rate on correct engines: its seed
-workload (engines.testing.unseeded: two groups of unseeded one-token draws) served RUNS times
-on each engine, every run with fresh randomness, each group tested against the reference's
-distribution (engines.testing.distribution.tv_test); prints alarms, the largest and the mean
-binned TV, and how many groups passed 0.15 and 0.20 (the threshold is 0.25).
+workload (engines.testing.features.unseeded_draws: two groups of unseeded one-token draws)
+served RUNS times on each engine, every run with fresh randomness, each group tested against
+the reference's distribution (engines.testing.distribution.tv_test); prints alarms, the largest
+and the mean binned TV, and how many groups passed 0.15 and 0.20 (the threshold is 0.25).
 
     PYTHONPATH=. python scripts/unseeded_false_alarms.py 300 engines.paged:PagedEngine ...
 
@@ -28,9 +28,9 @@ from engines.protocol import Request, SamplingParams
 from engines.sequential import SequentialEngine
 from engines.testing.context import SuiteOptions, build_context
 from engines.testing.distribution import THRESHOLD, tempered, tv_test
+from engines.testing.features.unseeded_draws import distribution_workload
 from engines.testing.recorder import run_workload
-from engines.testing.search import limits_for
-from engines.testing.unseeded import distribution_workload
+from engines.testing.search import drawing_of
 
 Key = tuple[tuple[int, ...], float]
 
@@ -70,7 +70,7 @@ def measure(spec: str, runs: int) -> None:
     ctx = build_context(load_factory(spec), name=spec, spec=spec,
                         options=SuiteOptions(reference=SequentialEngine))
     assert ctx.judge.reference is not None
-    w = distribution_workload(limits_for(ctx, "sampling_distribution"))
+    w = distribution_workload(drawing_of(ctx, "sampling_distribution"))
     probs = tempered_probs(reference_tops(ctx, w))
     engine = ctx.pool.fresh()
     tvs: list[float] = []
@@ -96,7 +96,7 @@ def measure_sampler(runs: int) -> None:
     ctx = build_context(SequentialEngine, name="sampler",
                         options=SuiteOptions(reference=SequentialEngine))
     assert ctx.judge.reference is not None
-    w = distribution_workload(limits_for(ctx, "sampling_distribution"))
+    w = distribution_workload(drawing_of(ctx, "sampling_distribution"))
     tops = reference_tops(ctx, w)
     probs = tempered_probs(tops)
     logits = {}

@@ -18,8 +18,9 @@ from engines.protocol import BASE_PARAMS, CONSTRAINT_PARAMS, FinishReason, Guide
 from engines.protocol import SamplingParams as P
 from engines.sequential import SequentialEngine
 from engines.testing.checks import check_named
-from engines.testing.constraint_draws import constrained
 from engines.testing.context import SuiteOptions, build_context
+from engines.testing.features.base import Drawing
+from engines.testing.features.constraints import constrained
 from engines.testing.limits import EngineLimits
 from engines.testing.recorder import Trace
 from engines.tokenizer import load, tokenizer_for
@@ -89,16 +90,18 @@ def test_guided_outputs(guided: Guided, full: str, prefix: str, wrong: str) -> N
 
 
 def test_constraints_are_drawn_only_where_declared() -> None:
-    declared = EngineLimits(vocab_size=V, max_model_len=64,
-                            sampling_fields=BASE_PARAMS | CONSTRAINT_PARAMS,
-                            tokenizer=tokenizer_for("tiny"), constraints_dense=True)
+    declared = Drawing.from_limits(
+        EngineLimits(vocab_size=V, max_model_len=64,
+                     sampling_fields=BASE_PARAMS | CONSTRAINT_PARAMS,
+                     tokenizer=tokenizer_for("tiny")), constraints_dense=True)
     kinds: set[str] = set()
 
     @Settings(max_examples=60, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     @given(st.data())
     def draw(data: st.DataObject) -> None:
-        for limits in (declared, EngineLimits(vocab_size=V, max_model_len=64)):
+        for limits in (declared, Drawing.from_limits(EngineLimits(vocab_size=V,
+                                                                  max_model_len=64))):
             p = data.draw(constrained(limits, (1, 2), P(max_tokens=4), None))
             got = {f for f in CONSTRAINT_PARAMS if getattr(p, f) not in (None, ())}
             if limits is declared:

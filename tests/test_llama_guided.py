@@ -13,7 +13,7 @@ import pytest
 
 from engines.adapters.http.llama_guided import guided_fields, regex_to_gbnf
 from engines.protocol import Guided
-from engines.testing.constraint_draws import CHOICES, REGEXES
+from engines.testing.features.constraints import CHOICES, REGEXES
 
 pytest.importorskip("llguidance", reason="llguidance (the reference's grammar library) is "
                                           "not installed")

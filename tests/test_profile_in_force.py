@@ -22,7 +22,7 @@ import pytest
 import engines
 from engines.testing.context import build_context
 from engines.testing.profiles import resolve_profile
-from engines.testing.search import limits_for
+from engines.testing.search import drawing_of
 from engines.testing.seed_workloads import seed_workloads
 from examples.toy_engine import ToyEngine
 
@@ -55,7 +55,7 @@ def test_own_profile_is_untouched():
 def seeds() -> int:
     """How many seed workloads the check runs on the toy engine before its search."""
     ctx = build_context(ToyEngine, name="ToyEngine")
-    return len(seed_workloads(limits_for(ctx, CHECK), alone=ctx.oracle.tokens))
+    return len(seed_workloads(drawing_of(ctx, CHECK), alone=ctx.oracle.tokens))
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The two seed workloads of engines.testing.revisits, each with a one-line bug planted in the
+"""The two seed workloads of engines.testing.seed_workloads, each with a one-line bug planted in the
 paged engine that only it reaches (tests/planted/revisit_bugs.py): the same prompts again
 after they finished (a full prefix hit that hangs the engine: `liveness` reports it, the test
 does not hang), and seeded requests past a small pool (a resumed request reseeded: the

@@ -22,10 +22,10 @@ from engines.sequential import SequentialEngine
 from engines.testing.checks import check_named
 from engines.testing.checks.sequence_distribution import check_sequence_distribution
 from engines.testing.context import SuiteOptions, build_context
+from engines.testing.features.sequence_draws import sequence_workload
 from engines.testing.judging import Violation
 from engines.testing.recorder import run_workload
-from engines.testing.search import limits_for
-from engines.testing.sequence_draws import sequence_workload
+from engines.testing.search import drawing_of
 from tests.planted.spec_bugs import ResidualNotNormalised
 
 DRAWS = 20_000
@@ -70,7 +70,7 @@ def test_the_planted_residual_bug_does_not() -> None:
 def _judge(factory: Any) -> Violation | None:
     """factory's run of the check's seed workload, seeded request by request, judged."""
     ctx = build_context(factory, name="spec", options=SuiteOptions(reference=SequentialEngine))
-    w = sequence_workload(limits_for(ctx, "sequence_distribution"))
+    w = sequence_workload(drawing_of(ctx, "sequence_distribution"))
     seeded = dataclasses.replace(w, requests=tuple(
         Request(r.prompt_token_ids, dataclasses.replace(r.params, seed=100 + i),
                 request_id=r.request_id) for i, r in enumerate(w.requests)))

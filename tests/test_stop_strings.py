@@ -15,8 +15,8 @@ from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
 from engines.sequential import SequentialEngine
 from engines.slot.continuous import ContinuousBatchEngine
 from engines.slot.static import StaticBatchEngine
+from engines.testing.features.stop_strings import stop_string_workload
 from engines.testing.limits import EngineLimits
-from engines.testing.stop_draws import stop_string_workload
 from engines.testing.text import decode, stop_tokens, tokenizer
 from tests.planted.harness import hunt, pinned
 from tests.planted.text_bugs import TEXT_PLANTED

@@ -19,11 +19,11 @@ from engines.testing import distribution as D
 from engines.testing.checks import check_named
 from engines.testing.checks.sampling_distribution import check_sampling_distribution
 from engines.testing.context import SuiteContext, SuiteOptions, build_context
+from engines.testing.features.unseeded_draws import DRAWS, distribution_workload
 from engines.testing.processing import GREEDY_FILTERS, greedy_filter
 from engines.testing.recorder import run_workload
-from engines.testing.search import limits_for, search
+from engines.testing.search import drawing_of, search
 from engines.testing.seed_workloads import seed_workloads
-from engines.testing.unseeded import DRAWS, distribution_workload
 from engines.testing.workload import Workload
 from tests.planted.harness import hunt, pinned
 from tests.planted.unseeded_bugs import (
@@ -148,7 +148,7 @@ def test_distribution_check_runs_its_seed_workloads_only() -> None:
     """A statistical check: judged on its seed workload, no Hypothesis search (each example
     would add to its false-alarm rate, and a replay of a statistical failure is no replay)."""
     ctx = _ours(OURS[1])
-    limits = limits_for(ctx, "sampling_distribution")
+    limits = drawing_of(ctx, "sampling_distribution")
     seeds = seed_workloads(limits, alone=ctx.oracle.tokens)
     (draws,) = [w for w in seeds if w.label == "unseeded draws of two prompts"]
     assert len(draws.requests) == 2 * DRAWS
@@ -158,7 +158,7 @@ def test_distribution_check_runs_its_seed_workloads_only() -> None:
 
 def test_draws_judged_only_with_enough_of_them() -> None:
     ctx = _ours(OURS[0])
-    full = distribution_workload(limits_for(ctx, "sampling_distribution"))
+    full = distribution_workload(drawing_of(ctx, "sampling_distribution"))
     few = Workload(full.requests[:40], full.arrivals[:40])
     trace = run_workload(SequentialEngine(), few)
     assert check_sampling_distribution(check_named("sampling_distribution"), trace,

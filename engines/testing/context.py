@@ -24,13 +24,13 @@ from engines.protocol import (
     supported_sampling,
 )
 from engines.testing.checks import Applicability, applicability, draws_sampling, known_checks
+from engines.testing.features.tenants import tenant_limits
 from engines.testing.judging import Judge
 from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
 from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
 from engines.testing.recorder import Trace, run_workload
 from engines.testing.runs import RunCache
-from engines.testing.tenant_draws import tenant_limits
 from engines.testing.threads import limit_torch_threads
 from engines.testing.workload import Workload, factory_source
 

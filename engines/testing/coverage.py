@@ -35,7 +35,7 @@ ENGINE = "engine: "  # the engine's own counters: reported even at zero, which s
 # The logits-processing fields of SamplingParams: requests drawn with each are counted, and
 # those not drawn (an engine compared does not declare them) are named in a note.
 PROCESSED = ALL_PARAMS - BASE_PARAMS
-# The constraints (engines.testing.constraint_draws), counted and named alike.
+# The constraints (engines.testing.features.constraints), counted and named alike.
 DRAWN_FIELDS = PROCESSED | CONSTRAINT_PARAMS
 UNDRAWN = "sampling: not drawn, "
 # A check that replays its workloads on the KV variants drew no beam search: one of them has

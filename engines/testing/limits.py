@@ -1,4 +1,6 @@
-"""What the strategies need to know about an engine, read through the protocol only."""
+"""What the strategies need to know about an engine, read through the protocol only: its
+limits and declarations, and what the run compares it with. What one check draws on top of
+these (the features it uses, their settings) is its Drawing (engines.testing.features)."""
 
 from __future__ import annotations
 
@@ -44,7 +46,6 @@ class EngineLimits:
     load: bool = False  # the engine has LoadIntrospection
     sampling: bool = True  # draw sampled requests (off when the engine declares no seeds)
     logprobs: int = 0  # top candidates every request asks for (tie-aware parity)
-    prompt_logprobs: int = 0  # prompt candidates every drawn request asks for (0: none)
     # SamplingParams fields drawn away from their defaults: those every engine compared
     # declares (engines.protocol.supported_sampling); the rest are never sent.
     sampling_fields: frozenset[str] = BASE_PARAMS
@@ -58,21 +59,10 @@ class EngineLimits:
     # (kv_total_blocks, requests run at once) of each config variant with a KV view: the
     # seed workloads overflow each pool that can overflow (engines.testing.seed_workloads).
     variant_pools: tuple[tuple[int, int], ...] = ()
-    # Filters (top_k, min_p, top_p) at values that leave only the most likely token, drawn in
-    # unseeded sampled requests (the greedy_filters check): every engine compared declares
-    # them and temperature. Empty: none drawn.
-    greedy_filters: tuple[str, ...] = ()
-    # Unseeded draws per group of the distribution check's workload (0: none).
-    unseeded_draws: int = 0
-    # Unseeded sampled sequences of the sequence_distribution check's workload (0: none).
-    sequence_draws: int = 0
     # The directory of the engine's tokenizer.json (engines.protocol.tokenizer_of): guided
     # decoding is drawn only with one, and judged by it.
     tokenizer: str | None = None
-    # Draw constraints for two requests in three rather than one (the `constraints` check's
-    # draws: engines.testing.constraint_draws).
-    constraints_dense: bool = False
-    # Tenants (engines.testing.tenant_draws): the LoRA adapters drawn requests may name (the
+    # Tenants (engines.testing.features.tenants): the LoRA adapters drawn requests may name (the
     # engine's declared `loras`, where it declares "lora" and every variant serves the same
     # name from the same directory), and whether cache salts are drawn (every engine
     # compared declares "cache_salt"). Empty / False: every request is the base tenant.

@@ -17,13 +17,11 @@ from hypothesis import core as hypothesis_core
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
-from engines.protocol import PROMPT_LOGPROBS_FIELD
-from engines.testing.beam_draws import MAX_BEAM_WIDTH, draws_beams
-from engines.testing.checks import check_named
+from engines.testing.checks import Check, check_named
 from engines.testing.context import SuiteContext
 from engines.testing.coverage import BEAMS_UNFIT, Coverage
-from engines.testing.limits import EngineLimits
-from engines.testing.processing import declared_greedy_filters
+from engines.testing.features import Drawing, drawing_for
+from engines.testing.features.beams import FEATURE as BEAMS
 from engines.testing.report import explain, explain_leak
 from engines.testing.seed_workloads import seed_workloads
 from engines.testing.shrink import shrink_workload
@@ -31,7 +29,7 @@ from engines.testing.strategies import workloads
 from engines.testing.verdict import Leak, Outcome, attempt, fails, verify
 from engines.testing.workload import Workload
 
-__all__ = ["search", "search_settings", "strategy_for"]
+__all__ = ["drawing_of", "search", "search_settings", "strategy_for"]
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
@@ -43,48 +41,21 @@ def search_settings(parent: Settings | None = None, **overrides: Any) -> Setting
                                **overrides})
 
 
-def limits_for(ctx: SuiteContext, check: str) -> EngineLimits:
-    """The check that judges seeded sampling (`seeds`) draws it even where the engine
-    declared that check broken (the other checks then draw none): it runs as a strict xfail
-    there, and without seeded requests it could not fail, nor notice a fix."""
-    found = check_named(check)
+def drawing_of(ctx: SuiteContext, check: str | Check) -> Drawing:
+    """What one check's workloads are drawn from: the engine's limits and the features the
+    check uses (engines.testing.features.drawing_for). The check that judges seeded sampling
+    (`seeds`) draws it even where the engine declared that check broken (the other checks then
+    draw none): it runs as a strict xfail there, and without seeded requests it could not
+    fail, nor notice a fix."""
+    found = check if isinstance(check, Check) else check_named(check)
     limits = ctx.limits
     if found.sampling:
         limits = dataclasses.replace(limits, sampling=True)
-    if found.draws.logprobs > limits.logprobs:
-        limits = dataclasses.replace(limits, logprobs=found.draws.logprobs)
-    if not found.draws.tenants:
-        limits = dataclasses.replace(limits, loras=(), salts=False)
-    if found.draws.prompt_logprobs and PROMPT_LOGPROBS_FIELD in limits.sampling_fields:
-        limits = dataclasses.replace(limits, prompt_logprobs=found.draws.prompt_logprobs)
-    if found.draws.greedy_filters:
-        limits = dataclasses.replace(limits, greedy_filters=declared_greedy_filters(limits))
-    if found.draws.unseeded_draws:
-        limits = dataclasses.replace(limits, unseeded_draws=found.draws.unseeded_draws)
-    if found.draws.sequence_draws:
-        limits = dataclasses.replace(limits, sequence_draws=found.draws.sequence_draws)
-    if found.draws.constraints:
-        limits = dataclasses.replace(limits, constraints_dense=True)
-    return limits
-
-
-def beam_width_cap(limits: EngineLimits, fit_variants: bool) -> int:
-    """The widest beam search a check may draw: within the seats of the engine and, where the
-    check replays its workloads on the KV variants, of each of them (below 2: none)."""
-    seats = [MAX_BEAM_WIDTH]
-    if fit_variants:
-        seats += [s for _, s in limits.variant_pools]
-        if limits.max_batch_size:
-            seats.append(limits.max_batch_size)
-    return min(seats)
+    return drawing_for(limits, found.draws)
 
 
 def strategy_for(ctx: SuiteContext, check: str) -> st.SearchStrategy[Workload]:
-    draws = check_named(check).draws
-    return workloads(limits_for(ctx, check), alone=ctx.oracle.tokens, min_bad=draws.bad[0],
-                     max_bad=draws.bad[1], seed_group=draws.seed_groups,
-                     children=draws.children, beams=draws.beams,
-                     beam_width=beam_width_cap(ctx.limits, draws.beams_fit_variants))
+    return workloads(drawing_of(ctx, check), alone=ctx.oracle.tokens)
 
 
 def _stream_seed(ctx: SuiteContext, settings: Settings) -> int | None:
@@ -129,15 +100,13 @@ def _tally(ctx: SuiteContext, check: str, outcome: Outcome, coverage: Coverage) 
 def _seeds(ctx: SuiteContext, check: str, coverage: Coverage) -> None:
     """Run the seed workloads; a failure is shrunk greedily (Hypothesis cannot shrink them)."""
     __tracebackhide__ = True
-    seeds = seed_workloads(limits_for(ctx, check),
-                           bad=check_named(check).draws.bad_seed_workloads,
-                           alone=ctx.oracle.tokens)
+    seeds = seed_workloads(drawing_of(ctx, check), alone=ctx.oracle.tokens)
     for w in seeds:
         outcome = verify(ctx, w, check)
         _tally(ctx, check, outcome, coverage)
         if outcome.leak is not None:
             raise explain_leak(ctx, outcome.leak, w, check)
-        if outcome.failure is not None and not check_named(check).draws.search:
+        if outcome.failure is not None and not check_named(check).search:
             raise explain(ctx, outcome.failure, w)  # statistical: no shrinking by replays
         if outcome.failure is not None:
             shrunk = shrink_workload(w, lambda c: fails(ctx, c, check))
@@ -155,13 +124,13 @@ def search(ctx: SuiteContext, check: str, *, settings: Settings | None = None,
     the passing workloads exercised."""
     __tracebackhide__ = True
     coverage = Coverage()
-    draws = check_named(check).draws
-    if (draws.beams_fit_variants and draws_beams(ctx.limits)
-            and beam_width_cap(ctx.limits, True) < 2):
+    drawing = drawing_of(ctx, check)
+    if BEAMS.name in (use.feature for use in check_named(check).draws) \
+            and drawing.draws(BEAMS) and drawing.beam_width < 2:
         coverage.most[BEAMS_UNFIT] = 1  # said in the summary, not skipped silently
     if seeds:
         _seeds(ctx, check, coverage)
-    if not check_named(check).draws.search:
+    if not check_named(check).search:
         return coverage
     leaks: list[tuple[Leak, Workload]] = []
     replay = _replay_hint(ctx, settings)

@@ -1,55 +1,60 @@
 """The hand-picked hard cases, run before any random search: deterministic, so a declared
-expected failure fails every time, and each aimed at a bug class real engines have had."""
+expected failure fails every time, and each aimed at a bug class real engines have had.
+
+The scheduling and caching ones are here; each feature drawn adds its own (its `seeds` hook,
+engines.testing.features). Two of those here are cases the search rarely draws:
+
+- the same prompts sent again once the earlier requests with them have finished, at lengths
+  on and either side of one and two KV blocks: the second time every full block is cached (a
+  full prefix-cache hit, the last token's block included where the length is a multiple of
+  the block). An engine that takes every block as cached has nothing left to compute for the
+  last token's logits; real ones have hung there. The step bound turns a hang into a
+  `liveness` failure, never a hung test.
+- seeded sampled requests that overflow a KV pool (the engine's or a config variant's), so
+  that the engine preempts them: a seeded request's tokens are a function of the request, so
+  a variant that preempts must give it the main engine's tokens (`variants`), and a preempted
+  engine the alone run's (`parity`). A resumed request whose RNG restarts (reseeded) breaks it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from engines.protocol import Request, SamplingParams
-from engines.testing.bad_requests import bad_kinds, bad_request
-from engines.testing.constraint_seeds import constraint_workloads
-from engines.testing.draft_draws import draft_hit_workload
+from engines.testing.features import FEATURES, default_drawing
+from engines.testing.features.base import AloneFn, pseudo_tokens, short_and_long
 from engines.testing.limits import EngineLimits
-from engines.testing.revisits import again_after_finish, seeded
-from engines.testing.sequence_draws import sequence_workload
-from engines.testing.stop_draws import stop_string_workload
-from engines.testing.strategies import AloneFn, pseudo_tokens
-from engines.testing.tenant_draws import isolation_workload
-from engines.testing.unseeded import distribution_workload, greedy_filter_workload
-from engines.testing.workload import Abort, BadRequest, Workload
+from engines.testing.workload import Abort, Workload
 
-__all__ = ["seed_workloads"]
+__all__ = ["again_after_finish", "seed_workloads", "seeded"]
 
 
-def seed_workloads(
-    limits: EngineLimits, *, bad: bool = False, alone: AloneFn | None = None
-) -> list[Workload]:
+def seed_workloads(limits: EngineLimits, *, alone: AloneFn | None = None) -> list[Workload]:
     """More requests than the engine runs at once with uneven budgets; one long prompt among
     short ones in staggered arrivals; slot reuse after the engine idled; aborts of a running,
     a waiting and a finished request; stop ids at the first and the last budgeted token;
     seeded sampling beside greedy and unseeded; prompts sharing whole KV blocks, and a block
     after two different prefixes; near misses of a cached and a running prompt; prompts and
     budgets across each declared position threshold; the same prompts again after they
-    finished (full prefix hits); seeded sampling past a KV pool (engines.testing.revisits);
-    the whole context; constrained requests where declared (engines.testing.constraint_seeds);
-    and (for bad input) every bad kind."""
+    finished (full prefix hits); seeded sampling past a KV pool (`seeded`, below);
+    the whole context; then each drawn feature's own (`limits` may be a check's Drawing:
+    plain limits draw what every check draws)."""
+    drawing = default_drawing(limits)
     v = limits.vocab_size
     budget = max(1, min(limits.max_tokens, 4))
-    room = limits.max_model_len - budget
     lp = limits.logprobs
 
     def req(i: int, prompt: Sequence[int], max_tokens: int, **kw: object) -> Request:
         params = SamplingParams(max_tokens=max(1, min(max_tokens, limits.max_model_len - 1)),
-                                logprobs=lp, prompt_logprobs=limits.prompt_logprobs,
+                                logprobs=lp, prompt_logprobs=drawing.prompt_logprobs,
                                 **kw)  # type: ignore[arg-type]
         return Request(tuple(prompt)[: limits.max_model_len - params.max_tokens], params,
                        request_id=f"r{i}")
 
     burst = [req(i, [(7 * i + j) % v for j in range(1 + i % 3)], 1 + (i % 2) * 3)
              for i in range(limits.burst)]
-    long_len = max(1, min(room, 48))
-    mixed = [req(0, [1, 2, 3], 4), req(1, [(5 * j + 3) % v for j in range(long_len)], 3),
-             req(2, [4], 2), req(3, [1, 2, 3], 4)]
+    mixed = short_and_long(limits, req)
     reuse = [req(0, [9, 8], 1), req(1, [3, 1, 4], 3), req(2, [9, 8], 1), req(3, [2, 7, 1], 2)]
     out = [
         Workload(tuple(burst), tuple(0 for _ in burst), label="more requests than slots"),
@@ -81,9 +86,6 @@ def seed_workloads(
     again = again_after_finish(limits, req, min(budget, 2))
     if again is not None:
         out.append(again)
-    tenants = isolation_workload(limits, req, lambda n: pseudo_tokens(11, n, v))
-    if tenants is not None:
-        out.append(tenants)
     whole = max(1, limits.max_model_len - 2)
     edge = [req(0, pseudo_tokens(9, whole, v), 2), req(1, [3, 4], budget)]
     out.append(Workload(tuple(edge), (0, 1), label="the whole context, admitted mid-stream"))
@@ -92,13 +94,7 @@ def seed_workloads(
         aborts = (Abort(0, f"r{len(burst) - 1}"), Abort(1, "r1"), Abort(2, "r0"))
         out.append(Workload(tuple(burst), tuple(0 for _ in burst), aborts, label="aborts"))
     if alone is not None:
-        hits = draft_hit_workload(limits, req, alone)  # engines.testing.draft_draws
-        if hits is not None:
-            out.append(hits)
         out.append(_stop_edges(limits, alone, budget))
-        strings = stop_string_workload(limits, alone)  # engines.testing.stop_draws
-        if strings is not None:
-            out.append(strings)
     if limits.sampling:
         # The unseeded request first, so it shares the first step with seeded ones however
         # few slots the engine has; six distinct seeds and one repeated.
@@ -107,21 +103,9 @@ def seed_workloads(
                    for i, s in enumerate((11, 22, 33, 44, 55, 66, 11))]
         out.append(Workload((unseeded, *sampled, req(8, (2,), budget)), (0,) * 8 + (1,),
                             label="seeded sampling beside unseeded and greedy"))
-    if limits.greedy_filters:
-        out.append(greedy_filter_workload(limits))
-    if limits.unseeded_draws and "temperature" in limits.sampling_fields:
-        out.append(distribution_workload(limits))
-    if limits.sequence_draws and "temperature" in limits.sampling_fields:
-        out.append(sequence_workload(limits))  # engines.testing.sequence_draws
-    out += constraint_workloads(limits, alone)  # where the engine declares constraints
-    if bad:
-        kinds = [k for k in bad_kinds(limits) if k != "duplicate id"]
-        bads = [BadRequest(i % 3, k, bad_request(limits, k, (1, 2), f"bad{i}"))
-                for i, k in enumerate(kinds)]
-        dup = BadRequest(0, "duplicate id", Request((5, 5), SamplingParams(max_tokens=1),
-                                                    request_id=f"bad{len(kinds)}"),
-                         duplicate_of="r0")
-        out.append(Workload(tuple(mixed), (0, 1, 1, 2), bad=(*bads, dup), label="bad requests"))
+    for feature in FEATURES:  # each drawn feature's own, in the registry's order
+        if feature.seeds is not None and drawing.draws(feature):
+            out += feature.seeds(drawing, req, alone)
     return out
 
 
@@ -212,3 +196,29 @@ def _past_thresholds(limits: EngineLimits, req: Callable[..., Request]) -> Workl
     reqs.append(req(len(reqs), (5, 4, 3), 4))
     return Workload(tuple(reqs), tuple(i // 3 for i in range(len(reqs))),
                     label="across the declared position thresholds")
+
+
+def again_after_finish(limits: EngineLimits, req: Callable[..., Request],
+                       budget: int) -> Workload | None:
+    """Prompts of one and two blocks and one token either side, then each again after every
+    earlier request has finished (arrivals past a generous bound on their service). None
+    where not even one block fits beside the budget."""
+    blk, v = limits.block, limits.vocab_size
+    room = limits.max_model_len - budget
+    lengths = [n for n in (blk - 1, blk, blk + 1, 2 * blk) if 1 <= n <= room]
+    if blk not in lengths:
+        return None
+    prompts = [pseudo_tokens(400 + n, n, v) for n in lengths]
+    first = [req(i, p, budget) for i, p in enumerate(prompts)]
+    # Served one at a time, prefilled 4 tokens a step: the first wave is done by then.
+    late = sum(-(-len(p) // 4) + budget + 2 for p in prompts) + 4
+    again = [req(len(first) + i, p, budget) for i, p in enumerate(prompts)]
+    return Workload((*first, *again), (0,) * len(first) + (late,) * len(again),
+                    label="the same prompts again after they finished (full prefix hits)")
+
+
+def seeded(w: Workload, seed: int = 1000) -> Workload:
+    """w with every request sampled at temperature 1 under a seed of its own."""
+    reqs = tuple(dataclasses.replace(r, params=dataclasses.replace(
+        r.params, temperature=1.0, seed=seed + i)) for i, r in enumerate(w.requests))
+    return dataclasses.replace(w, requests=reqs, label=f"{w.label}, seeded sampling")

@@ -29,12 +29,12 @@ from hypothesis.stateful import (
 )
 
 from engines.protocol import Engine, Request, loras
-from engines.testing.bad_requests import bad_kinds, bad_request
 from engines.testing.checks import VARIANTS, Check, Moment, catalogue
 from engines.testing.context import SuiteContext, build_context
 from engines.testing.crash import EngineCrashed
+from engines.testing.features.bad_requests import bad_kinds, bad_request
+from engines.testing.features.tenants import adapter_swaps, swappable, swaps_note
 from engines.testing.judging import Violation
-from engines.testing.lora_swaps import adapter_swaps, swappable, swaps_note
 from engines.testing.recorder import Recorder
 from engines.testing.report import crash_finding, explain
 from engines.testing.search import search_settings
@@ -66,7 +66,7 @@ class EngineMachine(RuleBasedStateMachine):
             and self.ctx.checks[c.name].status == "run"]
         self.n_requests = 0
         self.n_bad = 0
-        # Adapters swapped (engines.testing.lora_swaps), before which step: no variant is
+        # Adapters swapped (engines.testing.features.tenants), before which step: no variant is
         # judged after one, and a report names them (its script does not replay them).
         self.swaps: list[tuple[int, str]] = []
         self.ok = False

@@ -3,7 +3,9 @@
 Public API, for use in your own tests:
 
 - `EngineLimits` (engines.testing.limits): what the strategies need to know about an engine;
-  `EngineLimits.of(engine)` reads it through the protocol.
+  `EngineLimits.of(engine)` reads it through the protocol. Every strategy also takes a
+  `Drawing` (engines.testing.features): the limits plus the features one check draws; given
+  plain limits, a strategy draws what every check draws (features.default_drawing).
 - `prompts`, `sampling_params`, `request_mixes`: short prompts mostly, some built from a small
   pool of shared KV-block-sized chunks (so prefix caches hit, and the same block follows
   different prefixes), some long ones at the edges that matter (the whole context, block and
@@ -14,11 +16,12 @@ Public API, for use in your own tests:
   near misses of a cached or running prompt (one token of one of its full KV blocks
   changed); prompts and budgets that cross the engine's declared position thresholds (a
   sliding window, a RoPE scaling threshold); and bursts of more than twice the engine's
-  concurrency; constraints (allowed ids, logit bias, bad words, guided decoding) on some
-  requests, for engines that declare them (engines.testing.constraint_draws).
+  concurrency; and whatever the features drawn add (engines.testing.features: constraints,
+  stop strings, tenants on some requests, for engines that declare them).
 - `arrival_schedules`, `aborts_for`: a burst at step 0, staggered arrivals, arrivals after the
   engine has drained and idled; aborts while waiting, running or already done.
-- `workloads`: all of it, plus bad requests (engines.testing.bad_requests), as one Workload.
+- `workloads`: all of it, the features' extra requests (seed groups, n > 1 families, beams)
+  and bad requests (engines.testing.features.bad_requests), as one Workload.
 
 Everything shrinks toward fewer, shorter, greedy requests arriving together at step 0.
 """
@@ -26,24 +29,22 @@ Everything shrinks toward fewer, shorter, greedy requests arriving together at s
 from __future__ import annotations
 
 import dataclasses
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
-from engines.testing.bad_requests import bad_requests_for
-from engines.testing.beam_draws import MAX_BEAM_WIDTH, beam_requests, draws_beams
-from engines.testing.children_draws import draws_children, families
-from engines.testing.constraint_draws import constrained, satisfiable
+from engines.testing.features import FEATURES, Drawing, default_drawing
+from engines.testing.features.bad_requests import bad_requests_for
+from engines.testing.features.base import AloneFn, prompts, pseudo_tokens
+from engines.testing.features.constraints import satisfiable
 from engines.testing.limits import EngineLimits
 from engines.testing.processing import GREEDY_FILTERS
-from engines.testing.stop_draws import draws_stop_strings, stop_string_params
-from engines.testing.tenant_draws import with_tenants
 from engines.testing.workload import Abort, Workload
 
 __all__ = [
     "AloneFn",
+    "Drawing",
     "EngineLimits",
     "aborts_for",
     "arrival_schedules",
@@ -52,25 +53,6 @@ __all__ = [
     "sampling_params",
     "workloads",
 ]
-
-# Serves (prompt, params) alone and returns the generated token ids (AloneOracle.tokens).
-AloneFn = Callable[[Sequence[int], SamplingParams], Sequence[int]]
-
-
-def pseudo_tokens(seed: int, n: int, vocab_size: int) -> tuple[int, ...]:
-    """n token ids from a seed: long prompts cost one draw, and shrink with their seed."""
-    rng = random.Random(seed)
-    return tuple(rng.randrange(vocab_size) for _ in range(n))
-
-
-def prompts(
-    limits: EngineLimits, *, max_len: int | None = None
-) -> st.SearchStrategy[tuple[int, ...]]:
-    """Token-id prompts of length 1..max_len (default: the short cap)."""
-    cap = max(1, min(max_len or limits.short_prompt, limits.max_model_len - 1))
-    tok = st.integers(0, limits.vocab_size - 1)
-    return st.lists(tok, min_size=1, max_size=cap).map(tuple)
-
 
 def edge_lengths(limits: EngineLimits, room: int) -> list[int]:
     """Lengths up to `room` where engines' off-by-ones live: all of it, block and
@@ -168,20 +150,21 @@ def sampling_params(
 ) -> SamplingParams:
     """A budget from 1 (or, `long`, one that crosses KV blocks); greedy mostly, else seeded or
     unseeded sampling where the engine has not declared that it cannot reproduce seeds."""
+    drawing = default_drawing(limits)
     room = max(1, limits.max_model_len - prompt_len)
     cap = limits.long_budget if long else limits.max_tokens
     max_tokens = draw(st.integers(1, max(1, min(cap, room))), label="max_tokens")
     temperature, seed = 0.0, None
     kinds = ["greedy", "greedy", "seeded", "unseeded"]
-    if limits.greedy_filters:
+    if drawing.greedy_filters:
         kinds += ["greedy_filter", "greedy_filter"]
     kind = draw(st.sampled_from(kinds), label="sampling")
     if kind == "greedy_filter":
         # Unseeded, at a temperature, under a filter that leaves one token: the greedy token
         # whether or not the engine reproduces seeds (the greedy_filters check).
-        name = draw(st.sampled_from(limits.greedy_filters), label="greedy_filter")
+        name = draw(st.sampled_from(drawing.greedy_filters), label="greedy_filter")
         return SamplingParams(max_tokens=max_tokens, logprobs=limits.logprobs,
-                              prompt_logprobs=limits.prompt_logprobs,
+                              prompt_logprobs=drawing.prompt_logprobs,
                               temperature=draw(st.sampled_from([1.0, 0.7, 1.5]),
                                                label="temperature"),
                               **{name: GREEDY_FILTERS[name]})  # type: ignore[arg-type]
@@ -190,7 +173,7 @@ def sampling_params(
         if kind == "seeded":
             seed = draw(st.integers(0, 2**16), label="seed")
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed,
-                            logprobs=limits.logprobs, prompt_logprobs=limits.prompt_logprobs)
+                            logprobs=limits.logprobs, prompt_logprobs=drawing.prompt_logprobs)
     return draw(processing(limits, params), label="processing")
 
 
@@ -272,6 +255,7 @@ def request_mixes(
     misses are drawn of the mix's own prompts and of `earlier` ones (the state machine's
     cached or running prompts); prompts and budgets that cross the engine's declared
     position thresholds, where it declares any."""
+    drawing = default_drawing(limits)
     small = max(min_size, min(limits.slots + 1, 10))
     n_max = max_size if max_size is not None else small
     if max_size is None and draw(st.integers(0, 5), label="burst") == 0:
@@ -287,7 +271,7 @@ def request_mixes(
     for i in range(n):
         kind = draw(st.sampled_from(kinds), label=f"r{i}.kind")
         long_budget = draw(st.integers(0, 4), label=f"r{i}.long_budget") == 0
-        params = draw(sampling_params(limits, 1, long=long_budget), label=f"r{i}.params")
+        params = draw(sampling_params(drawing, 1, long=long_budget), label=f"r{i}.params")
         room = limits.max_model_len - params.max_tokens
         sources = near_miss_sources([*earlier, *(r.prompt_token_ids for r in out)],
                                     limits.block)
@@ -304,7 +288,7 @@ def request_mixes(
             room = limits.max_model_len - params.max_tokens
         elif kind == "duplicate" and (out or earlier):
             # Of `earlier` too: the state machine's finished prompts, sent again, hit every
-            # block they cached (engines.testing.revisits).
+            # block they cached (engines.testing.seed_workloads).
             prompt = draw(st.sampled_from([*(r.prompt_token_ids for r in out), *earlier]),
                           label="same_prompt")
             prompt = prompt[:room]
@@ -324,8 +308,11 @@ def request_mixes(
             # round again and the penalties change what is chosen).
             more = alone(prompt, SamplingParams(max_tokens=min(8, room - len(prompt))))
             prompt = (*prompt, *more)[:room]
-        if not positional:  # constraints where declared (engines.testing.constraint_draws)
-            params = draw(constrained(limits, prompt, params, alone), label=f"r{i}.constraints")
+        if not positional:  # the features' per-request params (constraints), where drawn
+            for feature in FEATURES:
+                if feature.params is not None and drawing.draws(feature):
+                    params = draw(feature.params(drawing, prompt, params, alone),
+                                  label=f"r{i}.{feature.name}")
         if alone is not None and not positional and not (params.temperature > 0
                                                           and params.seed is None):
             own = alone(prompt, params)
@@ -335,27 +322,15 @@ def request_mixes(
                 early = [t for t in own[:params.min_tokens] if 0 <= t < limits.vocab_size]
                 stops = tuple(dict.fromkeys([*early[:1], *stops]))
             params = satisfiable(dataclasses.replace(params, stop_token_ids=stops))
-            if draws_stop_strings(limits):  # engines.testing.stop_draws
-                params = draw(stop_string_params(limits, own, prompt, params), label=f"r{i}.stop")
+            for feature in FEATURES:  # the features' stops (stop strings), where drawn
+                if feature.stops is not None and drawing.draws(feature):
+                    params = draw(feature.stops(drawing, own, prompt, params),
+                                  label=f"r{i}.{feature.name}")
         out.append(Request(prompt, params, request_id=f"r{i}"))
-    # Tenants (adapters, cache salts) for engines that declare them: engines.testing.tenant_draws.
-    return draw(with_tenants(limits, out, pseudo_tokens, max_size), label="tenants")
-
-
-@st.composite
-def seed_groups(draw: st.DrawFn, limits: EngineLimits, start: int) -> list[Request]:
-    """One prompt sampled at temperature 1 under 6..8 distinct seeds (enough for the `seeds`
-    check's 1e-6 false-alarm bound on a model as uncertain as the tiny preset), one seed
-    twice: the `seeds` check tells reproducible from insensitive with them."""
-    prompt = draw(prompts(limits), label="group_prompt")
-    seeds = draw(st.lists(st.integers(0, 2**16), min_size=6, max_size=8, unique=True),
-                 label="group_seeds")
-    budget = draw(st.integers(1, limits.max_tokens), label="group_budget")
-    return [Request(prompt, SamplingParams(max_tokens=budget, temperature=1.0, seed=s,
-                                           logprobs=limits.logprobs,
-                                           prompt_logprobs=limits.prompt_logprobs),
-                    request_id=f"r{start + i}")
-            for i, s in enumerate([*seeds, seeds[0]])]
+    for feature in FEATURES:  # the features' say over the whole mix (tenants), where drawn
+        if feature.mix is not None and drawing.draws(feature):
+            out = draw(feature.mix(drawing, out, max_size), label=feature.name)
+    return out
 
 
 @st.composite
@@ -391,25 +366,19 @@ def workloads(
     min_requests: int = 1,
     max_requests: int | None = None,
     aborts: bool = True,
-    min_bad: int = 0,
-    max_bad: int = 1,
-    seed_group: bool = False,
-    children: bool = False,
-    beams: bool = False,
-    beam_width: int = MAX_BEAM_WIDTH,
 ) -> Workload:
-    """A whole workload: a request mix (with a group of seeds, when `seed_group`), its arrival
-    schedule, aborts (for Abortable engines, when `aborts`) and min_bad..max_bad bad
-    requests."""
-    reqs = draw(request_mixes(limits, alone=alone, min_size=min_requests, max_size=max_requests))
-    if seed_group and limits.sampling:
-        reqs += draw(seed_groups(limits, len(reqs)))
-    if children and draws_children(limits):  # engines.testing.children_draws
-        reqs += draw(families(limits, len(reqs)))
-    if beams and draws_beams(limits) and beam_width >= 2:  # engines.testing.beam_draws
-        reqs += draw(beam_requests(limits, len(reqs), beam_width))
-    idle = limits.max_tokens + 2
+    """A whole workload: a request mix, the requests the features drawn add to it (a group of
+    seeds, n > 1 families, beams), its arrival schedule, aborts (for Abortable engines, when
+    `aborts`) and the Drawing's bad requests (`bad`: fewest and most)."""
+    drawing = default_drawing(limits)
+    reqs = draw(request_mixes(drawing, alone=alone, min_size=min_requests,
+                              max_size=max_requests))
+    for feature in FEATURES:
+        if feature.extra is not None and drawing.draws(feature):
+            reqs += draw(feature.extra(drawing, len(reqs)), label=feature.name)
+    idle = drawing.max_tokens + 2
     arrivals = draw(arrival_schedules(len(reqs), idle_gap=idle))
-    plan = draw(aborts_for(reqs, arrivals)) if aborts and limits.abortable else ()
-    bad = draw(bad_requests_for(limits, reqs, arrivals, min_bad=min_bad, max_bad=max_bad))
+    plan = draw(aborts_for(reqs, arrivals)) if aborts and drawing.abortable else ()
+    low, high = drawing.bad
+    bad = draw(bad_requests_for(drawing, reqs, arrivals, min_bad=low, max_bad=high))
     return Workload(tuple(reqs), arrivals, plan, bad)

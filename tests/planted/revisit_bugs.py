@@ -1,4 +1,4 @@
-"""Planted bugs in the paged engine that only the seed workloads of engines.testing.revisits
+"""Planted bugs in the paged engine that only the seed workloads of engines.testing.seed_workloads
 reach (one line each; the unmutated engine is right in both cases):
 
 - FullHitComputesNothing: a prompt whose every block is cached takes all of them, so nothing

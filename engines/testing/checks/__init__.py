@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engines.protocol import unknown_name
-from engines.testing.checks.base import Check, Draws, Given, Moment, Need, Property
+from engines.testing.checks.base import Check, Given, Moment, Need, Property, Use
 from engines.testing.checks.needs import (
     BEAMS,
     CHILDREN,
@@ -42,7 +42,7 @@ from engines.testing.spec_coverage import speculation_notes
 
 __all__ = ["BEAMS", "CHECKS", "CHILDREN", "KV", "LOAD", "ORDER", "PROMPT_LOGPROBS", "PROPERTIES",
            "REFERENCE", "REGISTRY", "SLOTS", "SLOT_CHECKS", "STOP_STRINGS", "TOKENIZER",
-           "VARIANTS", "Applicability", "Check", "Draws", "Given", "Moment", "Need", "Property",
+           "VARIANTS", "Applicability", "Check", "Given", "Moment", "Need", "Property", "Use",
            "applicability", "catalogue", "check_named", "draws_sampling", "known_checks",
            "summary_notes"]
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.budget_finish import CHECK as BUDGET_FINISH
 from engines.testing.checks.parity import CHECK as PARITY
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.features.bad_requests import FEATURE as BAD_REQUESTS_FEATURE
 from engines.testing.judging.base import Judge, Violation
 from engines.testing.recorder import Trace
 
@@ -73,6 +74,6 @@ def _unrechecked_notes(data: Mapping[str, int], check: str) -> list[str]:
 TALLY = Tally(_add_unrechecked, _unrechecked_notes)
 
 
-CHECK = Check("bad_input", check_bad_input, draws=Draws(bad=(1, 2), bad_seed_workloads=True),
+CHECK = Check("bad_input", check_bad_input, draws=(BAD_REQUESTS_FEATURE.use(),),
               machine=frozenset({"bad request"}), tally=TALLY,
               rejudges=(PARITY, BUDGET_FINISH))

@@ -1,24 +1,26 @@
 """One check: the object the registry (engines.testing.checks) lists, and that its property
-is handed when it judges a trace, so that a check's name is written once, in its registry
-line. A property raises `check.fail(...)`, and a Violation names the check it came from.
+is handed when it judges a trace, so that a check's name is written once, in its own file's
+CHECK line. A property raises `check.fail(...)`, and a Violation names the check it came from.
 
-What a check needs to run (a `Need`), how it draws its workloads (`Draws`), when the state
-machine judges it, and what it adds to the coverage summary (a `Tally`, beside its property)
-are its fields; the registry decides from them, and nothing else decides by name.
+What a check needs to run (a `Need`), the features it draws (`Use`s of engines.testing
+.features), whether a search follows its seed workloads, when the state machine judges it,
+and what it adds to the coverage summary (a `Tally`, beside its property) are its fields; the
+registry decides from them, and nothing else decides by name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from engines.testing.coverage import Tally
+from engines.testing.features.base import Use
 from engines.testing.judging.base import Judge, Violation
 from engines.testing.limits import EngineLimits
 from engines.testing.recorder import Trace
 
-__all__ = ["Check", "Draws", "Given", "Moment", "Need", "Property"]
+__all__ = ["Check", "Given", "Moment", "Need", "Property", "Use"]
 
 # A property judges one Trace for its check: it raises check.fail(...), or returns what it
 # judged (None, or what the check's tally adds to the coverage summary).
@@ -50,33 +52,6 @@ class Need:
 
 
 @dataclass(frozen=True, slots=True)
-class Draws:
-    """How a check draws its workloads, where it differs from the others."""
-
-    bad: tuple[int, int] = (0, 1)  # bad requests per drawn workload, fewest and most
-    bad_seed_workloads: bool = False  # the hand-picked seed workloads are the bad-input ones
-    seed_groups: bool = False  # workloads carry one prompt under several distinct seeds
-    logprobs: int = 0  # top logprobs every drawn request asks for, at least
-    prompt_logprobs: int = 0  # prompt logprobs every drawn request asks for (if declared)
-    greedy_filters: bool = False  # unseeded draws under filters that leave one token
-    unseeded_draws: int = 0  # a seed workload of this many unseeded draws per group
-    sequence_draws: int = 0  # a seed workload of this many unseeded sampled sequences
-    # A Hypothesis search after the seed workloads: not for a statistical check, judged once
-    # on its seed workload (a search would multiply its false-alarm rate, and a replay of a
-    # statistical failure is not a replay).
-    search: bool = True
-    constraints: bool = False  # constraints on two drawn requests in three (if declared)
-    # Requests drawn under LoRA adapters and cache salts, where the engine declares them
-    # (engines.testing.tenant_draws); other checks draw base requests only.
-    tenants: bool = False
-    children: bool = False  # workloads carry requests with n > 1 (where n is declared)
-    beams: bool = False  # workloads carry beam searches (where beam_width is declared)
-    # The check replays its workloads on every config variant with a KV view: beam widths
-    # then stay within the seats of each (a variant refuses a search wider than its batch).
-    beams_fit_variants: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class Check:
     """One check: its name (in test ids, reports and `expected_failed_checks`), its property,
     what it needs, how it draws, when the state machine judges it, what it tallies, and the
@@ -87,7 +62,13 @@ class Check:
     name: str
     prop: Property | None  # None: the check runs the state machine instead of workloads
     needs: tuple[Need, ...] = ()  # the first one a run lacks is the skip reason
-    draws: Draws = field(default_factory=Draws)
+    # The features its workloads carry beside those every check's do (engines.testing
+    # .features: `children.FEATURE.use()`), each with its setting.
+    draws: tuple[Use, ...] = ()
+    # A Hypothesis search after the seed workloads: not for a statistical check, judged once
+    # on its seed workload (a search would multiply its false-alarm rate, and a replay of a
+    # statistical failure is not a replay).
+    search: bool = True
     # It judges seeded sampling: it draws seeded requests even where the engine declared it
     # broken (a strict xfail must be able to fail), and then no other check draws any.
     sampling: bool = False

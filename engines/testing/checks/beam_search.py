@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import BEAMS
 from engines.testing.checks.reference_parity import CHECK as REFERENCE_PARITY
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.features.beams import FEATURE as BEAMS_FEATURE
 from engines.testing.judging.base import Judge, describe
 from engines.testing.oracle import Alone, AloneOracle
 from engines.testing.recorder import Trace
@@ -194,5 +195,5 @@ def check_beam_search(check: Check, trace: Trace, judge: Judge
     return judged, referenced, forgiven, unreferenced
 
 
-CHECK = Check("beam_search", check_beam_search, needs=(BEAMS,), draws=Draws(beams=True),
+CHECK = Check("beam_search", check_beam_search, needs=(BEAMS,), draws=(BEAMS_FEATURE.use(),),
               tally=TALLY, rejudges=(REFERENCE_PARITY,))

@@ -18,9 +18,10 @@ import math
 from collections.abc import Hashable
 
 from engines.protocol import FinishReason, Request, StepOutput
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import CHILDREN
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.features.children import FEATURE as CHILDREN_FEATURE
 from engines.testing.judging.base import Judge, describe
 from engines.testing.recorder import Trace
 
@@ -142,5 +143,5 @@ def check_children(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
     return judged, distinct, unknown
 
 
-CHECK = Check("children", check_children, needs=(CHILDREN,), draws=Draws(children=True),
+CHECK = Check("children", check_children, needs=(CHILDREN,), draws=(CHILDREN_FEATURE.use(),),
               tally=TALLY)

@@ -31,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from engines.protocol import FinishReason, Guided, Request
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import CONSTRAINTS
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.features.constraints import DENSE
+from engines.testing.features.constraints import FEATURE as CONSTRAINTS_FEATURE
 from engines.testing.judging.base import Judge, describe
 from engines.testing.recorder import Trace
 
@@ -253,4 +255,4 @@ TALLY = Tally(_add, _notes)
 
 
 CHECK = Check("constraints", check_constraints, needs=(CONSTRAINTS,),
-              draws=Draws(constraints=True), tally=TALLY)
+              draws=(CONSTRAINTS_FEATURE.use(DENSE),), tally=TALLY)

@@ -16,9 +16,10 @@ import dataclasses
 from collections.abc import Mapping
 
 from engines.protocol import SamplingParams
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import GREEDY_FILTER
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.features.greedy_filters import FEATURE as GREEDY_FILTERS_FEATURE
 from engines.testing.judging.base import Judge, describe
 from engines.testing.oracle import TOP_K
 from engines.testing.processing import greedy_filter
@@ -107,4 +108,4 @@ TALLY = Tally(_add, _notes)
 
 
 CHECK = Check("greedy_filters", check_greedy_filters, needs=(GREEDY_FILTER,),
-              draws=Draws(greedy_filters=True), tally=TALLY)
+              draws=(GREEDY_FILTERS_FEATURE.use(),), tally=TALLY)

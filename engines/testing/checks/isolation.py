@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import SHARING, TENANTS
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.features.tenants import FEATURE as TENANTS_FEATURE
 from engines.testing.judging import tenant_blocks
 from engines.testing.judging.base import Judge
 from engines.testing.judging.tenant_counts import CountsJudged, check_counts
@@ -88,4 +89,4 @@ TALLY = Tally(_add, _notes)
 
 
 CHECK = Check("isolation", check_tenant_isolation, needs=(SHARING, TENANTS),
-              draws=Draws(tenants=True), tally=TALLY)
+              draws=(TENANTS_FEATURE.use(),), tally=TALLY)

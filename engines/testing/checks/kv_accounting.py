@@ -25,10 +25,13 @@ from collections import defaultdict
 from collections.abc import Hashable
 
 from engines.protocol import child_key
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import KV
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.crash import EngineCrashed
+from engines.testing.features.beams import FEATURE as BEAMS_FEATURE
+from engines.testing.features.beams import FIT_VARIANTS
+from engines.testing.features.children import FEATURE as CHILDREN_FEATURE
 from engines.testing.judging.base import Judge, Violation
 from engines.testing.recorder import KVSnapshot, Trace
 
@@ -225,4 +228,5 @@ def _judge_trace(check: Check, trace: Trace, where: str) -> int:
 
 # Children and beams: copy-on-write and forked block tables are where KV accounting breaks.
 CHECK = Check("kv_accounting", check_kv_accounting, needs=(KV,),
-              draws=Draws(children=True, beams=True, beams_fit_variants=True), tally=TALLY)
+              draws=(CHILDREN_FEATURE.use(),
+                                            BEAMS_FEATURE.use(FIT_VARIANTS)), tally=TALLY)

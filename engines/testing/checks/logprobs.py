@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 
 from engines.protocol import Request
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import TOP_LOGPROBS
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.features.top_logprobs import FEATURE as TOP_LOGPROBS_FEATURE
 from engines.testing.judging.base import Judge, describe, step_of_token, tops
 from engines.testing.oracle import served_by
 from engines.testing.processing import comparable_kinds
@@ -154,5 +155,5 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
 
 # Top logprobs the check asks of every request: enough for a neighbour's to differ.
 LOGPROBS = 5
-CHECK = Check("logprobs", check_logprobs, needs=(TOP_LOGPROBS,), draws=Draws(logprobs=LOGPROBS),
-              tally=TALLY)
+CHECK = Check("logprobs", check_logprobs, needs=(TOP_LOGPROBS,),
+              draws=(TOP_LOGPROBS_FEATURE.use(LOGPROBS),), tally=TALLY)

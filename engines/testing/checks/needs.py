@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from engines.protocol import CONSTRAINT_PARAMS, LOGPROBS_FIELD, PROMPT_LOGPROBS_FIELD, TEXT_PARAMS
 from engines.testing.checks.base import Need
+from engines.testing.features.tenants import has_tenants
 from engines.testing.processing import declared_greedy_filters
-from engines.testing.tenant_draws import has_tenants
 
 __all__ = ["BEAMS", "CHILDREN", "CONSTRAINTS", "GREEDY_FILTER", "KV", "LOAD", "PROMPT_LOGPROBS",
            "REFERENCE", "SHARING", "SLOTS", "STOP_STRINGS", "TEMPERATURE", "TENANTS", "TOKENIZER",

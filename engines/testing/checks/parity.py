@@ -4,7 +4,8 @@ engine of the same factory (a prefix, if aborted or cut off), whatever else was 
 from __future__ import annotations
 
 from engines.protocol import Request
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
+from engines.testing.features.tenants import FEATURE as TENANTS_FEATURE
 from engines.testing.judging.base import Judge, describe, step_of_token, tops
 from engines.testing.recorder import Trace
 
@@ -47,4 +48,4 @@ def where(trace: Trace, r: Request, got: list[int], expected: tuple[int, ...]) -
     return f"in step {step}" if step is not None else "by the time it finished"
 
 
-CHECK = Check("parity", check_parity, draws=Draws(tenants=True))
+CHECK = Check("parity", check_parity, draws=(TENANTS_FEATURE.use(),))

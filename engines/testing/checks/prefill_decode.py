@@ -4,7 +4,8 @@ t tokens gives."""
 from __future__ import annotations
 
 from engines.protocol import SamplingParams
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
+from engines.testing.features.tenants import FEATURE as TENANTS_FEATURE
 from engines.testing.judging.base import Judge, describe, step_of_token, tops
 from engines.testing.recorder import Trace
 
@@ -52,4 +53,4 @@ def check_prefill_decode(check: Check, trace: Trace, judge: Judge) -> None:
                     f"{list(probe.tokens[:1])} ({how.replace('alone', 'prefill')}).")
 
 
-CHECK = Check("prefill_decode", check_prefill_decode, draws=Draws(tenants=True))
+CHECK = Check("prefill_decode", check_prefill_decode, draws=(TENANTS_FEATURE.use(),))

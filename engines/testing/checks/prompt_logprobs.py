@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from engines.protocol import Request
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.logprobs import BATCH_TOL, LOGPROBS, REFERENCE_TOL, _apart
 from engines.testing.checks.needs import PROMPT_LOGPROBS
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.features.prompt_logprobs import FEATURE as PROMPT_LOGPROBS_FEATURE
 from engines.testing.judging.base import Judge, describe
 from engines.testing.oracle import served_by
 from engines.testing.recorder import Trace
@@ -112,4 +113,4 @@ def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int
 
 
 CHECK = Check("prompt_logprobs", check_prompt_logprobs, needs=(PROMPT_LOGPROBS,),
-              draws=Draws(prompt_logprobs=LOGPROBS), tally=TALLY)
+              draws=(PROMPT_LOGPROBS_FEATURE.use(LOGPROBS),), tally=TALLY)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import REFERENCE
 from engines.testing.checks.parity import owes_prefix_only, where
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.features.tenants import FEATURE as TENANTS_FEATURE
 from engines.testing.judging.base import Judge, describe, tops
 from engines.testing.oracle import NotServable
 from engines.testing.recorder import Trace
@@ -70,4 +71,4 @@ TALLY = Tally(_add_unserved, _unserved_notes)
 
 
 CHECK = Check("reference_parity", check_reference_parity, needs=(REFERENCE,),
-              draws=Draws(tenants=True), tally=TALLY)
+              draws=(TENANTS_FEATURE.use(),), tally=TALLY)

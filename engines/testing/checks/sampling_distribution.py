@@ -1,11 +1,11 @@
 """sampling_distribution: unseeded draws follow the reference engine's distribution. Groups of
-one-token unseeded requests of one prompt at one temperature (engines.testing.unseeded's
-seed workload: two prompts, temperatures 1 and 0.5, interleaved in one burst) are tested
-against the reference's first-token probabilities at that prompt, re-tempered from its raw
-top logprobs, by engines.testing.distribution's total-variation test: the draws fail where
-their binned TV from the reference exceeds 0.25, which a correct engine (within 0.03 of the
-reference) does with probability below 1.2e-5 per group, by proof; the measured rate is in
-docs/architecture.md.
+one-token unseeded requests of one prompt at one temperature (the seed workload of
+engines.testing.features.unseeded_draws: two prompts, temperatures 1 and 0.5, interleaved in
+one burst) are tested against the reference's first-token probabilities at that prompt,
+re-tempered from its raw top logprobs, by engines.testing.distribution's total-variation test:
+the draws fail where their binned TV from the reference exceeds 0.25, which a correct engine
+(within 0.03 of the reference) does with probability below 1.2e-5 per group, by proof; the
+measured rate is in docs/architecture.md.
 
 What it catches that no other check can where seeds are not reproducible (and seeded checks
 miss where only unseeded requests go wrong): a temperature ignored (greedy draws) or applied
@@ -20,13 +20,14 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from engines.protocol import SamplingParams
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import REFERENCE, TEMPERATURE
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.distribution import tempered, tv_test
+from engines.testing.features.unseeded_draws import DRAWS
+from engines.testing.features.unseeded_draws import FEATURE as UNSEEDED_DRAWS_FEATURE
 from engines.testing.judging.base import Judge
 from engines.testing.recorder import Trace
-from engines.testing.unseeded import DRAWS
 
 __all__ = ["CHECK", "MIN_GROUP", "TALLY", "check_sampling_distribution"]
 
@@ -113,5 +114,6 @@ TALLY = Tally(_add, _notes)
 
 
 CHECK = Check("sampling_distribution", check_sampling_distribution,
-              needs=(REFERENCE, TEMPERATURE), draws=Draws(unseeded_draws=DRAWS, search=False),
+              needs=(REFERENCE, TEMPERATURE), draws=(UNSEEDED_DRAWS_FEATURE.use(DRAWS),),
+              search=False,
               tally=TALLY)

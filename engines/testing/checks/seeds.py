@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engines.protocol import Request
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.coverage import GREEDY_ONLY, Coverage, Tally
+from engines.testing.features.seed_groups import FEATURE as SEED_GROUPS_FEATURE
 from engines.testing.judging.base import Judge, describe
 from engines.testing.oracle import TOP_K
 from engines.testing.recorder import Trace
@@ -238,4 +239,4 @@ def _certain(data: Mapping[str, int], source: str, name: str) -> str:
 TALLY = Tally(_add, _notes)
 
 
-CHECK = Check("seeds", check_seeds, draws=Draws(seed_groups=True), sampling=True, tally=TALLY)
+CHECK = Check("seeds", check_seeds, draws=(SEED_GROUPS_FEATURE.use(),), sampling=True, tally=TALLY)

@@ -22,7 +22,7 @@ union of bins (each u_j's law given the past is within ALLOWANCE of uniform, wha
 past), and the measured rate is far lower (docs/architecture.md;
 scripts/sequence_false_alarms.py).
 
-Judged once a run on its seed workload (engines.testing.sequence_draws): no search (each
+Judged once a run on its seed workload (engines.testing.features.sequence_draws): no search (each
 example would add its own chance), no shrinking. Needs a reference with top logprobs.
 """
 
@@ -34,13 +34,14 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from engines.protocol import SamplingParams
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import REFERENCE, TEMPERATURE
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.distribution import tv_test
+from engines.testing.features.sequence_draws import FEATURE as SEQUENCE_DRAWS_FEATURE
+from engines.testing.features.sequence_draws import SEQUENCE_DRAWS
 from engines.testing.judging.base import Judge
 from engines.testing.recorder import Trace
-from engines.testing.sequence_draws import SEQUENCE_DRAWS
 
 __all__ = ["CHECK", "BINS", "FIRST_JUDGED", "MIN_DRAWS", "ORDERS", "PIT_SEED", "THRESHOLD", "TALLY",
            "check_sequence_distribution", "pit_bins"]
@@ -201,4 +202,5 @@ TALLY = Tally(_add, _notes)
 
 CHECK = Check("sequence_distribution", check_sequence_distribution,
               needs=(REFERENCE, TEMPERATURE),
-              draws=Draws(sequence_draws=SEQUENCE_DRAWS, search=False), tally=TALLY)
+              draws=(SEQUENCE_DRAWS_FEATURE.use(SEQUENCE_DRAWS),),
+              search=False, tally=TALLY)

@@ -3,8 +3,9 @@ seeded request the main engine's tokens."""
 
 from __future__ import annotations
 
-from engines.testing.checks.base import Check, Draws
+from engines.testing.checks.base import Check
 from engines.testing.checks.needs import VARIANTS
+from engines.testing.features.tenants import FEATURE as TENANTS_FEATURE
 from engines.testing.judging.base import Judge, describe, tops
 from engines.testing.recorder import EngineCrashed, Trace
 
@@ -41,4 +42,4 @@ def check_variants(check: Check, trace: Trace, judge: Judge) -> None:
                 raise failure
 
 
-CHECK = Check("variants", check_variants, needs=(VARIANTS,), draws=Draws(tenants=True))
+CHECK = Check("variants", check_variants, needs=(VARIANTS,), draws=(TENANTS_FEATURE.use(),))

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
+from engines.testing.features.base import AloneFn, Drawing, Feature, Make, short_and_long
 from engines.testing.limits import EngineLimits
-from engines.testing.workload import BadRequest
+from engines.testing.workload import BadRequest, Workload
 
-__all__ = ["BAD_KINDS", "PROCESSING_KINDS", "bad_kinds", "bad_request", "bad_requests_for"]
+__all__ = ["BAD_KINDS", "FEATURE", "PROCESSING_KINDS", "bad_kinds", "bad_request",
+           "bad_requests_for", "bad_workload"]
 
 BAD_KINDS = (
     "empty prompt",
@@ -111,3 +113,27 @@ def bad_requests_for(
             step = draw(st.integers(0, last), label=f"{rid}.step")
             out.append(BadRequest(step, kind, bad_request(limits, kind, prompt, rid)))
     return tuple(out)
+
+
+def bad_workload(limits: EngineLimits, req: Make) -> Workload:
+    """Every bad kind beside four good requests (a long prompt among short ones), a duplicate
+    id of a request surely in flight last."""
+    kinds = [k for k in bad_kinds(limits) if k != "duplicate id"]
+    bads = [BadRequest(i % 3, k, bad_request(limits, k, (1, 2), f"bad{i}"))
+            for i, k in enumerate(kinds)]
+    dup = BadRequest(0, "duplicate id", Request((5, 5), SamplingParams(max_tokens=1),
+                                                request_id=f"bad{len(kinds)}"),
+                     duplicate_of="r0")
+    return Workload(tuple(short_and_long(limits, req)), (0, 1, 1, 2), bad=(*bads, dup),
+                    label="bad requests")
+
+
+def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
+    return [bad_workload(drawing, req)] if drawing.bad_seed_workloads else []
+
+
+# Every check's workloads hold 0..1 bad requests (Drawing.bad's default); the check that uses
+# this feature (bad_input) gets 1..2 in each, and the seed workload of every bad kind.
+FEATURE = Feature("bad_requests", needs="nothing", declared=lambda limits: True,
+                  configure=lambda limits, setting: {"bad": (1, 2), "bad_seed_workloads": True},
+                  seeds=_seeds)

@@ -11,9 +11,11 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
+from engines.testing.features.base import Drawing, Feature
 from engines.testing.limits import EngineLimits
 
-__all__ = ["MAX_BEAM_WIDTH", "beam_requests", "draws_beams"]
+__all__ = ["FEATURE", "FIT_VARIANTS", "MAX_BEAM_WIDTH", "beam_requests", "beam_width_cap",
+           "draws_beams"]
 
 MAX_BEAM_WIDTH = 4  # widths drawn: 2 to this
 # Tokens per beam at most: long enough for beams of different lengths to compete.
@@ -55,3 +57,33 @@ def beam_requests(draw: st.DrawFn, limits: EngineLimits, start: int,
                                 length_penalty=penalty, stop_token_ids=stops)
         out.append(Request(prompt, params, request_id=f"r{start + i}"))
     return out
+
+
+# The setting of a check that replays its workloads on every config variant with a KV view
+# (kv_accounting): beam widths then stay within the seats of each (a variant refuses a search
+# wider than its batch).
+FIT_VARIANTS = 2
+
+
+def beam_width_cap(limits: EngineLimits, fit_variants: bool) -> int:
+    """The widest beam search a check may draw: within the seats of the engine and, where the
+    check replays its workloads on the KV variants, of each of them (below 2: none)."""
+    seats = [MAX_BEAM_WIDTH]
+    if fit_variants:
+        seats += [s for _, s in limits.variant_pools]
+        if limits.max_batch_size:
+            seats.append(limits.max_batch_size)
+    return min(seats)
+
+
+def _extra(drawing: Drawing, start: int) -> st.SearchStrategy[list[Request]]:
+    if drawing.beam_width < 2:
+        return st.just([])  # no width fits: said in the summary (search.BEAMS_UNFIT)
+    return beam_requests(drawing, start, drawing.beam_width)
+
+
+FEATURE = Feature("beams", needs="beam_width in supported_sampling (of the engine and of every "
+                  "engine it is compared with)", declared=draws_beams,
+                  configure=lambda limits, setting: {
+                      "beam_width": beam_width_cap(limits, setting == FIT_VARIANTS)},
+                  extra=_extra)

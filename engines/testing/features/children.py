@@ -9,9 +9,10 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
+from engines.testing.features.base import Drawing, Feature
 from engines.testing.limits import EngineLimits
 
-__all__ = ["CHILD_BUDGET", "draws_children", "families"]
+__all__ = ["CHILD_BUDGET", "FEATURE", "draws_children", "families"]
 
 # Tokens per child: enough that identical sampled children are implausible for a correct
 # engine (the property computes how implausible from the logprobs).
@@ -27,7 +28,7 @@ def draws_children(limits: EngineLimits) -> bool:
 
 
 @st.composite
-def families(draw: st.DrawFn, limits: EngineLimits, start: int) -> list[Request]:
+def families(draw: st.DrawFn, limits: Drawing, start: int) -> list[Request]:
     """1..3 requests with 2..4 children each: sampled at temperature 1 (seeded or unseeded)
     where the engine reproduces seeds, else greedy, or greedy by draw."""
     out = []
@@ -50,3 +51,7 @@ def families(draw: st.DrawFn, limits: EngineLimits, start: int) -> list[Request]
                                 stop_token_ids=stops)
         out.append(Request(prompt, params, request_id=f"r{start + i}"))
     return out
+
+
+FEATURE = Feature("children", needs="n in supported_sampling (of the engine and of every engine "
+                  "it is compared with)", declared=draws_children, extra=families)

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from engines.protocol import Request, SamplingParams
+from engines.testing.features.base import AloneFn, Drawing, Feature, Make, pseudo_tokens
 from engines.testing.limits import EngineLimits
-from engines.testing.strategies import AloneFn, pseudo_tokens
 from engines.testing.workload import Workload
 
-__all__ = ["draft_hit_workload"]
+__all__ = ["FEATURE", "draft_hit_workload"]
 
 BUDGET = 12  # tokens a request: three or four drafting steps at k = 3
 
@@ -46,3 +46,14 @@ def draft_hit_workload(limits: EngineLimits, req: Callable[..., Request],
             continue
         reqs.append(req(len(reqs), prompt, budget, temperature=0.8, seed=32 + len(reqs)))
     return Workload(tuple(reqs), (0,) * len(reqs), label="prompts whose drafts can hit")
+
+
+def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
+    found = draft_hit_workload(drawing, req, alone) if alone is not None else None
+    return [] if found is None else [found]
+
+
+# Speculation is an engine's configuration, not a request's: every engine gets the workload,
+# and one that does not speculate serves ordinary requests.
+FEATURE = Feature("drafts", needs="nothing", declared=lambda limits: True, everywhere=True,
+                  seeds=_seeds)

@@ -12,11 +12,11 @@ The prompt repeats a 3-token chunk: a prompt-lookup drafter finds its continuati
 from __future__ import annotations
 
 from engines.protocol import Request, SamplingParams
-from engines.testing.limits import EngineLimits
+from engines.testing.features.base import AloneFn, Drawing, Feature, Make
 from engines.testing.workload import Workload
 
-__all__ = ["SEQUENCE_DRAWS", "SEQUENCE_PROMPT", "SEQUENCE_TEMPERATURE", "SEQUENCE_TOKENS",
-           "WAVES", "sequence_workload"]
+__all__ = ["FEATURE", "SEQUENCE_DRAWS", "SEQUENCE_PROMPT", "SEQUENCE_TEMPERATURE",
+           "SEQUENCE_TOKENS", "WAVES", "sequence_workload"]
 
 # Requests a run: 7 tokens judged each (the first is sampling_distribution's), 1,120 in all;
 # the false-alarm bound and the measured rate: engines.testing.checks.sequence_distribution.
@@ -30,7 +30,7 @@ SEQUENCE_PROMPT = (21, 8, 305, 21, 8, 305, 21, 8)  # token ids modulo the vocabu
 WAVES = 4  # arrival steps 0..WAVES-1, round robin
 
 
-def sequence_workload(limits: EngineLimits) -> Workload:
+def sequence_workload(limits: Drawing) -> Workload:
     """limits.sequence_draws unseeded requests of SEQUENCE_PROMPT, arriving in WAVES."""
     room = max(1, limits.max_model_len - SEQUENCE_TOKENS)
     prompt = tuple(t % limits.vocab_size for t in SEQUENCE_PROMPT[:room])
@@ -40,3 +40,13 @@ def sequence_workload(limits: EngineLimits) -> Workload:
     reqs = tuple(Request(prompt, params, request_id=f"r{i}") for i in range(n))
     return Workload(reqs, tuple(i % WAVES for i in range(n)),
                     label="unseeded sampled sequences of one prompt")
+
+
+def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
+    return [sequence_workload(drawing)] if drawing.sequence_draws else []
+
+
+FEATURE = Feature("sequence_draws", needs="temperature in supported_sampling (of the engine and "
+                  "of every engine it is compared with)",
+                  declared=lambda limits: "temperature" in limits.sampling_fields,
+                  configure=lambda limits, setting: {"sequence_draws": setting}, seeds=_seeds)

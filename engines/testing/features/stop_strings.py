@@ -8,12 +8,13 @@ several at once, with and without include_stop_str_in_output.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hypothesis import strategies as st
 
 from engines.protocol import TEXT_PARAMS, Request, SamplingParams
+from engines.testing.features.base import AloneFn, Drawing, Feature, Make
 from engines.testing.limits import EngineLimits
 from engines.testing.text import REPLACEMENT, decode, tokenizer, visible
 from engines.testing.workload import Workload
@@ -21,10 +22,7 @@ from engines.testing.workload import Workload
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-# Serves (prompt, params) alone and returns the generated token ids (AloneOracle.tokens).
-AloneFn = Callable[[Sequence[int], SamplingParams], Sequence[int]]
-
-__all__ = ["MISSES", "draws_stop_strings", "stop_string_workload", "stop_string_params"]
+__all__ = ["FEATURE", "MISSES", "draws_stop_strings", "stop_string_params", "stop_string_workload"]
 
 # Text no preset's output is likely to hold, ASCII and multi-byte alike; a drawn one that the
 # output does hold is simply a hit.
@@ -135,3 +133,14 @@ def stop_string_workload(limits: EngineLimits, alone: AloneFn) -> Workload | Non
     reqs = tuple(Request(p, params, request_id=f"r{i}")
                  for i, (p, params) in enumerate(zip(prompts, found, strict=True)))
     return Workload(reqs, (0, 0, 0, 1, 1, 2), label="stop strings at the edges")
+
+
+def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
+    found = stop_string_workload(drawing, alone) if alone is not None else None
+    return [] if found is None else [found]
+
+
+FEATURE = Feature("stop_strings", needs="stop and include_stop_str_in_output in "
+                  "supported_sampling (of the engine and of every engine it is compared with), "
+                  "and a tokenizer", declared=draws_stop_strings, everywhere=True,
+                  stops=stop_string_params, seeds=_seeds)

@@ -11,21 +11,42 @@ Isolation groups: one prompt of whole KV blocks and a short tail (so that a pref
 holds its blocks), under two or three different tenants and one tenant twice, arriving one
 after another: a block shared across tenants is a leak, and the same tenant's repeat shows
 whether the engine shares at all (engines.testing.judging.tenant_blocks judges both).
+
+Adapter swaps (adapter_swaps), for the state machine (engines.testing.stateful): adapters
+removed and added while an engine runs (engines.protocol.LoRAManagement). An engine that reuses
+a removed adapter's slot, its cached KV or its name's old weights serves the next request under
+the new adapter wrongly (vLLM's LoRA slot and cache bugs of this class), and parity against the
+alone and reference runs, which serve the adapter by its directory
+(engines.testing.tenant_oracle), says so.
+
+Only for an engine with LoRAManagement that declares "lora" and serves at least two adapters
+(the new one is another adapter's directory: the same directory again would hide a stale
+slot).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from engines.protocol import Engine, Request, SamplingParams, loras, supported_sampling
+from engines.protocol import (
+    Engine,
+    LoRAManagement,
+    Request,
+    SamplingParams,
+    loras,
+    supported_sampling,
+)
+from engines.testing.features.base import AloneFn, Drawing, Feature, Make, pseudo_tokens
 from engines.testing.limits import EngineLimits
 from engines.testing.workload import Workload
 
-__all__ = ["SALTS", "Tenant", "has_tenants", "isolation_workload", "tenant_choices",
-           "tenant_limits", "with_tenants"]
+__all__ = ["FEATURE", "SALTS", "Swap", "Tenant", "adapter_swaps", "has_tenants",
+           "isolation_workload", "swappable", "swaps_note", "tenant_choices", "tenant_limits",
+           "with_tenants"]
 
 Tenant = tuple[str | None, str | None]  # (lora, cache_salt)
 SALTS = ("tenant-a", "tenant-b")  # a tiny pool: the same salt comes round again
@@ -63,7 +84,7 @@ def _under(r: Request, tenant: Tenant) -> Request:
 
 
 @st.composite
-def _group(draw: st.DrawFn, limits: EngineLimits, start: int, room: int,
+def _group(draw: st.DrawFn, limits: Drawing, start: int, room: int,
            make_prompt: Callable[[int], tuple[int, ...]]) -> list[Request]:
     """One prompt (1-2 whole blocks and a 1-3 token tail) under 2-3 distinct tenants, then
     one of them again; every member with a budget long enough to be running while the later
@@ -84,7 +105,7 @@ def _group(draw: st.DrawFn, limits: EngineLimits, start: int, room: int,
 
 
 @st.composite
-def with_tenants(draw: st.DrawFn, limits: EngineLimits, requests: list[Request],
+def with_tenants(draw: st.DrawFn, limits: Drawing, requests: list[Request],
                  tokens: Callable[[int, int, int], tuple[int, ...]],
                  max_size: int | None) -> list[Request]:
     """`requests` each under a drawn tenant (the base one most often), and sometimes an
@@ -147,3 +168,69 @@ def isolation_workload(limits: EngineLimits, req: Callable[..., Request],
         reqs.append(_under(req(len(reqs), prompt, 3), t))
         arrivals.append(late)
     return Workload(tuple(reqs), tuple(arrivals), label="one prompt under every tenant")
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    removed: str
+    added: str
+    path: str  # the added adapter's directory (another adapter's than the removed one's)
+
+    def apply(self, engine: Engine) -> None:
+        assert isinstance(engine, LoRAManagement)
+        engine.remove_lora(self.removed)
+        engine.add_lora(self.added, self.path)
+
+    def __str__(self) -> str:
+        return f"remove_lora({self.removed!r}), add_lora({self.added!r}, {self.path!r})"
+
+
+def swaps_note(swaps: list[tuple[int, str]]) -> str:
+    """The sentence a report adds: the swaps its script does not replay."""
+    done = "; ".join(f"before step {k}: {what}" for k, what in swaps)
+    return (f"Adapters were swapped during this run (LoRAManagement): {done}. The script below "
+            "replays the requests only: make the same calls on the engine before those steps.")
+
+
+def swappable(engine: Engine, limits: EngineLimits) -> bool:
+    return (isinstance(engine, LoRAManagement) and bool(limits.loras)
+            and len(set(loras(engine).values())) >= 2)
+
+
+_serial = 0
+
+
+@st.composite
+def adapter_swaps(draw: st.DrawFn, engine: Engine, in_use: Collection[str | None]
+                  ) -> Swap | None:
+    """An adapter no unfinished request uses, removed; another served adapter's directory
+    added under a new name, or under the removed one's name (which then names other
+    weights). None where every adapter is in use."""
+    global _serial
+    served = loras(engine)
+    idle = sorted(n for n in served if n not in in_use)
+    if not idle:
+        return None
+    name = draw(st.sampled_from(idle), label="removed_adapter")
+    others = sorted({p for n, p in served.items() if p != served[name]})
+    if not others:
+        return None
+    path = draw(st.sampled_from(others), label="added_directory")
+    _serial += 1
+    same_name = draw(st.booleans(), label="same_name_again")
+    return Swap(name, name if same_name else f"{name}-swapped{_serial}", path)
+
+
+def _mix(drawing: Drawing, requests: list[Request],
+         max_size: int | None) -> st.SearchStrategy[list[Request]]:
+    return with_tenants(drawing, requests, pseudo_tokens, max_size)
+
+
+def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
+    found = isolation_workload(drawing, req, lambda n: pseudo_tokens(11, n, drawing.vocab_size))
+    return [] if found is None else [found]
+
+
+FEATURE = Feature("tenants", needs='"lora" in supported_sampling with adapters (`loras`), or '
+                  '"cache_salt" (every engine compared declaring it)', declared=has_tenants,
+                  mix=_mix, seeds=_seeds)
