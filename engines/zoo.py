@@ -10,18 +10,38 @@ workloads cross them on every engine.
 An engine that cannot serve a preset says so when the factory is called (our batched engines
 raise ValueError naming what they lack); the adapters' libraries are imported only then, so
 this module imports anywhere.
+
+Beside them, named factories of our engines serving the tiny preset's first ZOO_ADAPTERS
+seeded LoRA adapters (engines.loras.zoo_loras), for the suite's tenant draws and isolation
+check:
+
+    pytest --pyargs engines.testing.conformance \\
+        --engine engines.zoo:paged_with_loras \\
+        --reference-engine engines.zoo:sequential_with_loras \\
+        --engine-variant no_prefix_caching=engines.zoo:paged_no_prefix_caching \\
+        --engine-variant small_pool=engines.zoo:paged_small_pool \\
+        --engine-variant budget_8=engines.zoo:paged_budget_8
+
+Each serves the same adapter names from the same directories, so every engine compared
+serves every drawn request. The paged configurations are engines.paged.variants' (the
+default engine's pool, a pool of one whole context, an 8-token budget), with the adapters.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engines.models import ZOO, preset_thresholds
+from engines.models import DEFAULT_PRESET, ZOO, preset_max_model_len, preset_thresholds
 from engines.protocol import position_thresholds
 
-__all__ = ["ENGINES", "factory", "zoo_specs"]
+if TYPE_CHECKING:
+    from engines.paged import PagedEngine
+    from engines.sequential import SequentialEngine
+
+__all__ = ["ENGINES", "ZOO_ADAPTERS", "factory", "paged_budget_8", "paged_no_prefix_caching",
+           "paged_small_pool", "paged_with_loras", "sequential_with_loras", "zoo_specs"]
 
 # engine name -> "module:callable" taking the preset as its first argument.
 ENGINES: dict[str, str] = {
@@ -61,6 +81,53 @@ def factory(engine: str, preset: str) -> Callable[[], Any]:
 def zoo_specs(engine: str) -> list[str]:
     """`--engine` specs of `engine` on every zoo preset."""
     return [f"engines.zoo:{engine}_{key}" for key in _PRESETS]
+
+
+# Our engines serving the zoo's LoRA adapters. Imported when a factory is called, as above.
+ZOO_ADAPTERS = 3  # a batch mixes ranks 8 and 4, and two adapters share a rank
+
+
+def _adapters() -> dict[str, str]:
+    from engines.loras import zoo_loras
+
+    return zoo_loras(DEFAULT_PRESET, ZOO_ADAPTERS)
+
+
+def _paged_with_loras(**kwargs: Any) -> PagedEngine:
+    from engines.paged import PagedEngine
+
+    return PagedEngine(DEFAULT_PRESET, loras=_adapters(), **kwargs)
+
+
+def paged_with_loras() -> PagedEngine:
+    """The default paged engine, serving the adapters."""
+    return _paged_with_loras()
+
+
+def sequential_with_loras() -> SequentialEngine:
+    """The sequential reference, serving the adapters through PEFT."""
+    from engines.sequential import SequentialEngine
+
+    return SequentialEngine(DEFAULT_PRESET, loras=_adapters())
+
+
+def paged_no_prefix_caching() -> PagedEngine:
+    """No block ever shared: every tenant computes its own."""
+    return _paged_with_loras(enable_prefix_caching=False)
+
+
+def paged_small_pool() -> PagedEngine:
+    """A pool of one whole context for 16 seats: tenants' blocks are evicted and preempted."""
+    from engines.paged import DEFAULT_BLOCK_SIZE
+
+    context = preset_max_model_len(DEFAULT_PRESET) or 512
+    return _paged_with_loras(max_batch_size=16, num_blocks=-(-context // DEFAULT_BLOCK_SIZE))
+
+
+def paged_budget_8() -> PagedEngine:
+    """8 tokens a step: prompts chunked at boundaries the default never uses."""
+    return _paged_with_loras(max_batch_size=8, kv_slots=8, max_num_batched_tokens=8,
+                             max_prefill_only_tokens=8)
 
 
 def __getattr__(name: str) -> Callable[[], Any]:

@@ -279,7 +279,7 @@ def test_beam_search_is_refused_with_the_reason() -> None:
 def test_loras_serve_the_zoo_adapters_as_peft_does() -> None:
     pytest.importorskip("peft", reason="peft not installed (the reference's LoRA)")
     from engines.adapters.vllm.variants import vllm_loras
-    from engines.lora_engines import sequential_with_loras
+    from engines.zoo import sequential_with_loras
 
     engine = vllm_loras()
     names = sorted(engine.loras)

@@ -49,7 +49,7 @@ def _hits(engine: object) -> int:
 
 def test_loras_and_salts_on_vllms_openai_server(launched: None) -> None:
     from engines.adapters.http.variants import vllm_server_loras
-    from engines.lora_engines import sequential_with_loras
+    from engines.zoo import sequential_with_loras
 
     eng = vllm_server_loras()
     names = sorted(eng.loras)

@@ -124,13 +124,12 @@ FLOW: dict[str, set[str]] = {
     "engines.paged": _ENGINE_BASE,
     "engines.sequential": _ENGINE_BASE,
     # Factories over the zoo presets: the engines and adapters are imported by name, when a
-    # factory is called (engines.zoo.ENGINES), so importing it pulls in no library.
-    "engines.zoo": {"engines.models", "engines.protocol"},
+    # factory is called (engines.zoo.ENGINES), so importing it pulls in no library; and our
+    # engines built with the zoo's LoRA adapters, imported when those factories are called.
+    "engines.zoo": {"engines.models", "engines.protocol", "engines.loras", "engines.paged",
+                    "engines.sequential"},
     # Seeded LoRA adapters of the presets, built with PEFT (engines built with them by name).
     "engines.loras": {"engines.models"},
-    # Our engines built with the zoo's adapters, for --engine / --reference-engine.
-    "engines.lora_engines": {"engines.loras", "engines.models", "engines.paged",
-                             "engines.sequential"},
     # engines.models for the presets saved as checkpoints that converting adapters share.
     "engines.adapters.common": {"engines.core", "engines.protocol", "engines.models",
                                 "engines.tokenizer"},

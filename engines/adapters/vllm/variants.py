@@ -75,12 +75,12 @@ def vllm_stress() -> VLLMEngine:
 # stays empty (its weights zero) and base rows are right; tests/test_adapters_vllm_wave4.py
 # reaches the bug with max_loras=1.
 SPARE_LORA_SLOTS = 1
-# As our engines serve them (engines.lora_engines.ZOO_ADAPTERS: ranks 8 and 4 mixed).
+# As our engines serve them (engines.zoo.ZOO_ADAPTERS: ranks 8 and 4 mixed).
 _ADAPTERS = 3
 
 
 def vllm_loras() -> VLLMEngine:
-    """The tiny preset's first 3 seeded PEFT adapters (engines.lora_engines', the same
+    """The tiny preset's first 3 seeded PEFT adapters (engines.zoo's, the same
     directories our engines serve), a LoRA slot each plus the spare one report 37
     needs, prefix caching on (tenants' blocks must not be shared: the `isolation` check), 8
     sequences. Needs peft beside vllm (the reference serves the adapters through it)."""
