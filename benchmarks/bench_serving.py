@@ -30,6 +30,7 @@ from unittest import mock
 
 from benchmarks.common import ENGINES, config, progress_interval
 from benchmarks.watch import watched
+from engines.bench.record import COLUMN  # the samples' names (record.Samples); no torch
 
 try:
     from asv_runner.benchmarks.mark import SkipNotImplemented
@@ -80,21 +81,21 @@ class Serving:
 
     def track_seconds_per_output_token(self, cache: Samples, engine: str) -> dict[str, Any]:
         """Closed mixed batch, one sample per recorded run: 1 / output tokens per second."""
-        return _samples(cache, engine, "seconds_per_output_token")
+        return _samples(cache, engine, COLUMN.seconds_per_output_token)
 
     track_seconds_per_output_token.unit = "seconds/token"  # type: ignore[attr-defined]
 
     def track_seconds_per_request_at_capacity(self, cache: Samples,
                                               engine: str) -> dict[str, Any]:
         """1 / throughput capacity, one sample per replica of the search."""
-        return _samples(cache, engine, "seconds_per_request_at_capacity")
+        return _samples(cache, engine, COLUMN.seconds_per_request_at_capacity)
 
     track_seconds_per_request_at_capacity.unit = "seconds/request"  # type: ignore[attr-defined]
 
     def track_seconds_per_request_at_goodput(self, cache: Samples,
                                              engine: str) -> dict[str, Any]:
         """1 / goodput capacity under the hardware-derived SLO, one sample per replica."""
-        return _samples(cache, engine, "seconds_per_request_at_goodput")
+        return _samples(cache, engine, COLUMN.seconds_per_request_at_goodput)
 
     track_seconds_per_request_at_goodput.unit = "seconds/request"  # type: ignore[attr-defined]
 
@@ -102,19 +103,19 @@ class Serving:
         """TTFT p95 of the reference run: each engine at `reference_load` (0.5) x its own
         closed-batch request rate, re-timed just before the run (engines.bench.reference),
         not at a fraction of its searched capacity; one sample per replica."""
-        return _samples(cache, engine, "ttft_p95_s")
+        return _samples(cache, engine, COLUMN.ttft_p95_s)
 
     track_ttft_p95.unit = "seconds"  # type: ignore[attr-defined]
 
     def track_itl_spike_ratio(self, cache: Samples, engine: str) -> dict[str, Any]:
         """Incumbents' ITL in a step admitting the longest prompt / baseline, one sample per
         such step."""
-        return _samples(cache, engine, "itl_spike_ratio")
+        return _samples(cache, engine, COLUMN.itl_spike_ratio)
 
     track_itl_spike_ratio.unit = "ratio"  # type: ignore[attr-defined]
 
     def track_driver_overhead(self, cache: Samples, engine: str) -> dict[str, Any]:
         """The harness's own time as a percentage of step time (target: under 2), per run."""
-        return _samples(cache, engine, "driver_overhead_pct")
+        return _samples(cache, engine, COLUMN.driver_overhead_pct)
 
     track_driver_overhead.unit = "percent"  # type: ignore[attr-defined]

@@ -80,10 +80,10 @@ def test_metrics_on_a_synthetic_run() -> None:
     tok = tokens_frame(run)
     assert len(tok) == 6 and tok["itl_s"].dropna().tolist() == pytest.approx([0.1] * 3)
     row = summarize(run, slo=SLO(ttft_s=0.35, itl_s=1.0))
-    assert row["output_tokens_per_s"] == pytest.approx(6 / 0.6)
-    assert row["ttft_p50_s"] == pytest.approx(0.3)
-    assert row["slo_attained"] == pytest.approx(2 / 3)
-    assert row["wasted_slot_steps"] == 0 and row["completed"] == 3
+    assert row.output_tokens_per_s == pytest.approx(6 / 0.6)
+    assert row.ttft_p50_s == pytest.approx(0.3)
+    assert row.slo is not None and row.slo.slo_attained == pytest.approx(2 / 3)
+    assert row.wasted_slot_steps == 0 and row.completed == 3
 
 
 def test_closed_mode_records_five_runs_after_two_warmups() -> None:

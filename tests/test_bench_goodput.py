@@ -49,8 +49,8 @@ def test_queue_wait_alone_would_pass_a_probe_past_capacity() -> None:
     probe = probes.probe_paired(RunContext(clocks={"greedy": clock}),
                                 {"greedy": _admit_everyone(clock)}, _items(300, TOKENS),
                                 {"greedy": 1.5 * TRUE_RATE})["greedy"]
-    assert probe.summary["wait_slope"] <= probes.MAX_GROWTH
-    assert probe.summary["e2e_slope"] > probes.MAX_GROWTH and not probe.stable
+    assert probe.summary.wait_slope <= probes.MAX_GROWTH
+    assert probe.summary.e2e_slope > probes.MAX_GROWTH and not probe.stable
 
 
 @functools.cache
@@ -81,7 +81,8 @@ def test_goodput_is_bisected_below_capacity_and_its_bracket_is_exact() -> None:
     assert good.high / good.low <= 1.03, good.bracket()
     for p in good.probes:
         assert p.meets(slo) == (p.rate <= good.low)
-        assert p.attainment == p.summary["slo_attained"]
+        judged = p.summary.figures.slo
+        assert judged is not None and p.attainment == judged.slo_attained
     passing = [p for p in good.probes if p.rate == good.low]
     assert passing and all(p.attainment >= 0.9 for p in passing)
     assert "TTFT <= 300 ms" in good.rule

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,8 @@ from engines.bench.host import kit as host_kit
 from engines.bench.host import priority
 from engines.bench.metrics import overhead_pct
 from engines.bench.progress import progress
+from engines.bench.record import ClosedRow
+from engines.bench.record import rows as record_rows
 from engines.bench.run_report import FILE, Report, publish, records
 from engines.bench.streaming import streams
 from engines.factories import EngineSpecError, load_factory, load_labeled
@@ -41,6 +43,7 @@ from engines.protocol import Engine
 from engines.threads import THREADS_ENV
 
 HF_GENERATE = "engines.adapters.hf.generate:HFGenerateEngine"  # `closed`'s baseline
+BASELINE = "hf-generate"  # its label there
 # Measured, not promised: the --quick run on the CPU preset, by scripts/bench_stability.sh.
 HOST_MODES = ("auto", "on", "off")
 QUICK_HELP = ("small draws (300-request probes, brackets 4.4%% wide, one try per rate on the "
@@ -251,7 +254,7 @@ def cmd_closed(args: argparse.Namespace) -> int:
     if not args.no_hf:
         # A baseline over a library, so an adapter: loaded by its spec, as any engine is.
         generate: Callable[..., Engine] = load_factory(HF_GENERATE)
-        factories["hf-generate"] = functools.partial(
+        factories[BASELINE] = functools.partial(
             generate, config.preset, device=config.device, dtype=config.dtype)
     engines = comparison.build(factories)
     described = {name: describe(name, e) for name, e in engines.items()}
@@ -272,19 +275,20 @@ def cmd_closed(args: argparse.Namespace) -> int:
         results = comparison.closed_stage(ctx, engines, trace, config)
     rows = []
     for name, result in results.items():
-        rates = [s["output_tokens_per_s"] for s in result.closed_summaries]
+        rates = [s.output_tokens_per_s for s in result.closed_summaries]
         runs = result.closed
-        rows.append({"engine": name, "output_tokens_per_s": result.tokens_per_s,
-                     "min": min(rates), "max": max(rates),
-                     "wall_s": float(np.median([r.wall_s for r in runs])),
-                     "driver_overhead_pct": overhead_pct(runs),
-                     "compute_threads": described[name].threads,
-                     # After the runs: a compiled engine says how many steps ran compiled.
-                     "execution": describe(name, engines[name]).execution})
-    table = pd.DataFrame(rows)
-    if "hf-generate" in set(table["engine"]):
-        base = table.set_index("engine").loc["hf-generate", "output_tokens_per_s"]
-        table["vs_hf_generate"] = table["output_tokens_per_s"] / base
+        rows.append(ClosedRow(
+            engine=name, output_tokens_per_s=result.tokens_per_s, min=min(rates), max=max(rates),
+            wall_s=float(np.median([r.wall_s for r in runs])),
+            driver_overhead_pct=overhead_pct(runs),
+            compute_threads=described[name].threads,
+            # After the runs: a compiled engine says how many steps ran compiled.
+            execution=describe(name, engines[name]).execution))
+    base = {row.engine: row.output_tokens_per_s for row in rows}.get(BASELINE)
+    if base is not None:  # numpy's division, as a frame's: a zero base gives inf
+        rows = [replace(row, vs_hf_generate=float(np.float64(row.output_tokens_per_s) / base))
+                for row in rows]
+    table = pd.DataFrame(record_rows(rows))
     publish(Report(config=asdict(config), slo={}, summary=records(table),
                    notes=[fresh.note(config.fresh_prompts)],
                    kind="closed"), args.out, plots=False)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -43,6 +42,7 @@ from engines.bench.host.kit import HostKit
 from engines.bench.host.steady import SteadyTime
 from engines.bench.metrics import summarize
 from engines.bench.progress import Progress, progress
+from engines.bench.record import RunSummary
 from engines.bench.replay import Run
 from engines.bench.run_context import RunContext
 from engines.bench.slo import (
@@ -75,13 +75,13 @@ class EngineResult:
     timeline: Run | None = None
     # Each run summarized once (engines.bench.metrics.summarize), for every table that reads
     # it: the closed runs as they finish, the reference runs under the headline SLO.
-    closed_summaries: list[dict[str, Any]] = field(default_factory=list)
-    reference_summaries: list[dict[str, Any]] = field(default_factory=list)
+    closed_summaries: list[RunSummary] = field(default_factory=list)
+    reference_summaries: list[RunSummary] = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
         """Output tokens/s of the closed runs: their median."""
-        return float(np.median([s["output_tokens_per_s"] for s in self.closed_summaries]))
+        return float(np.median([s.output_tokens_per_s for s in self.closed_summaries]))
 
     @property
     def capacity(self) -> Capacity:

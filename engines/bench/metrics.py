@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from engines.bench.record import RunSummary, SLOFigures
 from engines.bench.replay import Run
 from engines.bench.slo import SLO
 
@@ -123,42 +123,46 @@ def _q(series: pd.Series, q: float) -> float:
 
 
 def summarize(run: Run, requests: pd.DataFrame | None = None,
-              tokens: pd.DataFrame | None = None, slo: SLO | None = None) -> dict[str, Any]:
-    """One row of figures for a run (pass the frames if already built)."""
+              tokens: pd.DataFrame | None = None, slo: SLO | None = None) -> RunSummary:
+    """The run's figures (pass the frames if already built)."""
     requests = requests_frame(run) if requests is None else requests
     tokens = tokens_frame(run) if tokens is None else tokens
     done = requests[requests["finish_reason"].notna()]
     end = float(done["finish_s"].max()) if len(done) else float("nan")
     span = end - float(requests["arrival_s"].min()) if len(done) else float("nan")
-    row: dict[str, Any] = {
-        "engine": run.engine,
-        "offered_rps": run.trace.rate,
-        "n_requests": len(requests),
-        "completed": len(done),
-        "achieved_rps": len(done) / span if span and span > 0 else float("nan"),
-        "output_tokens": int(requests["n_tokens"].sum()),
-        "output_tokens_per_s": float(requests["n_tokens"].sum()) / span if span else float("nan"),
-    }
-    for name, column in (("ttft", "ttft_s"), ("queue_wait", "queue_wait_s"), ("e2e", "e2e_s")):
-        row[f"{name}_p50_s"] = _q(requests[column], 0.5)
-        row[f"{name}_p95_s"] = _q(requests[column], 0.95)
     waits = requests["queue_wait_s"].dropna()
-    row["queue_wait_mean_s"] = float(waits.mean()) if len(waits) else float("nan")
-    row["itl_p50_s"] = _q(tokens["itl_s"], 0.5)
-    row["itl_p95_s"] = _q(tokens["itl_s"], 0.95)
-    row["itl_max_s"] = float(tokens["itl_s"].max()) if len(tokens) else float("nan")
+    figures = None
     if slo is not None:
         ok = slo_met(requests, slo)
-        row["slo_attained"] = float(ok.mean())  # share of the trace's requests
-        row["slo_met_rps"] = float(ok.sum()) / span if span else float("nan")
-        row["ttft_p90_s"] = _q(requests["ttft_s"], 0.9)
-        row["itl_mean_p90_s"] = _q(requests["itl_mean_s"], 0.9)
-    row["wasted_slot_steps"] = run.wasted_slot_steps
-    row["steps"] = len(run.steps)
-    row["step_time_s"] = run.step_s
-    row["driver_overhead_pct"] = 100.0 * run.overhead
-    row["gave_up"] = run.gave_up
-    return row
+        figures = SLOFigures(
+            slo_attained=float(ok.mean()),  # share of the trace's requests
+            slo_met_rps=float(ok.sum()) / span if span else float("nan"),
+            ttft_p90_s=_q(requests["ttft_s"], 0.9),
+            itl_mean_p90_s=_q(requests["itl_mean_s"], 0.9))
+    return RunSummary(
+        engine=run.engine,
+        offered_rps=run.trace.rate,
+        n_requests=len(requests),
+        completed=len(done),
+        achieved_rps=len(done) / span if span and span > 0 else float("nan"),
+        output_tokens=int(requests["n_tokens"].sum()),
+        output_tokens_per_s=float(requests["n_tokens"].sum()) / span if span else float("nan"),
+        ttft_p50_s=_q(requests["ttft_s"], 0.5),
+        ttft_p95_s=_q(requests["ttft_s"], 0.95),
+        queue_wait_p50_s=_q(requests["queue_wait_s"], 0.5),
+        queue_wait_p95_s=_q(requests["queue_wait_s"], 0.95),
+        e2e_p50_s=_q(requests["e2e_s"], 0.5),
+        e2e_p95_s=_q(requests["e2e_s"], 0.95),
+        queue_wait_mean_s=float(waits.mean()) if len(waits) else float("nan"),
+        itl_p50_s=_q(tokens["itl_s"], 0.5),
+        itl_p95_s=_q(tokens["itl_s"], 0.95),
+        itl_max_s=float(tokens["itl_s"].max()) if len(tokens) else float("nan"),
+        slo=figures,
+        wasted_slot_steps=run.wasted_slot_steps,
+        steps=len(run.steps),
+        step_time_s=run.step_s,
+        driver_overhead_pct=100.0 * run.overhead,
+        gave_up=run.gave_up)
 
 
 def overhead_pct(runs: Sequence[Run]) -> float:

@@ -3,16 +3,16 @@ measured runs, and beside it the raw records, traces and timelines of its runs.
 
 The report holds one summary row per engine (the first replica's: the CLI runs one), the
 small CSV frames, asv's samples (every replica's) and the closing text a person reads (the
-winner table's ties, the SLO, every bracket and ratio). Summary column names are a contract
-(scripts read summary.csv): new ones are appended, none renamed (capacity_low_rps, a copy of
-capacity_rps, was dropped: CHANGELOG.md).
+winner table's ties, the SLO, every bracket and ratio). Its rows are records
+(engines.bench.record: Summary, ProbeRow, ClosedRunRow, Samples), whose field names are the
+columns; those are a contract (scripts read summary.csv): new ones are appended, none renamed
+(capacity_low_rps, a copy of capacity_rps, was dropped: CHANGELOG.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,83 +21,68 @@ from engines.bench import clocks, disturbance
 from engines.bench.comparison import Comparison, EngineResult
 from engines.bench.host import lines as lines_of_host
 from engines.bench.metrics import overhead_pct, requests_frame, tokens_frame, write_csv
+from engines.bench.record import (
+    COLUMN,
+    LATENCY_COLUMNS,
+    SUMMARY_COLUMNS,
+    ClosedRunRow,
+    ProbeRow,
+    Samples,
+    Summary,
+    TargetsUsed,
+    row,
+    rows,
+)
 from engines.bench.run_report import FRAMES, Report, records, render
 from engines.bench.slo import PairedSLO
 from engines.bench.table import TIE
 
-SUMMARY_COLUMNS = [
-    "engine", "capacity_rps", "capacity_high_rps", "output_tokens_per_s",
-    "ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s", "queue_wait_mean_s",
-    "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s", "goodput_rps", "itl_spike_ratio",
-    "spike_prompt_len", "baseline_itl_s", "wasted_slot_steps", "driver_overhead_pct",
-    "reference_rps",
-    # goodput capacity's bracket and the SLO it was judged under; the spike's CI
-    "goodput_high_rps", "slo_ttft_s", "slo_itl_s", "slo_attainment", "itl_spike_ci_low",
-    "itl_spike_ci_high", "itl_spike_samples",
-    # the factor within which capacity and goodput share a win (engines.bench.table); the
-    # closed-batch rate re-timed before the reference run, which reference_rps is a share of,
-    # and the host's drift between the two (engines.bench.reference)
-    "search_tie", "reference_basis_rps", "reference_drift",
-    # the steady clock's gauge step at the start and the range of the host's speed factor
-    # over the run (engines.bench.host.steady); nan on the other clocks
-    "steady_baseline_s", "host_speed_min", "host_speed_max",
-    # the SLO yardstick's prefill over its decode step during the disturbance run: the host's
-    # mix of the two speeds that itl_spike_ratio moves with; nan when the targets were given
-    "spike_host_prefill_x",
-    # the CPU threads each engine computes with and how it executes, as it declares them
-    # (engines.bench.describe): a ratio between engines is at equal cores only if equal
-    "compute_threads", "execution",
-]
-LATENCY_COLUMNS = ("ttft_p50_s", "ttft_p95_s", "queue_wait_p50_s", "queue_wait_p95_s",
-                   "queue_wait_mean_s", "itl_p50_s", "itl_p95_s", "itl_max_s", "e2e_p50_s")
 
-
-def summary_row(result: EngineResult, comparison: Comparison) -> dict[str, Any]:
+def summary_row(result: EngineResult, comparison: Comparison) -> Summary:
     slo = comparison.slo
-    ref = result.reference_summaries[0] if result.reference_summaries else {}
+    ref = result.reference_summaries[0] if result.reference_summaries else None
     spike = disturbance.headline(result.spikes)
     baseline = result.spikes["baseline_gap_s"].iloc[0] if len(result.spikes) else np.nan
     described = comparison.engines.get(result.name)
-    return {
-        "engine": result.name,
-        "capacity_rps": result.capacity.low,
-        "capacity_high_rps": result.capacity.high,
-        "output_tokens_per_s": result.tokens_per_s,
-        **{k: ref.get(k, np.nan) for k in LATENCY_COLUMNS},
-        "goodput_rps": result.goodput.low,
-        "itl_spike_ratio": spike["ratio"],
-        "spike_prompt_len": spike["prompt_len"],
-        "baseline_itl_s": baseline,
-        "wasted_slot_steps": result.closed[-1].wasted_slot_steps,
-        "driver_overhead_pct": overhead_pct(list(result.runs())),
-        "reference_rps": result.reference.trace.rate if result.reference else np.nan,
-        "goodput_high_rps": result.goodput.high,
-        "slo_ttft_s": slo.ttft_s,
-        "slo_itl_s": slo.itl_s,
-        "slo_attainment": slo.attainment,
-        "itl_spike_ci_low": spike["ci_low"],
-        "itl_spike_ci_high": spike["ci_high"],
-        "itl_spike_samples": spike["steps"],
-        "search_tie": comparison.config.search_tie,
-        "reference_basis_rps": (result.reference_basis_rps[0] if result.reference_basis_rps
-                                else np.nan),
-        "reference_drift": (comparison.reference_drift[0] if comparison.reference_drift
-                            else np.nan),
-        "steady_baseline_s": (comparison.steady_baseline_s
-                              if comparison.steady_baseline_s is not None else np.nan),
-        "host_speed_min": comparison.host_speed[0] if comparison.host_speed else np.nan,
-        "host_speed_max": comparison.host_speed[1] if comparison.host_speed else np.nan,
-        "spike_host_prefill_x": (comparison.disturbance_times.prefill_over_decode()
-                                 if comparison.disturbance_times is not None else np.nan),
-        "compute_threads": (described.threads if described and described.threads is not None
-                            else np.nan),
-        "execution": described.execution if described else "",
-    }
+    return Summary(
+        engine=result.name,
+        capacity_rps=result.capacity.low,
+        capacity_high_rps=result.capacity.high,
+        output_tokens_per_s=result.tokens_per_s,
+        **{name: getattr(ref, name) if ref is not None else np.nan for name in LATENCY_COLUMNS},
+        goodput_rps=result.goodput.low,
+        itl_spike_ratio=spike["ratio"],
+        spike_prompt_len=spike["prompt_len"],
+        baseline_itl_s=baseline,
+        wasted_slot_steps=result.closed[-1].wasted_slot_steps,
+        driver_overhead_pct=overhead_pct(list(result.runs())),
+        reference_rps=result.reference.trace.rate if result.reference else np.nan,
+        goodput_high_rps=result.goodput.high,
+        targets=TargetsUsed(slo_ttft_s=slo.ttft_s, slo_itl_s=slo.itl_s),
+        slo_attainment=slo.attainment,
+        itl_spike_ci_low=spike["ci_low"],
+        itl_spike_ci_high=spike["ci_high"],
+        itl_spike_samples=int(spike["steps"]),
+        search_tie=comparison.config.search_tie,
+        reference_basis_rps=(result.reference_basis_rps[0] if result.reference_basis_rps
+                             else np.nan),
+        reference_drift=(comparison.reference_drift[0] if comparison.reference_drift
+                         else np.nan),
+        steady_baseline_s=(comparison.steady_baseline_s
+                           if comparison.steady_baseline_s is not None else np.nan),
+        host_speed_min=comparison.host_speed[0] if comparison.host_speed else np.nan,
+        host_speed_max=comparison.host_speed[1] if comparison.host_speed else np.nan,
+        spike_host_prefill_x=(comparison.disturbance_times.prefill_over_decode()
+                              if comparison.disturbance_times is not None else np.nan),
+        compute_threads=(described.threads if described and described.threads is not None
+                         else np.nan),
+        execution=described.execution if described else "",
+    )
 
 
 def summary(comparison: Comparison) -> pd.DataFrame:
-    rows = [summary_row(r, comparison) for r in comparison.results.values()]
-    return pd.DataFrame(rows)[SUMMARY_COLUMNS]
+    found = rows(summary_row(r, comparison) for r in comparison.results.values())
+    return pd.DataFrame(found)[list(SUMMARY_COLUMNS)]
 
 
 def tables(comparison: Comparison) -> dict[str, pd.DataFrame]:
@@ -105,8 +90,8 @@ def tables(comparison: Comparison) -> dict[str, pd.DataFrame]:
     probe of both searches, spikes by admitted length, closed runs."""
     requests: list[pd.DataFrame] = []
     tokens: list[pd.DataFrame] = []
-    probes: list[dict[str, Any]] = []
-    closed: list[dict[str, Any]] = []
+    probes: list[ProbeRow] = []
+    closed: list[ClosedRunRow] = []
     for result in comparison.results.values():
         for label, run in (("reference", result.reference),
                            ("disturbance", result.disturbance)):
@@ -117,36 +102,37 @@ def tables(comparison: Comparison) -> dict[str, pd.DataFrame]:
         for replica, (cap, good) in enumerate(zip(result.capacities, result.goodputs,
                                                   strict=True)):
             for search, found in (("capacity", cap), ("goodput", good)):
-                probes.extend({**p.summary, "search": search, "replica": replica,
-                               "bracket": found.bracket()} for p in found.probes)
-        closed.extend({**row, "run": i} for i, row in enumerate(result.closed_summaries))
+                probes.extend(ProbeRow(probe=p.summary, search=search, replica=replica,
+                                       bracket=found.bracket()) for p in found.probes)
+        closed.extend(ClosedRunRow(figures=figures, run=i)
+                      for i, figures in enumerate(result.closed_summaries))
     return {
         "requests": pd.concat(requests, ignore_index=True),
         "tokens": pd.concat(tokens, ignore_index=True),
-        "probes": pd.DataFrame(probes),
+        "probes": pd.DataFrame(rows(probes)),
         "spikes": pd.concat([r.spikes for r in comparison.results.values()],
                             ignore_index=True),
-        "closed": pd.DataFrame(closed),
+        "closed": pd.DataFrame(rows(closed)),
     }
 
 
-def samples(result: EngineResult) -> dict[str, list[float]]:
+def samples(result: EngineResult) -> Samples:
     """Repeated measurements of each tracked figure, for asv's statistics: closed runs,
     replicas of the searches and the reference run, admission steps."""
     def inverse(values: list[float]) -> list[float]:
         return [1.0 / v for v in values if v > 0 and np.isfinite(v)]
 
     references = [r for r in result.references if r is not None]
-    return {
-        "seconds_per_output_token": inverse(
-            [s["output_tokens_per_s"] for s in result.closed_summaries]),
-        "seconds_per_request_at_capacity": inverse([c.low for c in result.capacities]),
-        "seconds_per_request_at_goodput": inverse([g.low for g in result.goodputs]),
-        "ttft_p95_s": [float(s["ttft_p95_s"]) for s in result.reference_summaries],
-        "itl_spike_ratio": (disturbance.headline_samples(result.disturbance)
-                            if result.disturbance is not None else []),
-        "driver_overhead_pct": [overhead_pct([r]) for r in (*result.closed, *references)],
-    }
+    return Samples(
+        seconds_per_output_token=inverse(
+            [s.output_tokens_per_s for s in result.closed_summaries]),
+        seconds_per_request_at_capacity=inverse([c.low for c in result.capacities]),
+        seconds_per_request_at_goodput=inverse([g.low for g in result.goodputs]),
+        ttft_p95_s=[float(s.ttft_p95_s) for s in result.reference_summaries],
+        itl_spike_ratio=(disturbance.headline_samples(result.disturbance)
+                         if result.disturbance is not None else []),
+        driver_overhead_pct=[overhead_pct([r]) for r in (*result.closed, *references)],
+    )
 
 
 RAW_FRAMES = ("requests", "tokens")  # per request and per token: saved from the runs
@@ -166,7 +152,7 @@ def report(comparison: Comparison, frames: dict[str, pd.DataFrame] | None = None
              "basis": slo.basis},
         summary=records(table), notes=notes,
         frames={name: records(frames[name]) for name in FRAMES},
-        samples={name: samples(r) for name, r in comparison.results.items()},
+        samples={name: row(samples(r)) for name, r in comparison.results.items()},
         goodput={r.name: r.goodput.low for r in comparison.results.values()})
 
 
@@ -207,7 +193,7 @@ def write(comparison: Comparison, out: Path, *, plots: bool,
 def _ratio_lines(table: pd.DataFrame, column: str, label: str) -> list[str]:
     """Every engine's figure over the first engine's (the comparison's baseline: static in
     the default run, the first --engine otherwise)."""
-    values = table.set_index("engine")[column]
+    values = table.set_index(COLUMN.engine)[column]
     base, others = str(values.index[0]), values.iloc[1:]
     if not values.iloc[0] > 0:
         return []
@@ -270,8 +256,8 @@ def closing_notes(comparison: Comparison, table: pd.DataFrame) -> list[str]:
                                       if spike["steps"] < disturbance.MIN_SAMPLES else ""))
     lines += lines_of_host.spike_host(comparison.disturbance_times,
                                       any(len(r.spikes) for r in comparison.results.values()))
-    lines += _ratio_lines(table, "goodput_rps", "goodput")
-    lines += _ratio_lines(table, "capacity_rps", "capacity")
+    lines += _ratio_lines(table, COLUMN.goodput_rps, "goodput")
+    lines += _ratio_lines(table, COLUMN.capacity_rps, "capacity")
     first = next(iter(comparison.results.values()))
     lines += [f"capacity rule: {first.capacity.rule}", f"goodput rule: {first.goodput.rule}"]
     lines.append(f"times: {clocks.describe(config.clock)} (--clock {config.clock})"

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from engines.bench.disturbance import step_gaps
+from engines.bench.record import COLUMN
 from engines.bench.replay import Run
 from engines.bench.slo import SLO
 
@@ -42,31 +43,32 @@ def _by_engine(probes: pd.DataFrame, best: str, ascending: bool) -> Any:
     """One probe per engine and rate: the try the verdict rests on (a rate passes if any of
     its paired tries did), i.e. the one with the best `best` value."""
     tries = probes.sort_values(best, ascending=ascending, na_position="last")
-    chosen = tries.drop_duplicates(["engine", "offered_rps"])
-    return chosen.sort_values("offered_rps").groupby("engine", sort=False)
+    chosen = tries.drop_duplicates([COLUMN.engine, COLUMN.offered_rps])
+    return chosen.sort_values(COLUMN.offered_rps).groupby(COLUMN.engine, sort=False)
 
 
 def rate_plot(probes: pd.DataFrame, path: str | Path) -> Path:
-    """probes: one row per probe (engine, offered_rps, achieved_rps, latencies, gave_up)."""
+    """probes: one row per probe (engines.bench.record.ProbeRow's columns)."""
     plt = pyplot()
     fig, (ax_rate, ax_lat) = plt.subplots(1, 2, figsize=(11, 4.2))
-    top = float(probes["offered_rps"].max()) * 1.05
+    top = float(probes[COLUMN.offered_rps].max()) * 1.05
     ax_rate.plot([0, top], [0, top], color="0.7", linestyle=":", label="achieved = offered")
-    for engine, all_probes in _by_engine(probes, "growth", ascending=True):
+    for engine, all_probes in _by_engine(probes, COLUMN.growth, ascending=True):
         # A probe the driver gave up on measured only the requests admitted before it
         # stopped: its latencies are truncated, so it is marked, not joined to the curves.
-        gave_up = all_probes["gave_up"].astype(bool)
+        gave_up = all_probes[COLUMN.gave_up].astype(bool)
         df = all_probes[~gave_up]
-        line, = ax_rate.plot(df["offered_rps"], df["achieved_rps"], marker="o", label=engine)
+        line, = ax_rate.plot(df[COLUMN.offered_rps], df[COLUMN.achieved_rps], marker="o",
+                             label=engine)
         color = line.get_color()
         if gave_up.any():
-            ax_rate.scatter(all_probes.loc[gave_up, "offered_rps"],
-                            all_probes.loc[gave_up, "achieved_rps"], marker="x", color=color,
-                            label=f"{engine}: gave up (queue ran away)")
-        ax_lat.plot(df["offered_rps"], df["ttft_p95_s"], marker="o", color=color,
+            ax_rate.scatter(all_probes.loc[gave_up, COLUMN.offered_rps],
+                            all_probes.loc[gave_up, COLUMN.achieved_rps], marker="x",
+                            color=color, label=f"{engine}: gave up (queue ran away)")
+        ax_lat.plot(df[COLUMN.offered_rps], df[COLUMN.ttft_p95_s], marker="o", color=color,
                     label=f"{engine} TTFT p95")
-        ax_lat.plot(df["offered_rps"], df["queue_wait_p50_s"], marker="s", linestyle="--",
-                    color=color, label=f"{engine} queue wait p50")
+        ax_lat.plot(df[COLUMN.offered_rps], df[COLUMN.queue_wait_p50_s], marker="s",
+                    linestyle="--", color=color, label=f"{engine} queue wait p50")
     ax_rate.set(xlabel="arrival rate (req/s)", ylabel="achieved rate (req/s)",
                 title="Achieved vs offered rate")
     ax_lat.set(xlabel="arrival rate (req/s)", ylabel="seconds", yscale="log",
@@ -90,15 +92,17 @@ def goodput_plot(probes: pd.DataFrame, slo: SLO, goodput: dict[str, float],
                    label=f"TTFT target {slo.ttft_s * 1e3:.3g} ms")
     ax_lat.axhline(slo.itl_s, color="k", linestyle=":", linewidth=1,
                    label=f"ITL target {slo.itl_s * 1e3:.3g} ms")
-    for engine, df in _by_engine(probes, "slo_attained", ascending=False):
-        line, = ax_att.plot(df["offered_rps"], df["slo_attained"], marker="o", label=engine)
+    for engine, df in _by_engine(probes, COLUMN.slo_attained, ascending=False):
+        line, = ax_att.plot(df[COLUMN.offered_rps], df[COLUMN.slo_attained], marker="o",
+                            label=engine)
         color = line.get_color()
         if goodput.get(str(engine), 0) > 0:
             ax_att.axvline(goodput[str(engine)], color=color, linestyle=":", linewidth=1,
                            label=f"{engine} goodput {goodput[str(engine)]:.3g} req/s")
-        ax_lat.plot(df["offered_rps"], df["ttft_p90_s"], marker="o", color=color,
+        ax_lat.plot(df[COLUMN.offered_rps], df[COLUMN.ttft_p90_s], marker="o", color=color,
                     label=f"{engine} TTFT p90")
-        ax_lat.plot(df["offered_rps"], df["itl_mean_p90_s"], marker="s", linestyle="--",
+        ax_lat.plot(df[COLUMN.offered_rps], df[COLUMN.itl_mean_p90_s], marker="s",
+                    linestyle="--",
                     color=color, label=f"{engine} mean ITL p90")
     ax_att.set(xlabel="arrival rate (req/s)", ylabel="share of requests within SLO",
                ylim=(-0.02, 1.02), title="Goodput: SLO attainment vs arrival rate")

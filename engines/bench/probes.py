@@ -33,13 +33,16 @@ import numpy as np
 from engines.bench import traces
 from engines.bench.draws import WorkItem
 from engines.bench.metrics import requests_frame, slo_met, summarize
+from engines.bench.record import COLUMN, ProbeSummary, SLOVerdict, TargetsUsed
 from engines.bench.replay import Run
 from engines.bench.run_context import RunContext
 from engines.bench.slo import SLO, PairedSLO, Targets
 from engines.protocol import Engine
 
 MAX_GROWTH = 0.05
-GROWTH_COLUMNS = {"wait_slope": "queue_wait_s", "ttft_slope": "ttft_s", "e2e_slope": "e2e_s"}
+# each slope's column (engines.bench.record.ProbeSummary) -> the requests frame's it fits
+GROWTH_COLUMNS = {COLUMN.wait_slope: "queue_wait_s", COLUMN.ttft_slope: "ttft_s",
+                  COLUMN.e2e_slope: "e2e_s"}
 RULE = ("stable: all requests finished, and the least-squares slopes of queue wait, TTFT and "
         "end-to-end latency against arrival time are all <= {growth} s/s{bound}")
 
@@ -50,7 +53,7 @@ class Probe:
     stable: bool
     growth: float  # the largest of the three latency slopes
     attainment: float  # share of requests within the SLO (nan without one)
-    summary: dict[str, Any]
+    summary: ProbeSummary
     run: Run
     slo: SLO | None = None  # the targets `attainment` was measured against
 
@@ -76,18 +79,19 @@ def slope(df: Any, column: str) -> float:
 def verdict(run: Run, rate: float, n: int, *, max_growth: float = MAX_GROWTH,
             queue_bound_s: float | None = None, slo: SLO | None = None) -> Probe:
     requests = requests_frame(run)
-    summary = summarize(run, requests=requests, slo=slo)
+    figures = summarize(run, requests=requests, slo=slo)
     slopes = {name: slope(requests, column) for name, column in GROWTH_COLUMNS.items()}
     finite = [s for s in slopes.values() if not math.isnan(s)]
     growth = max(finite) if len(finite) == len(slopes) else float("nan")
-    stable = not run.gave_up and summary["completed"] == n and bool(growth <= max_growth)
+    stable = not run.gave_up and figures.completed == n and bool(growth <= max_growth)
     if queue_bound_s is not None and stable:
         stable = bool(requests["queue_wait_s"].quantile(0.9) <= queue_bound_s)
     attainment = float(slo_met(requests, slo).mean()) if slo is not None else float("nan")
-    summary.update(slopes, growth=growth, stable=stable)
-    if slo is not None:
-        summary.update(meets_slo=stable and attainment >= slo.attainment, slo_ttft_s=slo.ttft_s,
-                       slo_itl_s=slo.itl_s)
+    judged = None if slo is None else SLOVerdict(
+        meets_slo=stable and attainment >= slo.attainment,
+        targets=TargetsUsed(slo_ttft_s=slo.ttft_s, slo_itl_s=slo.itl_s))
+    summary = ProbeSummary(figures=figures, **slopes, growth=growth, stable=stable,
+                           verdict=judged)
     return Probe(rate, stable, growth, attainment, summary, run, slo)
 
 

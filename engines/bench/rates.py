@@ -28,15 +28,14 @@ from engines.bench import clocks, draws, traces
 from engines.bench.fresh import FreshPrompts, note
 from engines.bench.metrics import requests_frame, tokens_frame, write_csv
 from engines.bench.rate_profiles import SweepProfile, run_profiles
+from engines.bench.record import COLUMN, REPLAY_COLUMNS, ReplayRow, rows
 from engines.bench.replay import Run, WallClock
 from engines.bench.run_context import RunContext
 from engines.bench.run_report import Report, publish, records
 from engines.protocol import Engine
 
 WARMUP_REQUESTS = 8
-COLUMNS = ["engine", "process", "offered_rps", "achieved_rps", "completed", "n_requests",
-           "output_tokens_per_s", "ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s",
-           "e2e_p50_s", "queue_wait_p50_s", "queue_wait_p95_s", "growth", "stable"]
+COLUMNS = list(REPLAY_COLUMNS)  # replay.csv's, in order (engines.bench.record)
 
 
 def parse_rates(text: str) -> list[float]:
@@ -79,7 +78,8 @@ def replay(engines: dict[str, Engine], items: Sequence[draws.WorkItem], rates: S
     rate, in the order given (a SweepProfile, driven as the searches' profiles are), never
     given up on; `fresh`: every run's prompts its own (engines.bench.fresh). Returns one
     summary row per engine and rate, and the recorded runs."""
-    rows, runs = [], []
+    replayed: list[ReplayRow] = []
+    runs: list[Run] = []
     warm = traces.closed(items[:WARMUP_REQUESTS], tag="warm")
     for name, engine in engines.items():
         ctx = RunContext(clocks={name: WallClock()}, seed=seed, tag=process,
@@ -89,9 +89,9 @@ def replay(engines: dict[str, Engine], items: Sequence[draws.WorkItem], rates: S
         swept = run_profiles(ctx, alone, list(items), {name: SweepProfile(rates)}, "",
                              retries=0, on_probe=None, arrivals=process, give_up=False)
         for probe in swept[name].probes:
-            rows.append({"process": process, **probe.summary})
+            replayed.append(ReplayRow(process=process, probe=probe.summary))
             runs.append(probe.run)
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows(replayed))
     return table[[c for c in COLUMNS if c in table.columns]], runs
 
 
@@ -142,9 +142,10 @@ def cmd_replay(args: argparse.Namespace, engines: dict[str, Engine],
     fresh = bool(config.get("fresh_prompts", True))
     table, runs = replay(engines, items, rates, process=args.arrivals, seed=args.seed,
                          warmup=1 if args.warmup is None else args.warmup, fresh=fresh)
-    write_csv(pd.concat([requests_frame(r).assign(offered_rps=r.trace.rate) for r in runs]),
+    rate = COLUMN.offered_rps  # each run's, beside its requests and tokens
+    write_csv(pd.concat([requests_frame(r).assign(**{rate: r.trace.rate}) for r in runs]),
               args.out / "requests.csv")
-    write_csv(pd.concat([tokens_frame(r).assign(offered_rps=r.trace.rate) for r in runs]),
+    write_csv(pd.concat([tokens_frame(r).assign(**{rate: r.trace.rate}) for r in runs]),
               args.out / "tokens.csv")
     found = Report(config={**config, "rates": rates, "arrivals": args.arrivals,
                            "requests": len(items)},

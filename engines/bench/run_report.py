@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from engines.bench.metrics import write_csv
+from engines.bench.record import COLUMN
 from engines.bench.slo import SLO
 from engines.bench.table import format_table, listing
 
@@ -113,9 +114,9 @@ def render(found: Report, out: Path, *, plots: bool) -> None:
         figures.rate_plot(found.frame("probes"), out / "rate.png")
         figures.goodput_plot(found.frame("probes"), found.headline_slo(), found.goodput,
                              out / "goodput.png")
-    if found.kind == "replay" and found.table()["offered_rps"].nunique() > 1:
+    if found.kind == "replay" and found.table()[COLUMN.offered_rps].nunique() > 1:
         # Each rate replayed once, and never given up on (replay has no give-up wait).
-        figures.rate_plot(found.table().assign(gave_up=False), out / "rate.png")
+        figures.rate_plot(found.table().assign(**{COLUMN.gave_up: False}), out / "rate.png")
 
 
 def publish(found: Report, out: Path, *, plots: bool) -> None:

@@ -17,28 +17,31 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from engines.bench.record import COLUMN
+
 Better = Literal["higher", "lower"]
 
-# summary column -> (label, which way is better; None: shown, not a contest)
+# summary column (engines.bench.record.Summary) -> (label, which way is better; None: shown,
+# not a contest)
 ROWS: dict[str, tuple[str, Better | None]] = {
-    "goodput_rps": ("goodput req/s (SLO)", "higher"),
-    "capacity_rps": ("capacity req/s", "higher"),
-    "output_tokens_per_s": ("tok/s, closed batch", "higher"),
-    "ttft_p95_s": ("TTFT p95 s @ reference", "lower"),
+    COLUMN.goodput_rps: ("goodput req/s (SLO)", "higher"),
+    COLUMN.capacity_rps: ("capacity req/s", "higher"),
+    COLUMN.output_tokens_per_s: ("tok/s, closed batch", "higher"),
+    COLUMN.ttft_p95_s: ("TTFT p95 s @ reference", "lower"),
     # The mean, not the p50 (still in summary.csv): paged's waits are thin around their median
     # (its 45th to 55th percentiles span 1.0-1.9 ms: admission under a token budget), so 800
     # reference requests pin the p50 to +-13-15% (bootstrap) and its ratio over continuous's
     # moved 2.57-3.29x between four quick runs; the mean's ratio moved 4.79-4.96x. The mean
     # also carries the tail of waits (paged's p90: 12 ms) that the median hides.
-    "queue_wait_mean_s": ("queue wait mean s @ ref.", "lower"),
-    "itl_p50_s": ("ITL p50 s @ reference", "lower"),
-    "itl_spike_ratio": ("ITL spike x (admission)", "lower"),
-    "wasted_slot_steps": ("wasted slot-steps", "lower"),
-    "reference_rps": ("reference rate req/s", None),
-    "driver_overhead_pct": ("harness overhead %", None),
+    COLUMN.queue_wait_mean_s: ("queue wait mean s @ ref.", "lower"),
+    COLUMN.itl_p50_s: ("ITL p50 s @ reference", "lower"),
+    COLUMN.itl_spike_ratio: ("ITL spike x (admission)", "lower"),
+    COLUMN.wasted_slot_steps: ("wasted slot-steps", "lower"),
+    COLUMN.reference_rps: ("reference rate req/s", None),
+    COLUMN.driver_overhead_pct: ("harness overhead %", None),
 }
 TIE = 1.05
-SEARCH_ROWS = ("goodput_rps", "capacity_rps")
+SEARCH_ROWS = (COLUMN.goodput_rps, COLUMN.capacity_rps)
 
 
 def fmt(value: object) -> str:
@@ -59,8 +62,8 @@ def _factor(top: float, other: float, better: Better) -> float:
 def tie_for(summary: pd.DataFrame, column: str) -> float:
     """The factor within which engines share `column`'s win: the run's search_tie for the
     search rows (TIE where an older summary.csv has none), TIE for the others."""
-    if column in SEARCH_ROWS and "search_tie" in summary:
-        given = pd.to_numeric(summary["search_tie"], errors="coerce").dropna()
+    if column in SEARCH_ROWS and COLUMN.search_tie in summary:
+        given = pd.to_numeric(summary[COLUMN.search_tie], errors="coerce").dropna()
         if len(given):
             return float(given.iloc[0])
     return TIE
@@ -91,7 +94,7 @@ def contest(values: pd.Series, better: Better,
 def winners(summary: pd.DataFrame) -> pd.DataFrame:
     """Rows of ROWS present in `summary`: each engine's value, the winner(s), and the best
     value's ratio over each other engine (an engine without a value takes no part)."""
-    by_engine = summary.set_index("engine")
+    by_engine = summary.set_index(COLUMN.engine)
     rows = []
     for column, (label, better) in ROWS.items():
         if column not in by_engine:
