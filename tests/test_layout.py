@@ -349,11 +349,14 @@ def test_no_alias_module_is_left() -> None:
     assert not flat, f"one folder per adapter (docs/architecture.md), not a flat module: {flat}"
 
 
-# Where a check's name may stand as a string: its registry line, and nowhere else (a property
-# is handed its Check and raises check.fail(...); a tally is given the name). Elsewhere in
-# the suite a name is read from the registry; these strings only look like one.
+# Where a check's name may stand as a string: its own file under engines/testing/checks/
+# (its CHECK line) and the registry's ORDER, nowhere else (a property is handed its Check and
+# raises check.fail(...); a tally is given the name). Elsewhere in the suite a name is read
+# from the registry; these strings only look like one.
 _NAME_HOME = "engines.testing.checks"
-_NOT_A_CHECK = {("engines.testing.options", "parity"): "the --parity option's ini key"}
+_FEATURE_HOME = "engines.testing.features"
+_NOT_A_CHECK = {("engines.testing.options", "parity"): "the --parity option's ini key",
+                ("engines.testing.features.top_logprobs", "logprobs"): "the Drawing field it sets"}
 
 
 def _check_names_in(source: str, names: set[str]) -> list[tuple[int, str]]:
@@ -372,11 +375,48 @@ def test_the_registry_is_the_only_list_of_check_names() -> None:
     found = [f"{name}:{line} {value!r}" for name, path in sorted(MODULES.items())
              if name.startswith("engines.testing") and name != _NAME_HOME
              for line, value in _check_names_in(path.read_text(), names)
-             if (name, value) not in _NOT_A_CHECK]
-    assert not found, ("check names outside the registry (engines/testing/checks.py): hand "
-                       f"the property its Check, or give the Check a field instead: {found}")
-    registry = _check_names_in(MODULES[_NAME_HOME].read_text(), names)
-    assert sorted(value for _, value in registry) == sorted(names), registry  # once each
+             if (name, value) not in _NOT_A_CHECK
+             and name != f"{_NAME_HOME}.{value}"  # its own CHECK line
+             # a feature of the same name: its own FEATURE line, and the features' ORDER
+             and name not in (f"{_FEATURE_HOME}.{value}", _FEATURE_HOME)]
+    assert not found, ("check names outside their own file under engines/testing/checks/: "
+                       "hand the property its Check, or give the Check a field instead: "
+                       f"{found}")
+    order = _check_names_in(MODULES[_NAME_HOME].read_text(), names)
+    assert sorted(value for _, value in order) == sorted(names), order  # once each
+
+
+def test_one_file_per_check() -> None:
+    """Every check is a file of engines/testing/checks/ named after it, binding CHECK, and
+    every file there but the shared base and needs is a check: adding a check is one file."""
+    from engines.testing.checks import CHECKS, REGISTRY
+
+    home = PACKAGE / "testing" / "checks"
+    files = {p.stem for p in home.glob("*.py")} - {"__init__", "base", "needs"}
+    assert files == set(CHECKS), sorted(files ^ set(CHECKS))
+    for check in REGISTRY:
+        assert MODULES[f"{_NAME_HOME}.{check.name}"].read_text().count(
+            f'Check("{check.name}"') == 1, check.name
+
+
+def test_one_file_per_feature() -> None:
+    """Every feature is a file of engines/testing/features/ named after it, binding FEATURE,
+    and strategies and seed workloads reach features through the registry only (they import
+    no feature's module but the two every draw needs), so adding a feature is one file."""
+    from engines.testing.features import FEATURES
+
+    home = PACKAGE / "testing" / "features"
+    files = {p.stem for p in home.glob("*.py")} - {"__init__", "base"}
+    assert files == {f.name for f in FEATURES}, sorted(files ^ {f.name for f in FEATURES})
+    for name in ("engines.testing.strategies", "engines.testing.seed_workloads"):
+        imported = {node.module for node in ast.walk(ast.parse(MODULES[name].read_text()))
+                    if isinstance(node, ast.ImportFrom) and node.module}
+        named = {m for m in imported if m.startswith("engines.testing.features.")}
+        # The base pieces, and the two a draw needs whatever is drawn (bad requests, which
+        # every workload holds, and satisfiable stop ids beside a constraint).
+        assert named <= {"engines.testing.features.base",
+                         "engines.testing.features.bad_requests",
+                         "engines.testing.features.constraints"}, (name, named)
 
 
 def _declaration_reads(source: str, declared: set[str]) -> list[tuple[int, str]]:
