@@ -5,7 +5,7 @@
 # The last line of stdout is its guidellm executable. Where it cannot be built (no python3.11,
 # no installable guidellm) it prints a visible SKIP reason, prints no path, and exits 0; any
 # other failure exits non-zero. A built venv is reused. Not run by CI: the comparison is a
-# documented measurement (scripts/guidellm_beside.sh), not a test.
+# documented measurement (scripts/guidellm_beside.py), not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

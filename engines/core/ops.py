@@ -16,15 +16,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
-# Weights at least this large (in elements) are multiplied by oneDNN with a pre-packed weight
-# on a CPU: `python scripts/linear_kernels.py` measured it 1.2-2.2x faster than F.linear's MKL
-# sgemm on the small preset's shapes (16-1829 rows x 512 x 768-8192, fp32, one thread; AMD
-# EPYC with AVX-512, where MKL's kernels are not its fastest), and 0.3-0.8x on the tiny
-# preset's (64 x 192-1024), whose calls are too small to pay the packed call's overhead.
+# Weights at least this large (in elements) are multiplied by oneDNN with a pre-packed weight on
+# a CPU: scripts/linear_kernels.py (at 2acb7a4, since removed) measured it 1.2-2.2x faster than
+# F.linear's MKL sgemm on the small preset's shapes (16-1829 rows x 512 x 768-8192, fp32, one
+# thread; AMD EPYC with AVX-512, where MKL's kernels are not its fastest), and 0.3-0.8x on the
+# tiny preset's (64 x 192-1024), whose calls are too small to pay the packed call's overhead.
 PACK_ELEMENTS = 1 << 17
 # A smaller weight gains from oneDNN too once a call has enough rows (`Linear(by_rows=True)`):
 # the packed call costs ~9 us more, then multiplies ~2x faster than MKL's sgemm, so it wins
-# from about rows x weight elements = 2^20 on (`python scripts/linear_kernels.py --rows`, the
+# from about rows x weight elements = 2^20 on (scripts/linear_kernels.py --rows at e78ec2f, the
 # tiny preset's four projections at 16-3,327 rows, fp32, one thread, 2026-12-05: oneDNN took
 # 0.40-0.86x MKL's time from there on, 0.98-5.9x below it, decodes included).
 ROW_PACK_ELEMENTS = 1 << 20

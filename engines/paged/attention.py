@@ -13,9 +13,9 @@ Gathers copy whole blocks (one id per block_size tokens, the pool viewed as bloc
 dense [rows, width] batch; a row shorter than its group's width reads past its table into
 block 0 and is masked. Every mask is a view or rows of one causal table built at start-up.
 
-Why buckets: `python scripts/ragged_attention.py` times four ways for decode rows over a
-scattered pool, gathers included (us per layer call, fp32, one thread; a shared 2-core
-machine at load 2, so +-20%; lengths: the bench's prompt classes 16/31/61/121/483 round
+Why buckets: scripts/ragged_attention.py (at 7426dae, since removed) timed four ways for decode
+rows over a scattered pool, gathers included (us per layer call, fp32, one thread; a shared
+2-core machine at load 2, so +-20%; lengths: the bench's prompt classes 16/31/61/121/483 round
 robin, or all at their mean):
 
     shape                        rows  lengths      padded  per-row  buckets  segment
@@ -50,7 +50,7 @@ from engines.core import native
 
 # Padding (in K elements gathered: tokens x kv_heads x head_dim) a bucket may carry before a
 # separate SDPA call is cheaper: 512 tokens on the tiny preset, 128 on the small one, inside
-# the flat optimum `scripts/ragged_attention.py --pad-sweep` shows for each (~128-1024 tokens
+# the flat optimum `scripts/ragged_attention.py --pad-sweep` showed at 7426dae (~128-1024 tokens
 # on tiny, <= 128 on small; no cap at all costs 17x on 32 mixed rows of the small preset).
 PAD_ELEMENTS = 16384
 

@@ -83,16 +83,16 @@ DEFAULT_MAX_BATCH_SIZE = 16
 #    104       2.35                             0.96-0.97               0.97-1.00
 #    112       1.99-2.17                        0.99-1.00               0.99-1.00
 #    128       2.56-2.65                        0.99-1.00               0.99-1.00
-# (64 and 80, scheduled oldest prompt first and under the budget in every step: spike
-# 1.10-1.31, capacity 0.87-0.92.) The spike is not monotone in the budget because the bench
-# times only the step that produced a prompt's first token, its last chunk: the 482-token
-# class leaves a last chunk of ~94 tokens at 104 and ~62 at 112. `scripts/chunk_steps.py`
-# times every chunk step; at 96 the median one costs its incumbents ~2.1x a pure decode step.
-# Above 112 throughput stops growing: with 8 seats (the table's configuration, kept by
-# scripts/paged_budgets.py; the default is 16 now) a prompt's chunks hold a seat that does
-# not decode, and the seat count, not the budget, sets the steps. 96 is the largest budget
-# measured whose spike stayed under 2x in every run; 112 buys 2-4% throughput for a spike of
-# 2.0-2.2 (scripts/paged_budgets.py reruns the table). On a GPU, where a step's cost is flat
+# (64 and 80, scheduled oldest prompt first and under the budget in every step: spike 1.10-1.31,
+# capacity 0.87-0.92.) The spike is not monotone in the budget because the bench times only the
+# step that produced a prompt's first token, its last chunk: the 482-token class leaves a last
+# chunk of ~94 tokens at 104 and ~62 at 112. scripts/chunk_steps.py (at 685ed42, since removed)
+# timed every chunk step; at 96 the median one cost its incumbents ~2.1x a pure decode step.
+# Above 112 throughput stops growing: with 8 seats (the table's configuration, as
+# scripts/paged_budgets.py built it at 685ed42; the default is 16 now) a prompt's chunks hold a
+# seat that does not decode, and the seat count, not the budget, sets the steps. 96 is the
+# largest budget measured whose spike stayed under 2x in every run; 112 buys 2-4% throughput for
+# a spike of 2.0-2.2 (the table: measured at 685ed42). On a GPU, where a step's cost is flat
 # over hundreds of tokens, pass a larger budget (vLLM's run to thousands).
 DEFAULT_TOKEN_BUDGET = 96
 
