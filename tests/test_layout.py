@@ -419,6 +419,19 @@ def test_one_file_per_feature() -> None:
                          "engines.testing.features.constraints"}, (name, named)
 
 
+def test_the_docs_list_every_check_and_feature_as_the_registries_do() -> None:
+    """docs/usage.md's tables of checks and features are what engines.testing.docs writes
+    from the registries (python -m engines.testing.docs --write), and every check's file
+    starts its docstring with its name and what it asserts (the table's sentence)."""
+    from engines.testing.docs import USAGE, rewrite
+
+    text = USAGE.read_text()
+    assert rewrite(text) == text, "run: python -m engines.testing.docs --write"
+    # The rewrite has bite: a block out of date is written anew.
+    stale = text.replace("| `token_range` |", "| `token_range_old` |")
+    assert stale != text and rewrite(stale) == text
+
+
 def _declaration_reads(source: str, declared: set[str]) -> list[tuple[int, str]]:
     """getattr / hasattr calls whose attribute name is one an engine may declare."""
     return [(node.lineno, node.args[1].value) for node in ast.walk(ast.parse(source))

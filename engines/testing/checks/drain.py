@@ -1,5 +1,4 @@
-"""The drain check, for engines with LoadIntrospection (servers, from their own metrics):
-once every request finished and has_work() turned False, the engine's own count shows nothing
+"""drain (LoadIntrospection: servers, from their own metrics): once every request finished and has_work() turned False, the engine's own count shows nothing
 running or waiting, and KV use back to its value before the workload. A request the server
 still runs after its stream ended, or blocks it still holds, is a leak on a live server that
 no token comparison sees."""

@@ -1,5 +1,5 @@
-"""The `isolation` check: tenant isolation judged by whichever view the engine gives, both where
-it gives both. Block tables (KVIntrospection: engines.testing.judging.tenant_blocks) show a
+"""isolation: no tenant (LoRA adapter, cache salt) is handed another's KV, judged by whichever
+view of sharing the engine gives, both where it gives both. Block tables (KVIntrospection: engines.testing.judging.tenant_blocks) show a
 block held by two tenants at once; the engine's own count of cached prompt tokens
 (StepOutput.cached_prompt_tokens, declared in `output_fields`: engines.testing.judging
 .tenant_counts) shows KV handed across tenants wherever it came from, a server's included.

@@ -1,5 +1,4 @@
-"""KV accounting, for engines with KVIntrospection (block pools): every block is either held
-or free, a request holds exactly the blocks its cached tokens need (no fewer, and no more
+"""kv_accounting (KVIntrospection, block pools): every block is either held or free, a request holds exactly the blocks its cached tokens need (no fewer, and no more
 than the extra the engine declares in `kv_extra_blocks`), blocks are shared only as full
 prefix blocks over the same tokens, and a drained engine holds nothing (as vLLM's own tests
 assert of an empty scheduler).

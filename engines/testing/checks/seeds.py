@@ -1,4 +1,4 @@
-"""Seeded sampling: reproducible under one seed, sensitive to the seed.
+"""seeds: seeded sampling is reproducible under one seed, and sensitive to the seed.
 
 Sensitivity is a statistical check, and its false-alarm probability is bounded, not guessed.
 K requests of one prompt at temperature 1 under K distinct seeds produce the same first token
