@@ -1,0 +1,3 @@
+from engines.findings.cli import main
+
+raise SystemExit(main())
