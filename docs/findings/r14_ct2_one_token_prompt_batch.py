@@ -60,13 +60,13 @@ def convert(model_dir: Path, preset: str) -> Path:
                                                        force=True)
         except Exception as e:  # noqa: BLE001
             raise CannotRun(f"TransformersConverter failed on {source}: {e}") from e
-        # The Qwen2 loader writes `bos_token: null` for a tokenizer with neither a BOS nor a
-        # pad token (this one), which the runtime then refuses to load ("type must be string,
-        # but is null"): name the EOS there. No prompt here starts with it.
-        config = json.loads((out / "config.json").read_text())
-        for key in ("bos_token", "unk_token"):
-            if config.get(key, "") is None:
-                config[key] = config["eos_token"]
+    # The loader writes `bos_token`/`unk_token: null` for a tokenizer without them (this
+    # one), which the runtime then refuses to load ("type must be string, but is null"):
+    # name the EOS there. No prompt here starts with it.
+    config = json.loads((out / "config.json").read_text())
+    unset = [k for k in ("bos_token", "unk_token") if k in config and config[k] is None]
+    if unset:
+        config.update(dict.fromkeys(unset, config["eos_token"]))
         (out / "config.json").write_text(json.dumps(config, indent=2))
     return out
 
