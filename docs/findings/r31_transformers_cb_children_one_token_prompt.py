@@ -6,7 +6,8 @@ Run (transformers as installed; the report is about 5.25.0):
     python docs/findings/r31_transformers_cb_children_one_token_prompt.py --model-dir DIR
 
 The `tiny` checkpoint (any causal LM does), `generate_batch` (continuous batching) with
-`num_return_sequences=2`, 3 sampled tokens, for a one-token prompt and for a two-token one.
+`num_return_sequences=2`, 3 sampled tokens, for a two-token prompt, for a one-token prompt
+beside a three-token one, and for a one-token prompt alone.
 """
 
 LEDGER = {
@@ -47,17 +48,19 @@ def main() -> int:
                            eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(num_blocks=16, max_batch_tokens=64, use_cuda_graph=False)
 
-    def samples(prompt: list[int]) -> dict[str, list[int]]:
+    def samples(*prompts: list[int]) -> dict[str, list[int]]:
         try:
-            out = model.generate_batch(inputs=[prompt], generation_config=gen,
+            out = model.generate_batch(inputs=list(prompts), generation_config=gen,
                                        continuous_batching_config=cb, progress_bar=False)
         except Exception as exc:  # the library's failure is what this reports
             return {"raised": [f"{type(exc).__name__}: {exc}"]}  # type: ignore[list-item]
         return {key: list(o.generated_tokens) for key, o in sorted(out.items())}
 
     two = samples([0, 1])
+    beside = samples([0], [5, 6, 7])
     one = samples([0])
     print(f"prompt [0, 1]: {two}")
+    print(f"prompts [0] and [5, 6, 7] in one call: {beside}")
     print("expected: for prompt [0], two samples of 3 tokens, as for [0, 1]")
     print(f"observed: for prompt [0]: {one}")
     if len(one) == 2 and all(len(t) == 3 for t in one.values()):
