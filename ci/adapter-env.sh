@@ -14,10 +14,18 @@
 # The venv is .venv-LIB (LIB_VENV overrides it, e.g. CT2_VENV; LIB_PYTHON the interpreter,
 # default python3.11). The last line of stdout is the venv's python. Where the environment
 # cannot be built (not x86_64 Linux, no python3.11, nothing installable) it prints a visible
-# SKIP reason, prints no python, and exits 0; any other failure exits non-zero. A built venv is
-# reused (a stamp file names what it was built with).
+# SKIP reason, prints no python, and exits 0; any other failure exits non-zero.
+#
+# Built once per pin set: .venv-LIB is a symlink to ~/.cache/batching-engines/venvs/LIB-KEY,
+# KEY a hash of LIB's row of the table below, the interpreter's version and pyproject.toml's
+# dependencies (ci/venv-cache.sh: where, the key, how to clear it, how the editable install is
+# re-pointed at the calling clone). Another clone on this machine (CI's next fresh clone) links
+# the same directory instead of building it again; a changed row gets a new directory. A
+# .venv-LIB that is a real directory with its stamp (.built-LABEL: built before the cache, or
+# with LIB_VENV set, or BATCHING_VENV_CACHE set empty) is reused as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. ci/venv-cache.sh
 
 LIB=${1:?usage: adapter-env.sh vllm|openvino|ortgenai|ct2|mistralrs}
 TORCH_FIRST=1
@@ -98,19 +106,14 @@ LOG="$VENV.log"
 TORCH=()
 [[ -n $TORCH_FIRST ]] && TORCH=("torch==2.13.0")
 
-skip() { echo "SKIP $LIB: $*" >&2; exit 0; }
+skip() { echo "SKIP $LIB: $*" >&2; exit 0; }  # (a build removes its directory first)
 pip_quiet() {  # pip's output goes to the log; its tail is shown on failure
     "$VENV/bin/pip" "$@" >>"$LOG" 2>&1 || { tail -20 "$LOG" >&2; return 1; }
 }
 step() { echo "$LIB-env: $* ($((SECONDS - START)) s)" >&2; }
 
-START=$SECONDS
-if [[ -f $STAMP ]]; then
-    step "reusing $VENV (built: $STAMP)"
-else
-    [[ $(uname -sm) == "Linux x86_64" ]] \
-        || skip "this script pins the x86_64 Linux wheels of $LABEL, not $(uname -sm)"
-    command -v "$PY" >/dev/null || skip "no $PY interpreter to build $VENV with"
+build() {  # DIR: build the venv there (pip_quiet and step read VENV and LOG)
+    local VENV=$1 LOG=$1.log STAMP=$1/${STAMP##*/}
     step "building $VENV ($LABEL$SIZE; log: $LOG)"
     rm -rf "$VENV" "$LOG"
     "$PY" -m venv "$VENV"
@@ -134,6 +137,26 @@ else
         PYTHONPATH="$VENV/$LAYER_DIR" "$VENV/bin/python" -c "$LAYER_CHECK" >&2
     fi
     touch "$STAMP"
-    step "done"
+    step "built"
+}
+
+START=$SECONDS
+if [[ -f $STAMP && ! -L $VENV ]]; then
+    step "reusing $VENV (built: $STAMP)"
+else
+    [[ $(uname -sm) == "Linux x86_64" ]] \
+        || skip "this script pins the x86_64 Linux wheels of $LABEL, not $(uname -sm)"
+    command -v "$PY" >/dev/null || skip "no $PY interpreter to build $VENV with"
+    if [[ -n ${!venv_var:-} || -z ${BATCHING_VENV_CACHE-cache} ]]; then
+        build "$VENV"  # LIB_VENV names the place, or the cache is off: built there, as before
+    else
+        cached=$(venv_cache_dir "$LIB" "$PY" "$(printf '%s\n' "$LABEL" "${TORCH[*]}" \
+            "${PINS[*]}" "${SELF_PINS[*]}" "${LAYER[*]}" "$LAYER_DIR" "$CHECK" "$LAYER_CHECK")")
+        # A real .venv-LIB here has no stamp: a build that failed or was cut off (before the
+        # cache, builds went there).
+        [[ -L $VENV ]] || rm -rf "$VENV" "$LOG"
+        venv_cached "$VENV" "$cached" build
+        step "$VENV -> $cached"
+    fi
 fi
 echo "$VENV/bin/python"
