@@ -10,6 +10,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from engines.findings import venvs
+from engines.findings.arguments import ArgumentError, fill, needs_tool
 from engines.findings.ledger import Entry
 from engines.findings.run import DEFAULT_TIMEOUT, Outcome, Result, run_script
 from engines.findings.table import Row, outcome_of
@@ -75,7 +76,10 @@ class Checker:
     def run(self, entry: Entry, where: venvs.Interpreter) -> Result:
         if where.python is None:
             return Result(Outcome.CANNOT_RUN, where.why, where.version)
-        args = ["--model-dir", str(self.model_dir), *where.args]
+        try:
+            args = fill(entry.args, model_dir=self.model_dir, tool=where.tool)
+        except ArgumentError as error:
+            return Result(Outcome.CANNOT_RUN, str(error), where.version)
         result = run_script(where.python, entry.script, args, timeout=self.timeout)
         return Result(result.outcome, result.why, where.version)
 
@@ -104,17 +108,21 @@ class Checker:
 
     def check(self, entry: Entry, *, pinned_only: bool = False) -> Checked:
         self.say(f"... report {entry.report}: {entry.script.name}")
-        if entry.venv in venvs.TOOL_VENVS:
-            # Its scripts take files made from the presets by the tool's own converters
-            # (GGUF models, LoRA adapters: each script's docstring says how), which the
-            # ledger does not make yet; running them without would only say so less clearly.
-            why = (f"the ledger does not yet make {entry.venv}'s GGUF files; run the script "
-                   f"as its docstring says")
+        if entry.venv in venvs.TOOL_VENVS and not needs_tool(entry.args):
+            # Its scripts take the tool and files made for it, never --model-dir alone:
+            # without `args` saying which, running one would only fail less clearly.
+            why = (f"its LEDGER has no \"args\" naming {entry.venv}'s files (see "
+                   f"docs/findings/README.md)")
             return Checked(entry, Result(Outcome.CANNOT_RUN, why),
                            None if pinned_only else Result(Outcome.CANNOT_RUN, why))
         pinned = self.run(entry, self.pinned(entry))
         if pinned_only:
             return Checked(entry, pinned, None)
+        if entry.venv in venvs.TOOL_VENVS:
+            # Its pinned build is CI's, from llama-cpp-python's vendored source, not a
+            # release the package index has a newer one of.
+            return Checked(entry, pinned, Result(
+                Outcome.CANNOT_RUN, f"the ledger builds no newest {entry.venv}"))
         newest = self.newest_version(entry.library)
         if isinstance(newest, RuntimeError):
             return Checked(entry, pinned, Result(Outcome.CANNOT_RUN, str(newest)))

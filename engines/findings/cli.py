@@ -123,8 +123,11 @@ def command_check(args: argparse.Namespace) -> int:
     for entry in chosen:
         results.append(checker.check(entry, pinned_only=args.pinned_only))
         print(results[-1].line(), flush=True)
+        if args.write:
+            # After each script, not once at the end: a run of every script takes an hour,
+            # and one stopped part-way keeps what it found.
+            write_table(args.findings, found, results)
     if args.write:
-        write_table(args.findings, found, results)
         print(f"wrote the status table of {args.findings}", file=sys.stderr)
     if not args.gate:
         return 0

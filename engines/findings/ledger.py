@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from engines.findings.arguments import DEFAULT_ARGS, unknown_placeholders
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "docs" / "findings"
 FINDINGS = REPO / "docs" / "findings.md"
@@ -25,10 +27,12 @@ SCRIPT_NAME = re.compile(r"^r(\d+)_[a-z0-9]+(?:_[a-z0-9]+)*\.py$")
 #            and numpy, e.g. ["transformers"] for a script whose converter needs it; the
 #            pinned venvs (ci/<venv>-env.sh) have them already.
 #   version: the release the report was written against where it is not the one the venv
-#            pins (transformers 5.16.0 in this project's venv of 5.24.0): the ledger then
+#            pins (transformers 5.16.0 in this project's venv of 5.25.0): the ledger then
 #            builds a venv of that release as it does the newest.
+#   args:    the script's arguments, with placeholders (engines.findings.arguments); default
+#            ["--model-dir", "{model_dir}"].
 REQUIRED = ("report", "library", "venv", "presets", "workaround")
-OPTIONAL = ("needs", "version")
+OPTIONAL = ("needs", "version", "args")
 
 # The venv names that are not ci/<venv>-env.sh's: "main" is this project's .venv (ci/setup.sh),
 # for the reports on transformers, which that venv pins.
@@ -51,6 +55,7 @@ class Entry:
     workaround: str | None
     needs: tuple[str, ...] = ()
     version: str | None = None
+    args: tuple[str, ...] = DEFAULT_ARGS
 
     def matches(self, names: list[str]) -> bool:
         """Whether a command line's LIBRARY names select this script: the distribution's name
@@ -113,9 +118,14 @@ def parse_ledger(source: str, script: Path) -> Entry:
     version = raw.get("version")
     if version is not None and (not isinstance(version, str) or not version.strip()):
         raise LedgerError(f"{where}: LEDGER['version'] must be a version string")
+    args = _strings(raw.get("args", list(DEFAULT_ARGS)), "args", where)
+    if unknown_placeholders(args):
+        raise LedgerError(f"{where}: LEDGER['args'] has unknown placeholders "
+                          f"{unknown_placeholders(args)}")
     return Entry(script=script, report=report, library=library, venv=venv,
                  presets=_strings(raw["presets"], "presets", where), workaround=workaround,
-                 needs=_strings(raw.get("needs", []), "needs", where), version=version)
+                 needs=_strings(raw.get("needs", []), "needs", where), version=version,
+                 args=args)
 
 
 def read_entry(script: Path) -> Entry:

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from engines.findings.ledger import MAIN_VENV, REPO, Entry
 
-# The venvs whose env script prints a tool, not a python: the scripts then run in this
-# project's python and get the tool's path as the argument named here.
-TOOL_VENVS = {"llama-server": "--server-bin"}
+# The venvs whose env script prints a tool, not a python: their scripts run in this project's
+# python, and their LEDGER's `args` pass the tool ({server}) and the files made for it.
+TOOL_VENVS = ("llama-server",)
 BUILT = ".findings-built"       # written last into a release venv: a venv without it is unfinished
 ENV_TIMEOUT = 3600.0            # a first build of vLLM's venv downloads ~3.5 GB
 PIP_TIMEOUT = 3600.0
@@ -35,13 +35,13 @@ PIP_TIMEOUT = 3600.0
 
 @dataclass(frozen=True)
 class Interpreter:
-    """Where a script runs: `python` and the extra `args` it gets, and the library's version
-    there; or, with python None, `why` it cannot run."""
+    """Where a script runs: `python`, the `tool` of a tool venv (llama-server's binary), and
+    the library's version there; or, with python None, `why` it cannot run."""
 
     python: Path | None
     version: str | None = None
     why: str = ""
-    args: tuple[str, ...] = ()
+    tool: Path | None = None
 
 
 def cache_dir() -> Path:
@@ -108,7 +108,7 @@ def pinned(entry: Entry) -> Interpreter:
                                    for part in reversed(path.parts[:-1]))), None)
         # Its folder is named for the llama-cpp-python sdist whose vendored llama.cpp it is.
         version = f"llama-cpp-python {found.group(1)}" if found else None
-        return Interpreter(main_python(), version, args=(TOOL_VENVS[entry.venv], str(path)))
+        return Interpreter(main_python(), version, tool=path)
     return Interpreter(path, library_version(path, entry.library))
 
 

@@ -106,3 +106,14 @@ def test_a_fixed_newest_release_flags_the_workaround() -> None:
                    Result(Outcome.REPRODUCES, version="1.0"), newest_is_pin=True)
     assert same.newest_cell() == "reproduces on 1.0 (the pin is the newest)"
     assert "workaround" not in same.line()
+
+
+def test_a_llama_server_script_without_args_cannot_run(
+        repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Said before any build: the binary is not needed to know the script cannot be run.
+    (repo / "scripts" / "r03_llamacpp_fake.py").write_text(
+        'LEDGER = {"report": 3, "library": "llama.cpp", "venv": "llama-server", '
+        '"presets": [], "workaround": None}\n')
+    assert cli(repo, "check", "llama-server", "--model-dir", str(repo / "models")) == 0
+    out = capsys.readouterr().out
+    assert "pinned: cannot run: its LEDGER has no \"args\" naming llama-server's files" in out
