@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Comparison, Path]
     return found, out
 
 
-def _csv_of(records: list[object], path: Path) -> str:
+def _csv_of(records: Sequence[object], path: Path) -> str:
     """The bench's CSV of a table made from `records` alone."""
     return write_csv(pd.DataFrame(rows(records)), path).read_text()
 

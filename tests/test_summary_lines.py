@@ -4,6 +4,7 @@ change it; and counts only what the engine has (run as a user would, pytester in
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -111,6 +112,8 @@ def test_no_kv_block_count_for_an_engine_without_kv_introspection(
     assert "ToyEngine: 1 check(s) passed over " in out
     assert "KV blocks" not in out
     assert " aborts" in out  # ToyEngine is Abortable: that count stays
+    # Each check's time, where the run's minutes went.
+    assert re.search(r"^  time: \d+ s in the checks: liveness \d+ s$", out, re.M), out
 
 
 def test_kv_block_count_for_an_engine_with_kv_introspection(pytester: pytest.Pytester) -> None:
@@ -120,11 +123,14 @@ def test_kv_block_count_for_an_engine_with_kv_introspection(pytester: pytest.Pyt
 
 
 DECLARING = """
+from engines.protocol import Capabilities
 from tests.planted.toy_bugs import PaddedPositions
 
 class PaddedDeclared(PaddedPositions):  # batch-dependent tokens, admitted to
-    expected_failed_checks = {"parity": "rows decode at the longest row's position",
-                              "seeds": "declared to turn sampled draws off"}
+    def capabilities(self):
+        return Capabilities(expected_failed_checks={
+            "parity": "rows decode at the longest row's position",
+            "seeds": "declared to turn sampled draws off"})
 """
 
 

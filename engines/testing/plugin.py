@@ -152,6 +152,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     from engines.testing.coverage import Coverage
 
     engines: dict[str, tuple[Coverage, list[str], list[str]]] = {}
+    seconds: dict[str, dict[str, float]] = {}  # engine -> check -> seconds its run took
     for kind in ("passed", "skipped", "xfailed", "failed", "xpassed"):
         for report in terminalreporter.stats.get(kind, ()):
             props = dict(getattr(report, "user_properties", ()))
@@ -160,6 +161,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                 continue
             engine, _, check = str(check_id).rpartition("-")
             total, passed, other = engines.setdefault(engine, (Coverage(), [], []))
+            if getattr(report, "when", "call") == "call":
+                seconds.setdefault(engine, {})[check] = float(getattr(report, "duration", 0.0))
             if kind == "passed" and COVERAGE in props:
                 total.merge(Coverage.from_dict(props[COVERAGE]))
                 passed.append(check)
@@ -186,6 +189,17 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                 terminalreporter.write_line(f"  {note}")
         for line in other:
             terminalreporter.write_line(line if passed else f"{engine}:{line}")
+        if seconds.get(engine):
+            terminalreporter.write_line(f"  {_times(seconds[engine])}")
+
+
+def _times(seconds: dict[str, float]) -> str:
+    """Each check's time, the slowest first: where a run's minutes went (a check's first
+    test also pays for building its engines, counted in pytest's setup, not here)."""
+    total = sum(seconds.values())
+    parts = [f"{check} {s:.0f} s" for check, s in sorted(seconds.items(),
+                                                          key=lambda kv: -kv[1])]
+    return f"time: {total:.0f} s in the checks: {', '.join(parts)}"
 
 
 def _profiles_reported(terminalreporter: Any) -> set[str]:

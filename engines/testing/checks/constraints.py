@@ -1,8 +1,8 @@
-"""constraints: the constraints of engines.protocol's CONSTRAINT_PARAMS are kept in every
-output, judged from the request and the tokens alone: no emitted id outside `allowed_token_ids`; no `bad_words`
-sequence completed; every guided output accepted by its grammar, in full where the grammar
-ended it (finish STOP, not on a stop id or a stop string), as a prefix where its budget, an
-abort or a stop string did.
+"""constraints: the constraints of engines.protocol's CONSTRAINT_PARAMS are kept in every output,
+judged from the request and the tokens alone: no emitted id outside `allowed_token_ids`; no
+`bad_words` sequence completed; every guided output accepted by its grammar, in full where the
+grammar ended it (finish STOP, not on a stop id or a stop string), as a prefix where its
+budget, an abort or a stop string did.
 
 Grammars are judged with llguidance over the engine's declared tokenizer (the directory
 holding tokenizer.json, engines.protocol.tokenizer_of), built here from the request's spec and

@@ -1,7 +1,7 @@
-"""drain (LoadIntrospection: servers, from their own metrics): once every request finished and has_work() turned False, the engine's own count shows nothing
-running or waiting, and KV use back to its value before the workload. A request the server
-still runs after its stream ended, or blocks it still holds, is a leak on a live server that
-no token comparison sees."""
+"""drain (LoadIntrospection: servers, from their own metrics): once every request finished and
+has_work() turned False, the engine's own count shows nothing running or waiting, and KV use
+back to its value before the workload. A request the server still runs after its stream ended,
+or blocks it still holds, is a leak on a live server that no token comparison sees."""
 
 from __future__ import annotations
 

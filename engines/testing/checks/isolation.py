@@ -1,9 +1,10 @@
 """isolation: no tenant (LoRA adapter, cache salt) is handed another's KV, judged by whichever
-view of sharing the engine gives, both where it gives both. Block tables (KVIntrospection: engines.testing.judging.tenant_blocks) show a
-block held by two tenants at once; the engine's own count of cached prompt tokens
-(StepOutput.cached_prompt_tokens, declared in `output_fields`: engines.testing.judging
-.tenant_counts) shows KV handed across tenants wherever it came from, a server's included.
-The summary says which view judged how much, and what neither could."""
+view of sharing the engine gives, both where it gives both. Block tables (KVIntrospection:
+engines.testing.judging.tenant_blocks) show a block held by two tenants at once; the engine's
+own count of cached prompt tokens (StepOutput.cached_prompt_tokens, declared in
+`output_fields`: engines.testing.judging .tenant_counts) shows KV handed across tenants
+wherever it came from, a server's included. The summary says which view judged how much, and
+what neither could."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""kv_accounting (KVIntrospection, block pools): every block is either held or free, a request holds exactly the blocks its cached tokens need (no fewer, and no more
-than the extra the engine declares in `kv_extra_blocks`), blocks are shared only as full
-prefix blocks over the same tokens, and a drained engine holds nothing (as vLLM's own tests
-assert of an empty scheduler).
+"""kv_accounting (KVIntrospection, block pools): every block is either held or free, a request
+holds exactly the blocks its cached tokens need (no fewer, and no more than the extra the
+engine declares in `kv_extra_blocks`), blocks are shared only as full prefix blocks over the
+same tokens, and a drained engine holds nothing (as vLLM's own tests assert of an empty
+scheduler).
 
 Children of a request with n > 1 (listed under engines.protocol.child_key, each with its own
 tokens: the prompt, then its own outputs) may also share a partially filled block
