@@ -35,6 +35,7 @@ from engines.bench.record import (
     row,
     rows,
 )
+from engines.protocol import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,9 +46,10 @@ def _comparison() -> Comparison:
     from engines.bench import comparison
 
     machine, virtual = Machine(), VirtualClock()
-    engines = {name: FakeEngine(max_batch_size=4, base_s=0.005, static=static,
-                                machine=machine, clock=virtual)
-               for name, static in (("static", True), ("continuous", False))}
+    engines: dict[str, Engine] = {
+        name: FakeEngine(max_batch_size=4, base_s=0.005, static=static, machine=machine,
+                         clock=virtual)
+        for name, static in (("static", True), ("continuous", False))}
     config = Config(capacity_requests=12, closed_requests=8, reference_requests=12, warmup=0,
                     runs=2, iterations=2, goodput_iterations=2, goodput_halvings=1,
                     slo_ttft_s=0.05, slo_itl_s=0.02, admissions_per_class=2, clock="wall",
