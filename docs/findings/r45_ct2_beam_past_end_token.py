@@ -9,9 +9,10 @@ beam again (at `max_length`, or a later end token) the hypothesis holds an end t
 its last position. The script takes one prompt, reads the best first tokens from the library
 itself (`forward_batch`), names the 2nd to 4th best as end tokens (so 3 of the first step's 4
 candidates end), and runs: patience 3 with `max_length=2` (the case first reported), then
-patience 1 with `max_length=2`, and `length_penalty=0` with patience 1 and `max_length=4`.
-Controls: end tokens that are the 2nd and 3rd best only (2 of 4 end: every ended candidate
-is replaced) and a single end token, with the same options.
+patience 1 with `max_length=2`, and `length_penalty=0` with patience 1 and `max_length=4`;
+then the 1st to 3rd best as end tokens (both first candidates end) with patience 3 and 1 (1
+stops at that step and hides it). Controls: end tokens that are the 2nd and 3rd best only
+(2 of 4 end: every ended candidate is replaced) and a single end token.
 
 Model files: `python -m engines.findings models DIR` (batching-engines) writes plain
 transformers checkpoints under DIR/<preset>/ (here `tiny`, a Qwen2). The script converts it
@@ -102,16 +103,22 @@ def main() -> int:
         return [([ids[w] for w in seq], round(score, 3))
                 for seq, score in zip(result.sequences, result.scores, strict=True)]
 
-    three, two, one = best[1:4], best[1:3], best[1:2]
-    cases = [  # (end tokens, options, whether the bug's trigger is there)
-        (three, {"max_length": 2, "patience": 3.0}, True),
-        (three, {"max_length": 2, "patience": 1.0}, True),
-        (three, {"max_length": 4, "patience": 1.0, "length_penalty": 0.0}, True),
-        (two, {"max_length": 2, "patience": 3.0}, False),
-        (one, {"max_length": 2, "patience": 3.0}, False),
+    three, two, one, first = best[1:4], best[1:3], best[1:2], best[0:3]
+    cases = [  # (end tokens, options, what the case is)
+        (three, {"max_length": 2, "patience": 3.0}, ""),
+        (three, {"max_length": 2, "patience": 1.0}, ""),
+        (three, {"max_length": 4, "patience": 1.0, "length_penalty": 0.0}, ""),
+        (first, {"max_length": 2, "patience": 3.0}, " (both first candidates end)"),
+        (first, {"max_length": 2, "patience": 1.0},
+         " (both first candidates end: with patience 1 the search stops at that step, "
+         "which hides it)"),
+        (two, {"max_length": 2, "patience": 3.0},
+         " (control: at most beam_size of the 4 candidates end)"),
+        (one, {"max_length": 2, "patience": 3.0},
+         " (control: at most beam_size of the 4 candidates end)"),
     ]
     wrong = 0
-    for ends, options, trigger in cases:
+    for ends, options, label in cases:
         try:
             hyps = search(ends, **options)
         except Exception as e:  # noqa: BLE001  (a crash of the library is an observation)
@@ -119,7 +126,6 @@ def main() -> int:
             wrong += 1
             continue
         past = [h for h, _ in hyps if any(t in ends for t in h[:-1])]
-        label = "" if trigger else " (control: at most beam_size of the 4 candidates end)"
         print(f"beam_size 2, end_token {ends}, {options}{label}:")
         print("  expected: no hypothesis holds an end token before its last position")
         print(f"  observed: {hyps} (hypothesis, score)"
