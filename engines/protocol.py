@@ -9,26 +9,29 @@ from __future__ import annotations
 import difflib
 import itertools
 import os
+import warnings
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from types import MappingProxyType
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
-    "ALL_PARAMS",
     "BASE_PARAMS",
     "CONSTRAINT_PARAMS",
     "DECLARABLE_FIELDS",
     "DECLARATIONS",
+    "DTYPES",
     "GUIDED_KINDS",
+    "KV_CACHE_DTYPES",
     "LOGPROBS_OF",
     "OUTPUT_FIELDS",
     "OUTPUT_PARAMS",
+    "PROCESSING_PARAMS",
     "REQUEST_FIELDS",
     "TEXT_PARAMS",
-    "WAVE4_FIELDS",
     "Abortable",
-    "ArrivalTimes",
+    "Capabilities",
     "Engine",
     "Exercised",
     "FinishReason",
@@ -42,14 +45,11 @@ __all__ = [
     "Request",
     "SamplingParams",
     "SlotIntrospection",
-    "StepBy",
     "StepOutput",
-    "arrival_times",
+    "capabilities_of",
     "check_declarations",
     "child_key",
     "close",
-    "compute_threads",
-    "execution",
     "expected_failed_checks",
     "kv_extra_blocks",
     "load_settle_s",
@@ -58,7 +58,6 @@ __all__ = [
     "max_concurrency",
     "output_fields",
     "position_thresholds",
-    "step_by",
     "supported_sampling",
     "tokenizer_of",
     "unknown_name",
@@ -123,16 +122,16 @@ class SamplingParams:
        least top_p), min_p (0.0: off, in [0, 1]; keep tokens at least min_p x the most likely
        one's probability), each on what the previous one kept, and a draw from the rest by
        the request's own RNG (`seed`). top_k: -1 is accepted as vLLM's older "off".
-    Constraints (wave 4) come first, before step 1, in this order: `guided` (tokens that
+    Constraints come first, before step 1, in this order: `guided` (tokens that
     would leave the grammar at -inf), `allowed_token_ids` (every other id at -inf),
     `bad_words` (the last token of every listed sequence whose other tokens the output ends
     with, at -inf; a one-token sequence is always banned), then `logit_bias` (added to the
     raw logit, OpenAI's and vLLM's place: before penalties and temperature).
     Top logprobs (`logprobs` > 0) are of the model's raw distribution, before any of these
     steps, as vLLM returns them by default; an engine that returns processed ones says so
-    (LOGPROBS_OF).
+    (Capabilities.logprobs_of).
 
-    Output surface (wave 4): `n` samples of one prompt (each a child with its own `index` in
+    Output surface: `n` samples of one prompt (each a child with its own `index` in
     its StepOutputs; a seeded request's children draw from seeds the engine derives, pairwise
     distinct and reproducible); `beam_width` > 1 runs beam search (greedy over beams; the `n`
     best by cumulative logprob / length ** length_penalty are returned as children 0..n-1,
@@ -154,12 +153,12 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     min_tokens: int = 0  # <= max_tokens
-    # Wave 4: constraints.
+    # Constraints.
     allowed_token_ids: tuple[int, ...] | None = None  # None: off; else only these may be sampled
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias in [-100, 100])
     bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences never completed
     guided: Guided | None = None
-    # Wave 4: the output surface.
+    # The output surface.
     n: int = 1  # parallel samples of the prompt (outputs carry their `index`)
     beam_width: int = 1  # > 1: beam search, the n best beams returned
     length_penalty: float = 1.0  # beam scores: cumulative logprob / length ** length_penalty
@@ -181,35 +180,36 @@ class SamplingParams:
             object.__setattr__(self, "bad_words", tuple(tuple(w) for w in self.bad_words))
 
 
-# The fields an engine honours unless it declares otherwise (`supported_sampling`, a set of
-# field names, on the engine): what the protocol had before the rest.
+# Names of the SamplingParams and Request fields, by meaning, for Capabilities.supported_sampling
+# (which holds any of them; DECLARABLE_FIELDS is every one).
+# The fields an engine honours unless it declares otherwise: what the protocol began with.
 BASE_PARAMS = frozenset({"max_tokens", "stop_token_ids", "temperature", "seed", "logprobs"})
-# The token-choice surface of wave 3. Its name predates wave 4 and it keeps its meaning: an
-# engine that declared ALL_PARAMS before wave 4 must not be sent constraints or forks it never
-# claimed. Wave 4's fields are declared by name (or through the sets below).
-ALL_PARAMS = BASE_PARAMS | frozenset({"top_k", "top_p", "min_p", "repetition_penalty",
-                                      "presence_penalty", "frequency_penalty", "min_tokens"})
+# The logits processing that shapes each token's choice (SamplingParams' steps 1-4).
+PROCESSING_PARAMS = frozenset({"top_k", "top_p", "min_p", "repetition_penalty",
+                               "presence_penalty", "frequency_penalty", "min_tokens"})
+# Constraints on what may be chosen (applied before the processing).
 CONSTRAINT_PARAMS = frozenset({"allowed_token_ids", "logit_bias", "bad_words", "guided"})
+# What a request gets back beyond one token stream: children, beams, prompt logprobs, and the
+# stop strings (TEXT_PARAMS, the ones that need a tokenizer).
 OUTPUT_PARAMS = frozenset({"n", "beam_width", "length_penalty", "prompt_logprobs", "stop",
                            "include_stop_str_in_output"})
-# Of those, the stop strings (engines that declare a tokenizer).
 TEXT_PARAMS = frozenset({"stop", "include_stop_str_in_output"})
+# Request fields beside its params: an engine that serves LoRA adapters declares "lora", one
+# that honours cache salts "cache_salt".
+REQUEST_FIELDS = frozenset({"lora", "cache_salt"})
 # The field by its name, for code that must not spell a check's name (the prompt_logprobs
 # check is named after it; tests/test_layout.py keeps check names in the registry).
 PROMPT_LOGPROBS_FIELD = "prompt_logprobs"
 # Likewise top logprobs' field (the logprobs check's name): a base field an engine may refuse.
 LOGPROBS_FIELD = "logprobs"
-# Request fields beside its params, declared in the same `supported_sampling` set: an engine
-# that serves LoRA adapters declares "lora", one that honours cache salts "cache_salt".
-REQUEST_FIELDS = frozenset({"lora", "cache_salt"})
-WAVE4_FIELDS = CONSTRAINT_PARAMS | OUTPUT_PARAMS | REQUEST_FIELDS
-# The optional StepOutput fields an engine may declare it fills (`output_fields`): the others
-# (prompt_logprobs, text) follow from what it declares already.
+# The optional StepOutput fields an engine may declare it fills (Capabilities.output_fields):
+# the others (prompt_logprobs, text) follow from what it declares already.
 OUTPUT_FIELDS = frozenset({"cached_prompt_tokens"})
-# What an engine's top logprobs are of (`logprobs_of` on the engine; "raw" unless declared).
+# What an engine's top logprobs are of (Capabilities.logprobs_of).
 LOGPROBS_OF = ("raw", "processed")
-
-
+# Every name Capabilities.supported_sampling may hold: each SamplingParams field, and
+# REQUEST_FIELDS.
+DECLARABLE_FIELDS = frozenset(SamplingParams.__dataclass_fields__) | REQUEST_FIELDS
 
 
 def child_key(request_id: Hashable, index: int) -> tuple[Hashable, int]:
@@ -229,7 +229,7 @@ class Request:
     prompt_token_ids: tuple[int, ...]  # non-empty
     params: SamplingParams = SamplingParams()
     request_id: Hashable = field(default_factory=_next_request_id)  # unique per process
-    # Wave 4: a LoRA adapter the engine knows by this name (None: the base model), and a
+    # A LoRA adapter the engine knows by this name (None: the base model), and a
     # cache salt (requests with different salts never share cached KV; None is a salt too).
     lora: str | None = None
     cache_salt: str | None = None
@@ -249,7 +249,7 @@ class StepOutput:
     # One per token when params.logprobs > 0: the sampled token's logprob (of the same
     # distribution as top_logprobs), whether or not it is among the top candidates.
     logprobs: tuple[float, ...] | None = None
-    # Wave 4. The child this output belongs to (0..n-1 for n > 1 or beam search, else 0): a
+    # The child this output belongs to (0..n-1 for n > 1 or beam search, else 0): a
     # request's children each have their own token stream and their own finishing output,
     # and the request is finished when every child is.
     index: int = 0
@@ -324,9 +324,9 @@ class KVIntrospection(Protocol):
     same index j in each, over the same tokens. A request holds exactly the blocks its cached
     tokens need, ceil(cached / kv_block_size): no fewer (its KV must be somewhere) and no more
     (a block with none of its tokens cached is pool memory taken from others), unless the
-    engine declares `kv_extra_blocks` (see `kv_extra_blocks()`).
+    engine declares `kv_extra_blocks` (Capabilities).
 
-    Wave 4: each child of a request with n > 1 is listed under `child_key(request_id, index)`
+    Each child of a request with n > 1 is listed under `child_key(request_id, index)`
     (its own table and cached tokens). The children of one request may also share a partially
     filled block copy-on-write (the prompt's last block, after a prefill done once): at the
     same index j in each, holding the same tokens at every position any of them has cached.
@@ -385,37 +385,23 @@ class LoadIntrospection(Protocol):
     def load(self) -> Load: ...
 
 
-# What an engine may declare beside the protocols above: each attribute, optional, is read
-# through the helper of the same name below (tokenizer: tokenizer_of), and nowhere else
-# (tests/test_layout.py holds the repo to it), so that a bad value is refused in one place,
-# by name, and every reader agrees on the default.
-DECLARATIONS: Mapping[str, str] = {
-    "supported_sampling": "the SamplingParams and Request fields it honours (a set of names)",
-    "expected_failed_checks": "the suite's checks it knowingly breaks: check name -> reason",
-    "logprobs_of": "what its top logprobs are of, one of LOGPROBS_OF (default raw)",
-    "max_concurrency": "requests it runs at once, where it has no SlotIntrospection",
-    "position_thresholds": "positions past which its model computes differently, by name",
-    "kv_extra_blocks": "blocks a request may hold beyond its cached tokens' (KVIntrospection)",
-    "load_settle_s": "seconds its load report may lag its streams (LoadIntrospection)",
-    "tokenizer": "a directory holding the tokenizer.json of its vocabulary (text, stop strings)",
-    "arrival_times": "a callable: when each of the latest step's tokens arrived (streaming)",
-    "step_by": "a callable: step(), waiting for a first token only until a deadline",
-    "compute_threads": "the CPU threads it computes with (the bench states it per engine)",
-    "execution": "how it computes, in words: eager, compiled, a library and its version",
-    "loras": "the LoRA adapters it serves now, name -> PEFT directory (a Request.lora names one)",
-    "output_fields": "the optional StepOutput fields it fills (a set of names, OUTPUT_FIELDS)",
-    "close": "a method: release its threads, processes and memory (called on every engine "
-             "the suite drops)",
-}
-# The names `supported_sampling` may hold: every SamplingParams field, and REQUEST_FIELDS.
-DECLARABLE_FIELDS = frozenset(SamplingParams.__dataclass_fields__) | REQUEST_FIELDS
+# ---------------------------------------------------------------------------------------------
+# What an engine supports: one frozen Capabilities, returned by an optional `capabilities()`
+# method and read through capabilities_of(engine) only (tests/test_layout.py holds the repo to
+# it), so that a bad value is refused in one place, by name, and every reader agrees on the
+# defaults. What changes while the engine runs stays on the engine and has its reader below:
+# `loras` (LoRAManagement adds and removes adapters) and `close`.
 
-ArrivalTimes = Callable[[], Mapping[Hashable, Sequence[float]]]
-StepBy = Callable[[float], list[StepOutput]]
-
-
-def _declared(engine: object, name: str) -> object:
-    return getattr(engine, name, None)
+# Weights / compute dtypes an engine may declare (`Capabilities.dtype`; float64 for a reference
+# computed wider), and KV-cache dtypes (`Capabilities.kv_cache_dtype`): the same, or a quantized
+# cache as the libraries name it (OpenVINO's u8, llama.cpp's q8_0 / q4_0, vLLM's fp8 and its two
+# formats, int8 / int4).
+# Libraries' short spellings (f64, f32, fp32, bf16, f16, fp16, half, i8) are read as them.
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
+KV_CACHE_DTYPES: tuple[str, ...] = (*DTYPES, "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "u8",
+                                    "int4", "q8_0", "q4_0")
+_DTYPE_SPELLINGS = {"f64": "float64", "f32": "float32", "fp32": "float32", "bf16": "bfloat16",
+                    "f16": "float16", "fp16": "float16", "half": "float16", "i8": "int8"}
 
 
 def _suggest(value: str, names: Collection[str]) -> str:
@@ -430,23 +416,9 @@ def unknown_name(what: str, value: object, names: Collection[str]) -> str:
             f"{', '.join(sorted(names))}")
 
 
-def supported_sampling(engine: object) -> frozenset[str]:
-    """The SamplingParams fields (and Request fields, REQUEST_FIELDS) `engine` declares it
-    honours (BASE_PARAMS if it says none). A field an engine does not declare is never sent
-    to it at anything but its default. A name that is no field is refused (ValueError naming
-    it): a misspelt field would otherwise declare nothing, silently."""
-    fields = _declared_fields(engine, "supported_sampling", DECLARABLE_FIELDS)
-    return BASE_PARAMS if fields is None else fields | {"max_tokens"}
-
-
-def _declared_fields(engine: object, attr: str,
-                     known: Collection[str]) -> frozenset[str] | None:
-    """The field names an engine declares in `attr`, each one of `known` (ValueError naming
-    any other: a misspelt name would declare nothing, silently); None where it declares
-    none."""
-    declared = _declared(engine, attr)
-    if declared is None:
-        return None
+def _field_names(attr: str, declared: object, known: Collection[str]) -> frozenset[str]:
+    """`declared` as a set of names, each one of `known` (ValueError naming any other: a
+    misspelt name would otherwise declare nothing, silently)."""
     if isinstance(declared, str) or not isinstance(declared, Iterable):
         raise ValueError(f"{attr}: {declared!r} is not a set of field names")
     fields = frozenset(declared)
@@ -456,132 +428,172 @@ def _declared_fields(engine: object, attr: str,
     return fields
 
 
-def expected_failed_checks(engine: object) -> dict[str, str]:
-    """The checks `engine` declares it breaks, each with its reason (none if it says
-    nothing). Only the shape is checked here (a mapping of names to reasons); that each name
-    is a check of the suite, the suite checks against its registry
-    (engines.testing.checks.known_checks)."""
-    declared = _declared(engine, "expected_failed_checks")
-    if not declared:
-        return {}
-    if not isinstance(declared, Mapping):
-        raise ValueError(f"expected_failed_checks: {declared!r} is not a mapping of check "
-                         "names to reasons")
-    out = {}
-    for name, reason in declared.items():
-        if not isinstance(name, str) or not isinstance(reason, str):
-            raise ValueError(f"expected_failed_checks: {name!r}: {reason!r}; expected a check "
-                             "name and the reason it fails, both strings")
-        out[name] = reason
-    return out
-
-
-def logprobs_of(engine: object) -> str:
-    """What the engine's top logprobs are of: "raw" (the model's distribution, the default)
-    or "processed" (after the request's logits processing)."""
-    declared = _declared(engine, "logprobs_of")
-    if declared is None:
-        return "raw"
-    if declared not in LOGPROBS_OF:
-        raise ValueError(f"logprobs_of: {declared!r}; expected one of {', '.join(LOGPROBS_OF)}")
-    return str(declared)
-
-
 def _count(name: str, value: object, *, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"{name}: {value!r}; expected an int of at least {least}")
     return value
 
 
-def max_concurrency(engine: object) -> int | None:
-    """How many requests the engine says it runs at once (`max_concurrency`), or None where
-    it does not say. A SlotIntrospection engine's max_batch_size says it already."""
-    declared = _declared(engine, "max_concurrency")
-    return None if declared is None else _count("max_concurrency", declared, least=1)
+def _dtype(name: str, value: object, known: tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name}: {value!r} is not a dtype name; expected one of "
+                         f"{', '.join(known)}")
+    value = _DTYPE_SPELLINGS.get(value.lower(), value)
+    if value not in known:
+        raise ValueError(unknown_name(f"{name}:", value, known))
+    return value
 
 
-def compute_threads(engine: object) -> int | None:
-    """The CPU threads the engine says it computes with (`compute_threads`), or None."""
-    declared = _declared(engine, "compute_threads")
-    return None if declared is None else _count("compute_threads", declared, least=1)
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What an engine supports and how it computes: returned by its optional `capabilities()`
+    (an engine without one supports the base protocol: every field at its default). Each
+    value is checked here; a ValueError names the field and the value. The suite reads it
+    through capabilities_of(engine), each time it needs it: an engine whose answer changes
+    while it runs (kv_extra_blocks while a fork is in flight) returns the current one.
+
+    - supported_sampling: the SamplingParams fields and Request fields (REQUEST_FIELDS) it
+      honours, a set of names (max_tokens always). A field it does not declare is never sent
+      to it at anything but its default.
+    - output_fields: the optional StepOutput fields it fills (OUTPUT_FIELDS).
+    - expected_failed_checks: the suite's checks it knowingly breaks, check name -> reason
+      (each name is checked against the suite's registry when a run starts).
+    - logprobs_of: what its top logprobs are of, one of LOGPROBS_OF.
+    - max_concurrency: requests it runs at once, where it has no SlotIntrospection.
+    - position_thresholds: positions past which its model computes differently, by name
+      ({"sliding window": 4096}); the suite draws requests that cross each one.
+    - kv_extra_blocks: blocks a request may hold beyond its cached tokens' (KVIntrospection).
+    - load_settle_s: seconds its load report may lag its streams (LoadIntrospection).
+    - tokenizer: a directory holding the tokenizer.json of its vocabulary (text, stop
+      strings, grammars), what vLLM's --tokenizer takes; None: no text features.
+    - dtype: its weights' and compute dtype, one of DTYPES.
+    - kv_cache_dtype: its KV cache's, one of KV_CACHE_DTYPES; None: as dtype (kv_dtype).
+    - batch_invariant: every row computes the same bits whatever else is in the batch (its
+      reductions in a fixed order), so that batched and alone runs agree exactly at any dtype.
+    """
+
+    supported_sampling: frozenset[str] = BASE_PARAMS
+    output_fields: frozenset[str] = frozenset()
+    expected_failed_checks: Mapping[str, str] = field(default_factory=dict)
+    logprobs_of: str = "raw"
+    max_concurrency: int | None = None
+    position_thresholds: Mapping[str, int] = field(default_factory=dict)
+    kv_extra_blocks: int = 0
+    load_settle_s: float = 0.0
+    tokenizer: str | None = None  # a path-like is read as its str
+    dtype: str = "float32"
+    kv_cache_dtype: str | None = None
+    batch_invariant: bool = False
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: object) -> None:
+            object.__setattr__(self, name, value)
+
+        put("supported_sampling", _field_names("supported_sampling", self.supported_sampling,
+                                               DECLARABLE_FIELDS) | {"max_tokens"})
+        put("output_fields", _field_names("output_fields", self.output_fields, OUTPUT_FIELDS))
+        failed = self.expected_failed_checks
+        if not isinstance(failed, Mapping):
+            raise ValueError(f"expected_failed_checks: {failed!r} is not a mapping of check "
+                             "names to reasons")
+        for name, reason in failed.items():
+            if not isinstance(name, str) or not isinstance(reason, str):
+                raise ValueError(f"expected_failed_checks: {name!r}: {reason!r}; expected a "
+                                 "check name and the reason it fails, both strings")
+        put("expected_failed_checks", MappingProxyType(dict(failed)))
+        if self.logprobs_of not in LOGPROBS_OF:
+            raise ValueError(f"logprobs_of: {self.logprobs_of!r}; expected one of "
+                             f"{', '.join(LOGPROBS_OF)}")
+        if self.max_concurrency is not None:
+            _count("max_concurrency", self.max_concurrency, least=1)
+        thresholds = self.position_thresholds
+        if not isinstance(thresholds, Mapping):
+            raise ValueError(f"position_thresholds: {thresholds!r} is not a mapping of names "
+                             "to token positions")
+        for name, value in thresholds.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"position_thresholds: {name!r} is {value!r}; expected a "
+                                 "positive int (a token position)")
+        put("position_thresholds", MappingProxyType({str(n): v for n, v in thresholds.items()}))
+        _count("kv_extra_blocks", self.kv_extra_blocks, least=0)
+        settle = self.load_settle_s
+        if isinstance(settle, bool) or not isinstance(settle, int | float) or settle < 0:
+            raise ValueError(f"load_settle_s: {settle!r}; expected seconds, at least 0")
+        put("load_settle_s", float(settle))
+        if self.tokenizer is not None:
+            if not isinstance(self.tokenizer, str | os.PathLike):
+                raise ValueError(f"tokenizer: {self.tokenizer!r} is not a path (a directory "
+                                 "holding tokenizer.json)")
+            put("tokenizer", os.fspath(self.tokenizer))
+        put("dtype", _dtype("dtype", self.dtype, DTYPES))
+        if self.kv_cache_dtype is not None:
+            put("kv_cache_dtype", _dtype("kv_cache_dtype", self.kv_cache_dtype,
+                                         KV_CACHE_DTYPES))
+        if not isinstance(self.batch_invariant, bool):
+            raise ValueError(f"batch_invariant: {self.batch_invariant!r}; expected True or "
+                             "False")
+
+    @property
+    def kv_dtype(self) -> str:
+        """The KV cache's dtype: kv_cache_dtype, else dtype."""
+        return self.kv_cache_dtype or self.dtype
 
 
-def execution(engine: object) -> str:
-    """How the engine says it computes (`execution`, a short text; "" where it does not)."""
-    declared = _declared(engine, "execution")
-    if declared is None:
-        return ""
-    if not isinstance(declared, str):
-        raise ValueError(f"execution: {declared!r} is not a string")
-    return declared
+# Each Capabilities field, in words (docs/usage.md's table of declarations is held to it).
+DECLARATIONS: Mapping[str, str] = {
+    "supported_sampling": "the SamplingParams and Request fields it honours (a set of names)",
+    "output_fields": "the optional StepOutput fields it fills (a set of names, OUTPUT_FIELDS)",
+    "expected_failed_checks": "the suite's checks it knowingly breaks: check name -> reason",
+    "logprobs_of": "what its top logprobs are of, one of LOGPROBS_OF (default raw)",
+    "max_concurrency": "requests it runs at once, where it has no SlotIntrospection",
+    "position_thresholds": "positions past which its model computes differently, by name",
+    "kv_extra_blocks": "blocks a request may hold beyond its cached tokens' (KVIntrospection)",
+    "load_settle_s": "seconds its load report may lag its streams (LoadIntrospection)",
+    "tokenizer": "a directory holding the tokenizer.json of its vocabulary (text, stop strings)",
+    "dtype": "its weights' and compute dtype, one of DTYPES (default float32)",
+    "kv_cache_dtype": "its KV cache's dtype, one of KV_CACHE_DTYPES (None: as dtype)",
+    "batch_invariant": "every row computes the same bits whatever the batch (default False)",
+}
+# The Capabilities fields an engine without `capabilities()` may still declare as plain
+# attributes of the same names, for one release (capabilities_of warns): all but the
+# precision, which was never an attribute (a `dtype` attribute may be a library's own).
+_ATTRIBUTE_DECLARATIONS = ("supported_sampling", "output_fields", "expected_failed_checks",
+                           "logprobs_of", "max_concurrency", "position_thresholds",
+                           "kv_extra_blocks", "load_settle_s", "tokenizer")
+_warned: set[type] = set()
 
 
-def position_thresholds(engine: object) -> dict[str, int]:
-    """The positions past which the engine's model computes differently, by name, as the
-    engine declares them (`position_thresholds` on the engine, a mapping such as
-    {"sliding window": 4096, "RoPE scaling threshold": 8192}; none if it says nothing).
-    The suite draws prompts and budgets that cross each one, and counts those that did.
-    Every value must be a positive int (a ValueError names the one that is not)."""
-    declared = _declared(engine, "position_thresholds")
-    if not declared:
-        return {}
-    if not isinstance(declared, Mapping):
-        raise ValueError(f"position_thresholds: {declared!r} is not a mapping of names to "
-                         "token positions")
-    out = {}
-    for name, value in declared.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"position_thresholds: {name!r} is {value!r}; expected a "
-                             "positive int (a token position)")
-        out[str(name)] = value
-    return out
-
-
-def kv_extra_blocks(engine: object) -> int:
-    """Blocks a request of a KVIntrospection engine may hold beyond those its cached tokens
-    need (`kv_extra_blocks` on the engine, default 0): for an engine that allocates a block
-    ahead of the tokens it has computed, or whose view lists a second cache group's blocks
-    (a sliding-window ring beside the full-attention table) in the same table."""
-    declared = _declared(engine, "kv_extra_blocks")
-    return 0 if declared is None else _count("kv_extra_blocks", declared, least=0)
-
-
-def load_settle_s(engine: object) -> float:
-    """How long after a drain a LoadIntrospection engine's load report may lag (0 where it
-    does not say)."""
-    declared = _declared(engine, "load_settle_s")
-    if declared is None:
-        return 0.0
-    if isinstance(declared, bool) or not isinstance(declared, int | float) or declared < 0:
-        raise ValueError(f"load_settle_s: {declared!r}; expected seconds, at least 0")
-    return float(declared)
-
-
-def tokenizer_of(engine: object) -> str | None:
-    """The directory holding the tokenizer.json of the engine's vocabulary (`tokenizer`, what
-    vLLM's --tokenizer takes), or None: an engine without one is sent no text features
-    (stop strings, guided decoding) and returns no text."""
-    declared = _declared(engine, "tokenizer")
-    if declared is None:
-        return None
-    if not isinstance(declared, str | os.PathLike):
-        raise ValueError(f"tokenizer: {declared!r} is not a path (a directory holding "
-                         "tokenizer.json)")
-    return os.fspath(declared)
-
-
-def arrival_times(engine: object) -> ArrivalTimes | None:
-    """The engine's `arrival_times()` (a streaming engine: for the latest step's outputs, per
-    request id, one time.perf_counter() instant per token), or None where it has none."""
-    declared = _declared(engine, "arrival_times")
-    return declared if callable(declared) else None
-
-
-def step_by(engine: object) -> StepBy | None:
-    """The engine's `step_by(deadline)` (step(), waiting for a first token only until
-    `deadline` on time.perf_counter()), or None where it has none."""
-    declared = _declared(engine, "step_by")
-    return declared if callable(declared) else None
+def capabilities_of(engine: object) -> Capabilities:
+    """What `engine` supports: its `capabilities()`, else (deprecated, for one release) its
+    plain attributes of the Capabilities fields' names, read with a DeprecationWarning once per
+    class, else the defaults. A ValueError names a bad value."""
+    method = getattr(engine, "capabilities", None)
+    if method is not None:
+        if not callable(method):
+            raise ValueError(f"capabilities: {method!r} is not a method")
+        found = method()
+        if not isinstance(found, Capabilities):
+            raise ValueError(f"capabilities(): returned {found!r}; expected an "
+                             "engines.protocol.Capabilities")
+        return found
+    declared = {}
+    for name in _ATTRIBUTE_DECLARATIONS:
+        value = getattr(engine, name, None)
+        # As the attributes were read: an empty mapping, or None, declares nothing.
+        if value is None or (name in ("expected_failed_checks", "position_thresholds")
+                             and not value):
+            continue
+        declared[name] = value
+    if declared and type(engine) not in _warned:
+        _warned.add(type(engine))
+        kind = type(engine)
+        fields = ", ".join(f"{n}=..." for n in declared)
+        warnings.warn(
+            f"{kind.__module__}.{kind.__qualname__} declares {', '.join(declared)} as plain "
+            "attributes, which the next release no longer reads: declare them in a method "
+            "instead, `def capabilities(self) -> engines.protocol.Capabilities: return "
+            f"Capabilities({fields})`", DeprecationWarning, stacklevel=2)
+    return Capabilities(**declared)  # type: ignore[arg-type]
 
 
 def close(engine: object) -> Callable[[], object] | None:
@@ -589,7 +601,7 @@ def close(engine: object) -> Callable[[], object] | None:
     a worker thread, a server's streams), or None where it has none. The suite calls it on
     every engine it is done with; an engine whose thread refers to it is otherwise never
     freed. A `close` that is not callable is refused (ValueError)."""
-    declared = _declared(engine, "close")
+    declared = getattr(engine, "close", None)
     if declared is None:
         return None
     if not callable(declared):
@@ -601,7 +613,7 @@ def loras(engine: object) -> dict[str, str]:
     """The LoRA adapters the engine says it serves now (`loras`, adapter name -> its PEFT
     directory, which a reference engine loads too), none where it says nothing. Read at each
     call: an engine with LoRAManagement changes it."""
-    declared = _declared(engine, "loras")
+    declared = getattr(engine, "loras", None)
     if not declared:
         return {}
     if not isinstance(declared, Mapping):
@@ -615,23 +627,97 @@ def loras(engine: object) -> dict[str, str]:
     return out
 
 
-def output_fields(engine: object) -> frozenset[str]:
-    """The optional StepOutput fields (OUTPUT_FIELDS) the engine declares it fills
-    (`output_fields`, a set of names; none where it says nothing). A name that is no such
-    field is refused (ValueError naming it)."""
-    return _declared_fields(engine, "output_fields", OUTPUT_FIELDS) or frozenset()
-
-
 def check_declarations(engine: object) -> None:
-    """Read every declaration the engine makes: a ValueError names the first bad one."""
-    supported_sampling(engine)
-    expected_failed_checks(engine)
-    logprobs_of(engine)
-    max_concurrency(engine)
-    position_thresholds(engine)
-    kv_extra_blocks(engine)
-    load_settle_s(engine)
-    tokenizer_of(engine)
+    """Read everything the engine declares: a ValueError names the first bad value."""
+    capabilities_of(engine)
     loras(engine)
-    output_fields(engine)
     close(engine)
+
+
+# The readers of each declaration before Capabilities, kept one release for third parties:
+# each warns and reads capabilities_of(engine).<field>.
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"engines.protocol.{old}(engine) is deprecated: use {new}",
+                  DeprecationWarning, stacklevel=3)
+
+
+def supported_sampling(engine: object) -> frozenset[str]:
+    """Deprecated: capabilities_of(engine).supported_sampling."""
+    _deprecated("supported_sampling", "capabilities_of(engine).supported_sampling")
+    return frozenset(capabilities_of(engine).supported_sampling)
+
+
+def output_fields(engine: object) -> frozenset[str]:
+    """Deprecated: capabilities_of(engine).output_fields."""
+    _deprecated("output_fields", "capabilities_of(engine).output_fields")
+    return frozenset(capabilities_of(engine).output_fields)
+
+
+def expected_failed_checks(engine: object) -> dict[str, str]:
+    """Deprecated: capabilities_of(engine).expected_failed_checks."""
+    _deprecated("expected_failed_checks", "capabilities_of(engine).expected_failed_checks")
+    return dict(capabilities_of(engine).expected_failed_checks)
+
+
+def logprobs_of(engine: object) -> str:
+    """Deprecated: capabilities_of(engine).logprobs_of."""
+    _deprecated("logprobs_of", "capabilities_of(engine).logprobs_of")
+    return capabilities_of(engine).logprobs_of
+
+
+def max_concurrency(engine: object) -> int | None:
+    """Deprecated: capabilities_of(engine).max_concurrency."""
+    _deprecated("max_concurrency", "capabilities_of(engine).max_concurrency")
+    return capabilities_of(engine).max_concurrency
+
+
+def position_thresholds(engine: object) -> dict[str, int]:
+    """Deprecated: capabilities_of(engine).position_thresholds."""
+    _deprecated("position_thresholds", "capabilities_of(engine).position_thresholds")
+    return dict(capabilities_of(engine).position_thresholds)
+
+
+def kv_extra_blocks(engine: object) -> int:
+    """Deprecated: capabilities_of(engine).kv_extra_blocks."""
+    _deprecated("kv_extra_blocks", "capabilities_of(engine).kv_extra_blocks")
+    return capabilities_of(engine).kv_extra_blocks
+
+
+def load_settle_s(engine: object) -> float:
+    """Deprecated: capabilities_of(engine).load_settle_s."""
+    _deprecated("load_settle_s", "capabilities_of(engine).load_settle_s")
+    return capabilities_of(engine).load_settle_s
+
+
+def tokenizer_of(engine: object) -> str | None:
+    """Deprecated: capabilities_of(engine).tokenizer."""
+    _deprecated("tokenizer_of", "capabilities_of(engine).tokenizer")
+    found = capabilities_of(engine).tokenizer
+    return None if found is None else os.fspath(found)
+
+
+# Names that moved or went, with what to use instead: importing one says so.
+_MOVED = {
+    "ALL_PARAMS": "BASE_PARAMS | PROCESSING_PARAMS (its meaning: the token-choice fields)",
+    "WAVE4_FIELDS": "CONSTRAINT_PARAMS | OUTPUT_PARAMS | REQUEST_FIELDS",
+    "compute_threads": "engines.bench.declarations.compute_threads (a bench-only declaration)",
+    "execution": "engines.bench.declarations.execution (a bench-only declaration)",
+    "arrival_times": "engines.bench.declarations.arrival_times (a bench-only declaration)",
+    "step_by": "engines.bench.declarations.step_by (a bench-only declaration)",
+    "ArrivalTimes": "engines.bench.declarations.ArrivalTimes",
+    "StepBy": "engines.bench.declarations.StepBy",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name == "ALL_PARAMS":
+        warnings.warn("engines.protocol.ALL_PARAMS is deprecated: use " + _MOVED[name],
+                      DeprecationWarning, stacklevel=2)
+        return BASE_PARAMS | PROCESSING_PARAMS
+    if name == "WAVE4_FIELDS":
+        warnings.warn("engines.protocol.WAVE4_FIELDS is deprecated: use " + _MOVED[name],
+                      DeprecationWarning, stacklevel=2)
+        return CONSTRAINT_PARAMS | OUTPUT_PARAMS | REQUEST_FIELDS
+    if name in _MOVED:
+        raise AttributeError(f"engines.protocol.{name} moved: use {_MOVED[name]}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,8 +37,9 @@ from engines.core.sampling import sample
 from engines.core.slots import BaseEngine
 from engines.models import long_rope_threshold
 from engines.protocol import (
-    ALL_PARAMS,
+    BASE_PARAMS,
     CONSTRAINT_PARAMS,
+    PROCESSING_PARAMS,
     TEXT_PARAMS,
     Request,
     StepOutput,
@@ -47,7 +48,7 @@ from engines.protocol import (
 
 class SequentialEngine(BaseEngine):
     name = "sequential"
-    supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
+    supported_sampling = (BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
                           | {"lora", "cache_salt", "prompt_logprobs", "n", "beam_width",
                              "length_penalty"})
 

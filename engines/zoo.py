@@ -4,7 +4,7 @@ the preset's dashes written as underscores. For example `engines.zoo:sequential_
 reference on the experts preset) or `engines.zoo:hf_continuous_tiny_gemma_mixed`.
 
 Each factory's engine declares the preset's sliding window and RoPE scaling threshold
-(`position_thresholds`, engines.protocol), where it does not already, so that the suite's
+(Capabilities.position_thresholds, engines.protocol), where it does not already, so that the suite's
 workloads cross them on every engine.
 
 An engine that cannot serve a preset says so when the factory is called (our batched engines
@@ -36,12 +36,13 @@ and OpenVINO GenAI with equal seats and KV memory, on the tiny and small presets
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engines.models import DEFAULT_PRESET, ZOO, preset_max_model_len, preset_thresholds
-from engines.protocol import position_thresholds
+from engines.protocol import capabilities_of
 
 if TYPE_CHECKING:
     from engines.paged import PagedEngine
@@ -82,14 +83,24 @@ def factory(engine: str, preset: str) -> Callable[[], Any]:
 
     def make() -> Any:
         engine = _load(spec)(preset)
-        if not position_thresholds(engine):
+        if not capabilities_of(engine).position_thresholds:
             # A third-party engine does not know our preset: declare its window and RoPE
             # threshold for it, so that the suite's workloads cross them there too.
-            engine.position_thresholds = preset_thresholds(preset)
+            _declare_thresholds(engine, preset_thresholds(preset))
         return engine
 
     make.__name__ = make.__qualname__ = f"{engine}_{preset.replace('-', '_')}"
     return make
+
+
+def _declare_thresholds(engine: Any, thresholds: dict[str, int]) -> None:
+    """Add `thresholds` to what the engine's capabilities() says, at every call (what else it
+    says may change while it runs)."""
+    if getattr(engine, "capabilities", None) is None:  # a deprecated plain-attribute engine
+        engine.position_thresholds = thresholds
+        return
+    own = engine.capabilities
+    engine.capabilities = lambda: dataclasses.replace(own(), position_thresholds=thresholds)
 
 
 def _load(spec: str) -> Callable[..., Any]:

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput
+from engines.protocol import Capabilities, FinishReason, InvalidRequest, Request, StepOutput
 
 _MASK = (1 << 61) - 1
 
@@ -43,7 +43,11 @@ class Seq:
 
 
 class ToyEngine:
-    expected_failed_checks: Mapping[str, str] = {}
+    def capabilities(self) -> Capabilities:
+        """What it supports beyond the base protocol: nothing, every field at its default. An
+        engine that knowingly breaks a check would say `Capabilities(expected_failed_checks=
+        {"zero_waste": "static batching computes finished rows"})`."""
+        return Capabilities()
 
     def __init__(self, max_batch_size: int = 4, vocab_size: int = 512, max_model_len: int = 96):
         self.max_batch_size = max_batch_size

@@ -6,13 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
-from engines.protocol import (
-    FinishReason,
-    KVIntrospection,
-    Request,
-    StepOutput,
-    kv_extra_blocks,
-)
+from engines.protocol import FinishReason, KVIntrospection, Request, StepOutput, capabilities_of
 from tests.helpers import drain
 
 Results = dict[Hashable, tuple[list[int], FinishReason | None]]
@@ -36,7 +30,7 @@ def check_kv(engine: KVIntrospection, streams: dict[Hashable, tuple[int, ...]],
         need = -(-cached[rid] // bs)
         assert len(table) >= need, f"{when}: {rid!r} caches {cached[rid]} " \
             f"tokens in {len(table)} blocks"
-        assert len(table) <= need + kv_extra_blocks(engine), (
+        assert len(table) <= need + capabilities_of(engine).kv_extra_blocks, (
             f"{when}: {rid!r} holds {len(table)} blocks for {cached[rid]} cached tokens")
         assert cached[rid] <= len(streams[rid]), f"{when}: {rid!r} caches more than it has"
         for j, block in enumerate(table):

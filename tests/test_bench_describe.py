@@ -13,7 +13,7 @@ from engines.bench import cli
 from engines.bench.config import DEFAULT_ENGINES
 from engines.bench.describe import describe
 from engines.bench.doubles.fake import FakeEngine
-from engines.protocol import Request, StepOutput
+from engines.protocol import Capabilities, Request, StepOutput
 
 
 class _Wrapped:
@@ -35,9 +35,11 @@ class _Wrapped:
 
 
 class _Declared(_Wrapped):
-    max_concurrency = 3
-    compute_threads = 2
+    compute_threads = 2  # the bench's own declarations (engines.bench.declarations)
     execution = "a library on CPU"
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(max_concurrency=3)
 
 
 def declared() -> _Declared:

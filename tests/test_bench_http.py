@@ -23,13 +23,14 @@ pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not in
 from engines.adapters.http import HTTPEngine, ServerStalled  # noqa: E402
 from engines.bench import rates, traces  # noqa: E402
 from engines.bench.cli import main  # noqa: E402
+from engines.bench.declarations import step_by  # noqa: E402
 from engines.bench.doubles.fake import FakeEngine  # noqa: E402
 from engines.bench.draws import WorkItem  # noqa: E402
 from engines.bench.metrics import requests_frame, tokens_frame  # noqa: E402
 from engines.bench.paired import run_paired  # noqa: E402
 from engines.bench.replay import Run, WallClock, run_trace  # noqa: E402
 from engines.bench.streaming import streams  # noqa: E402
-from engines.protocol import Engine, Request, StepOutput, step_by  # noqa: E402
+from engines.protocol import Engine, Request, StepOutput  # noqa: E402
 from tests import fake_server  # noqa: E402
 from tests.fake_server import State  # noqa: E402
 from tests.planted.http_bench_bugs import NoArrivalTimes, NoStepBy  # noqa: E402

@@ -71,14 +71,19 @@ def test_fixture_override_pulls_the_suite_in(pytester: pytest.Pytester) -> None:
 
 def test_declared_expected_failures_are_strict_xfails(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(bugs="""
+        from engines.protocol import Capabilities
         from examples.toy_engine import ToyEngine
         from tests.planted.toy_bugs import OneAdmissionPerStep
 
         class Declared(OneAdmissionPerStep):
-            expected_failed_checks = {"work_conservation": "admits one request per step"}
+            def capabilities(self):
+                return Capabilities(expected_failed_checks={
+                    "work_conservation": "admits one request per step"})
 
         class Stale(ToyEngine):  # declares a failure it does not have
-            expected_failed_checks = {"zero_waste": "we thought it wasted slots"}
+            def capabilities(self):
+                return Capabilities(expected_failed_checks={
+                    "zero_waste": "we thought it wasted slots"})
     """)
     result = pytester.runpytest(*SUITE, "--engine", "bugs:Declared", "-k", "work_conservation")
     result.assert_outcomes(xfailed=1)
@@ -91,11 +96,12 @@ def test_an_engine_that_declares_seeds_unsupported(pytester: pytest.Pytester) ->
     # It refuses seeded sampling, as the vLLM adapter does under a prefill budget: the other
     # checks draw no sampled request (they pass), the `seeds` check still does (a strict xfail).
     pytester.makepyfile(noseeds="""
-        from engines.protocol import InvalidRequest
+        from engines.protocol import Capabilities, InvalidRequest
         from examples.toy_engine import ToyEngine
 
         class NoSeeds(ToyEngine):
-            expected_failed_checks = {"seeds": "refuses seeded sampling"}
+            def capabilities(self):
+                return Capabilities(expected_failed_checks={"seeds": "refuses seeded sampling"})
 
             def add_request(self, request):
                 if request.params.temperature > 0:

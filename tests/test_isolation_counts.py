@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from engines.paged import PagedEngine
-from engines.protocol import Request, SamplingParams, output_fields
+from engines.protocol import Request, SamplingParams, capabilities_of
 from engines.testing.context import build_context
 from engines.testing.recorder import run_workload
 from engines.testing.workload import Workload
@@ -37,8 +37,8 @@ def test_the_correct_engine_passes_on_its_counts() -> None:
 
 def test_the_paged_engine_reports_its_hits_once_per_request() -> None:
     engine = PagedEngine(block_size=4)
-    assert "cached_prompt_tokens" in output_fields(engine)
-    assert "cached_prompt_tokens" in output_fields(CountsOnly(engine))
+    assert "cached_prompt_tokens" in capabilities_of(engine).output_fields
+    assert "cached_prompt_tokens" in capabilities_of(CountsOnly(engine)).output_fields
     prompt = tuple(range(1, 12))  # 11 tokens: two full blocks cacheable, the last computed
     params = SamplingParams(max_tokens=3)
     w = Workload((Request(prompt, params, request_id="a"),

@@ -7,6 +7,7 @@ that moved is renamed everywhere), and every spec path and engines/ file the rep
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import importlib.util
 import re
@@ -432,28 +433,49 @@ def test_the_docs_list_every_check_and_feature_as_the_registries_do() -> None:
     assert stale != text and rewrite(stale) == text
 
 
-def _declaration_reads(source: str, declared: set[str]) -> list[tuple[int, str]]:
-    """getattr / hasattr calls whose attribute name is one an engine may declare."""
-    return [(node.lineno, node.args[1].value) for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
-            and isinstance(node.args[1], ast.Constant) and node.args[1].value in declared]
+def _declaration_reads(source: str, declared: set[str], readers: set[str]
+                       ) -> list[tuple[int, str]]:
+    """Reads of an engine's declarations around capabilities_of: getattr / hasattr calls whose
+    attribute name is a Capabilities field, and the deprecated readers, imported from
+    engines.protocol or called on it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant) and node.args[1].value in declared):
+            found.append((node.lineno, str(node.args[1].value)))
+        elif isinstance(node, ast.ImportFrom) and node.module == "engines.protocol":
+            found += [(node.lineno, a.name) for a in node.names if a.name in readers]
+        elif (isinstance(node, ast.Attribute) and node.attr in readers
+              and isinstance(node.value, ast.Name) and node.value.id == "protocol"):
+            found.append((node.lineno, node.attr))
+    return found
 
 
-def test_declarations_are_read_through_the_protocols_helpers() -> None:
+def test_declarations_are_read_through_capabilities_of_only() -> None:
     import engines.protocol as protocol
 
-    declared = set(protocol.DECLARATIONS)
-    # Each declaration has its reader in the protocol, named after it.
-    readers = {name: "tokenizer_of" if name == "tokenizer" else name for name in declared}
-    assert all(callable(getattr(protocol, r)) for r in readers.values()), readers
-    assert _declaration_reads('getattr(e, "step_by", None)', declared) == [(1, "step_by")]
+    declared = {f.name for f in dataclasses.fields(protocol.Capabilities)}
+    assert set(protocol.DECLARATIONS) == declared
+    # The readers before Capabilities: deprecated wrappers, kept for third parties only.
+    readers = {"supported_sampling", "expected_failed_checks", "logprobs_of", "max_concurrency",
+               "position_thresholds", "kv_extra_blocks", "load_settle_s", "tokenizer_of",
+               "output_fields"}
+    assert all(callable(getattr(protocol, r)) for r in readers)
+    assert _declaration_reads('getattr(e, "tokenizer", None)', declared, readers) == [
+        (1, "tokenizer")]
+    assert _declaration_reads("from engines.protocol import logprobs_of\n"
+                              "protocol.max_concurrency(e)", declared, readers) == [
+        (1, "logprobs_of"), (2, "max_concurrency")]
+    # tests/test_declarations.py proves the deprecated path: the one place it may be used.
+    allowed = {PACKAGE / "protocol.py", ROOT / "tests" / "test_declarations.py"}
     found = [f"{path.relative_to(ROOT)}:{line} {value!r}"
-             for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py")])
-             if path != PACKAGE / "protocol.py"
-             for line, value in _declaration_reads(path.read_text(), declared)]
-    assert not found, ("read an engine's declarations through engines.protocol's helpers "
-                       f"(supported_sampling(engine), ...), not getattr: {found}")
+             for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
+                                 *(ROOT / "examples").rglob("*.py")])
+             if path not in allowed
+             for line, value in _declaration_reads(path.read_text(), declared, readers)]
+    assert not found, ("read an engine's declarations through engines.protocol's "
+                       f"capabilities_of(engine).<field>, not getattr nor the old readers: {found}")
 
 
 def test_no_test_module_imports_another() -> None:

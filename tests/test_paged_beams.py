@@ -15,13 +15,7 @@ import pytest
 
 from engines.paged.engine import PagedEngine
 from engines.paged.speculate import Speculation
-from engines.protocol import (
-    FinishReason,
-    InvalidRequest,
-    Request,
-    SamplingParams,
-    kv_extra_blocks,
-)
+from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams, capabilities_of
 from engines.sequential import SequentialEngine
 from tests.helpers import abort_a_beam_search, beam_generate, run_children
 from tests.planted.beam_bugs import PagedBeamKeepsOldTable, PagedBeamWritesSharedBlock
@@ -74,7 +68,7 @@ def _check_pool(engine: PagedEngine, when: str) -> None:
     owners: dict[int, list[tuple[Hashable, int]]] = {}
     for key, table in tables.items():
         need = -(-cached[key] // bs)
-        assert need <= len(table) <= need + kv_extra_blocks(engine), (when, key)
+        assert need <= len(table) <= need + capabilities_of(engine).kv_extra_blocks, (when, key)
         for j, block in enumerate(table):
             owners.setdefault(block, []).append((key, j))
     for block, users in owners.items():

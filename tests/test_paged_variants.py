@@ -10,7 +10,7 @@ import pytest
 from engines.models import preset_max_model_len
 from engines.paged.engine import PagedEngine
 from engines.paged.variants import VARIANTS
-from engines.protocol import Request, SamplingParams, StepOutput, expected_failed_checks
+from engines.protocol import Request, SamplingParams, StepOutput, capabilities_of
 from tests.helpers import make_prompts
 from tests.kv_checks import drain_checked
 
@@ -61,7 +61,7 @@ def test_variant_gives_the_default_engines_tokens(name: str, default_tokens: dic
         steps[0] += 1
 
     engine, tokens = run(VARIANTS[name], watch)
-    if "seeds" in expected_failed_checks(engine):
+    if "seeds" in capabilities_of(engine).expected_failed_checks:
         # It declares seeded sampling batch-dependent (speculative_draft_sampled: the draws a
         # step makes depend on its drafts): its greedy requests, r1, r2, r4..., must agree.
         sampled = {f"r{i}" for i in range(0, 10, 3)}

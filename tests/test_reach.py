@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 
 from engines.models import ZOO_ROPE_THRESHOLD, ZOO_WINDOW, preset_thresholds
-from engines.protocol import Request, SamplingParams, kv_extra_blocks, position_thresholds
+from engines.protocol import Capabilities, Request, SamplingParams, capabilities_of
 from engines.testing.checks import check_named
 from engines.testing.checks.kv_accounting import PAST_PROMPT
 from engines.testing.coverage import Coverage
@@ -156,16 +156,13 @@ def test_the_zoo_declares_each_presets_thresholds() -> None:
         "RoPE scaling threshold": ZOO_ROPE_THRESHOLD}
     assert preset_thresholds("tiny") == {}
     engine = factory("sequential", "tiny-mistral-swa")()
-    assert position_thresholds(engine) == {"sliding window": ZOO_WINDOW}
+    assert capabilities_of(engine).position_thresholds == {"sliding window": ZOO_WINDOW}
     assert EngineLimits.of(engine).thresholds == (("sliding window", ZOO_WINDOW),)
 
 
 def test_a_bad_declaration_names_the_field_and_value() -> None:
-    class Bad:
-        position_thresholds = {"sliding window": 0}
-
     with pytest.raises(ValueError, match=r"position_thresholds: 'sliding window' is 0"):
-        position_thresholds(Bad())
+        Capabilities(position_thresholds={"sliding window": 0})
 
 
 def _kv_trace(snapshot: KVSnapshot) -> Trace:
@@ -190,9 +187,11 @@ def test_the_upper_bound_allows_exactly_what_the_engine_declares() -> None:
         check_kv_accounting(_kv_trace(two_over), JUDGE)
 
     class Declares:
-        kv_extra_blocks = 1
+        def capabilities(self) -> Capabilities:
+            return Capabilities(kv_extra_blocks=1)
 
-    assert kv_extra_blocks(Declares()) == 1 and kv_extra_blocks(object()) == 0
+    assert capabilities_of(Declares()).kv_extra_blocks == 1
+    assert capabilities_of(object()).kv_extra_blocks == 0
 
 
 def test_the_summary_counts_crossings_and_says_when_nothing_is_declared() -> None:
@@ -240,7 +239,8 @@ def test_a_bad_declaration_is_a_usage_error_naming_the_engine() -> None:
     from examples.toy_engine import ToyEngine
 
     class Declares(ToyEngine):
-        position_thresholds = {"sliding window": -4}
+        def capabilities(self) -> Capabilities:
+            return Capabilities(position_thresholds={"sliding window": -4})
 
     with pytest.raises(EngineSpecError, match=r"Declares: position_thresholds: 'sliding "
                                               r"window' is -4; expected a positive int"):

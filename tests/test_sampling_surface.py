@@ -22,12 +22,12 @@ from transformers.generation.logits_process import (
 from engines.core.sampling import argmax_rows, filtered, penalized
 from engines.core.validation import check_request
 from engines.protocol import (
-    ALL_PARAMS,
     BASE_PARAMS,
+    PROCESSING_PARAMS,
     InvalidRequest,
     Request,
     SamplingParams,
-    supported_sampling,
+    capabilities_of,
 )
 from tests.helpers import drain, make_prompts
 
@@ -141,7 +141,7 @@ def test_every_row_of_a_mixed_batch_gets_its_tokens_alone(
     assert {rid: tokens for rid, (tokens, _) in batched.items()} == alone
     # Every token-choice parameter; the request-level names an engine may add (`lora`,
     # `cache_salt`) are not sampling and change nothing here.
-    assert supported_sampling(engine) >= ALL_PARAMS
+    assert capabilities_of(engine).supported_sampling >= BASE_PARAMS | PROCESSING_PARAMS
 
 
 def test_the_parameters_change_what_is_generated(alone: dict[object, list[int]]) -> None:
@@ -205,15 +205,16 @@ def test_each_new_field_just_past_its_boundary_is_refused_by_name(field: str,
     request = Request((1, 2), SamplingParams(max_tokens=8, **{field: value}))  # type: ignore[arg-type]
     with pytest.raises(InvalidRequest, match=f"^{field}: "):
         check_request(request, vocab_size=V, max_model_len=64, in_flight=(),
-                      supported=ALL_PARAMS)
+                      supported=(BASE_PARAMS | PROCESSING_PARAMS))
 
 
 def test_an_engine_refuses_a_field_it_does_not_honour_rather_than_ignore_it() -> None:
     request = Request((1, 2), SamplingParams(max_tokens=4, top_k=5))
     with pytest.raises(InvalidRequest, match="^top_k: 5 is not supported by this engine"):
         check_request(request, vocab_size=V, max_model_len=64, in_flight=())
-    check_request(request, vocab_size=V, max_model_len=64, in_flight=(), supported=ALL_PARAMS)
-    assert supported_sampling(object()) == BASE_PARAMS
+    check_request(request, vocab_size=V, max_model_len=64, in_flight=(),
+                  supported=BASE_PARAMS | PROCESSING_PARAMS)
+    assert capabilities_of(object()).supported_sampling == BASE_PARAMS
 
 
 def test_the_suite_draws_what_every_engine_declares_and_names_the_rest() -> None:
@@ -224,8 +225,8 @@ def test_the_suite_draws_what_every_engine_declares_and_names_the_rest() -> None
 
     ours, toy = SequentialEngine(), ToyEngine()
     drawn = _sampling_fields(SuiteOptions(), [ours, ours])
-    assert drawn == {"sampling_fields": supported_sampling(ours)}
-    assert drawn["sampling_fields"] >= ALL_PARAMS  # type: ignore[operator]
+    assert drawn == {"sampling_fields": capabilities_of(ours).supported_sampling}
+    assert drawn["sampling_fields"] >= (BASE_PARAMS | PROCESSING_PARAMS)  # type: ignore[operator]
     # A reference that declares less narrows the draw to what both honour.
     assert _sampling_fields(SuiteOptions(), [ours, toy]) == {"sampling_fields": BASE_PARAMS}
     # Tie-aware parity judges near-ties on raw logprobs: no processing, and it says why.

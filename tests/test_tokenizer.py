@@ -10,7 +10,7 @@ import pytest
 
 from engines.adapters.common.checkpoints import checkpoint_dir
 from engines.models import PRESETS
-from engines.protocol import tokenizer_of
+from engines.protocol import capabilities_of
 from engines.tokenizer import EOS, build_tokenizer, load, tokenizer_for
 
 # Two to four UTF-8 bytes a character, joiners and modifiers, and JSON punctuation.
@@ -57,7 +57,7 @@ def test_engines_declare_it_and_checkpoints_carry_it() -> None:
     from engines.sequential import SequentialEngine
 
     engine = SequentialEngine("tiny")
-    assert tokenizer_of(engine) == tokenizer_for(1024)
+    assert capabilities_of(engine).tokenizer == tokenizer_for(1024)
     ckpt = checkpoint_dir("tiny", seed=0, tokenizer="bpe")
     assert (ckpt / "tokenizer.json").read_bytes() == (
         Path(tokenizer_for("tiny")) / "tokenizer.json").read_bytes()

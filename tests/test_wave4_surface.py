@@ -1,7 +1,7 @@
 """Wave 4's request fields (constraints, the output surface, LoRA and cache salts): defaults
 that mean "off", bad values refused by field, and engines that do not declare a field refusing
-it by name rather than ignoring it. An engine that declared ALL_PARAMS before wave 4 keeps
-meaning the token-choice surface only."""
+it by name rather than ignoring it. An engine that declared the token-choice surface
+(BASE_PARAMS | PROCESSING_PARAMS, once ALL_PARAMS) is sent nothing else."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import pytest
 
 from engines.core.validation import check_request
 from engines.protocol import (
-    ALL_PARAMS,
+    BASE_PARAMS,
     CONSTRAINT_PARAMS,
+    DECLARABLE_FIELDS,
     OUTPUT_PARAMS,
+    PROCESSING_PARAMS,
     REQUEST_FIELDS,
-    WAVE4_FIELDS,
     Guided,
     InvalidRequest,
     LoRAManagement,
@@ -23,7 +24,7 @@ from engines.protocol import (
 )
 
 V = 64
-EVERYTHING = ALL_PARAMS | WAVE4_FIELDS
+EVERYTHING = DECLARABLE_FIELDS
 
 
 def check(request: Request, supported: frozenset[str] = EVERYTHING) -> None:
@@ -31,9 +32,12 @@ def check(request: Request, supported: frozenset[str] = EVERYTHING) -> None:
 
 
 def test_the_defaults_change_nothing_and_old_declarations_keep_their_meaning() -> None:
-    check(Request((1, 2)), supported=ALL_PARAMS)  # every default passes an old declaration
-    assert not ALL_PARAMS & WAVE4_FIELDS
-    assert WAVE4_FIELDS == CONSTRAINT_PARAMS | OUTPUT_PARAMS | REQUEST_FIELDS
+    # every default passes an old declaration
+    check(Request((1, 2)), supported=BASE_PARAMS | PROCESSING_PARAMS)
+    assert not (BASE_PARAMS | PROCESSING_PARAMS) & (CONSTRAINT_PARAMS | OUTPUT_PARAMS
+                                                    | REQUEST_FIELDS)
+    assert DECLARABLE_FIELDS == (BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS
+                                 | OUTPUT_PARAMS | REQUEST_FIELDS)
     out = StepOutput("r", (3,))
     assert (out.index, out.prompt_logprobs, out.text) == (0, None, None)
 
@@ -82,7 +86,7 @@ def test_request_fields_are_strings_and_refused_where_not_declared(field: str) -
     request = Request((1,), **{field: "tenant-a"})  # type: ignore[arg-type]
     check(request)
     with pytest.raises(InvalidRequest, match=f"^{field}: 'tenant-a' is not supported"):
-        check(request, supported=ALL_PARAMS)
+        check(request, supported=BASE_PARAMS | PROCESSING_PARAMS)
 
 
 @pytest.mark.parametrize(("field", "value"), [
@@ -94,7 +98,7 @@ def test_an_engine_that_did_not_declare_a_wave4_field_refuses_it(field: str,
                                                                  value: object) -> None:
     request = Request((1, 2), SamplingParams(**{field: value}))  # type: ignore[arg-type]
     with pytest.raises(InvalidRequest, match=f"^{field}: .* is not supported by this engine"):
-        check(request, supported=ALL_PARAMS)
+        check(request, supported=BASE_PARAMS | PROCESSING_PARAMS)
     check(request)
 
 

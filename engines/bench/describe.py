@@ -11,13 +11,8 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from engines.bench import clocks
-from engines.protocol import (
-    Engine,
-    SlotIntrospection,
-    compute_threads,
-    execution,
-    max_concurrency,
-)
+from engines.bench.declarations import compute_threads, execution
+from engines.protocol import Engine, SlotIntrospection, capabilities_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +39,7 @@ class EngineDescription:
 
 def describe(name: str, engine: Engine) -> EngineDescription:
     slots = getattr(engine, "max_batch_size", None)
-    declared = max_concurrency(engine)
+    declared = capabilities_of(engine).max_concurrency
     if isinstance(engine, SlotIntrospection) and _count(slots):
         concurrency, source = int(slots), "max_batch_size, SlotIntrospection"
     elif _count(declared):

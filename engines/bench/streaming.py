@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from engines.protocol import ArrivalTimes, Engine, StepOutput, arrival_times, step_by
+from engines.bench.declarations import ArrivalTimes, arrival_times, step_by
+from engines.protocol import Engine, StepOutput
 
 
 def streams(engine: Engine) -> bool:

@@ -29,7 +29,16 @@ from engines.models import (
     preset_max_model_len,
     preset_thresholds,
 )
-from engines.protocol import ALL_PARAMS, CONSTRAINT_PARAMS, TEXT_PARAMS, Request, StepOutput
+from engines.protocol import (
+    BASE_PARAMS,
+    CONSTRAINT_PARAMS,
+    DTYPES,
+    PROCESSING_PARAMS,
+    TEXT_PARAMS,
+    Capabilities,
+    Request,
+    StepOutput,
+)
 from engines.threads import torch_threads
 from engines.tokenizer import tokenizer_for
 
@@ -44,10 +53,15 @@ class EngineCore(Generic[S]):
     # Every token-choice field, per row (engines.core.sampling), and the constraints
     # (engines.core.constraints; guided through engines.core.guided); stop strings and the
     # streamed text (engines.core.detokenize); top logprobs are raw.
-    supported_sampling: frozenset[str] = ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
+    supported_sampling: frozenset[str] = (BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS
+                                          | TEXT_PARAMS)
     logprobs_of = "raw"
     # Properties this engine knowingly breaks, with the reason: the suite makes them strict xfails.
     expected_failed_checks: Mapping[str, str] = {}
+    # The optional StepOutput fields it fills, and requests it runs at once where it has no
+    # slots (engines.paged sets both).
+    output_fields: frozenset[str] = frozenset()
+    max_concurrency: int | None = None
 
     def __init__(
         self,
@@ -75,8 +89,8 @@ class EngineCore(Generic[S]):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size: must be >= 1, got {max_batch_size}")
         self.max_batch_size: int = max_batch_size
-        # engines.protocol.position_thresholds: the preset's window or RoPE threshold, which
-        # the suite's workloads then cross.
+        # Capabilities.position_thresholds: the preset's window or RoPE threshold, which the
+        # suite's workloads then cross.
         self.position_thresholds: dict[str, int] = preset_thresholds(model)
         # A checkpoint directory's own tokenizer where it has one; else the presets' BPE of
         # this vocabulary (engines.tokenizer), trained once when first read.
@@ -135,9 +149,24 @@ class EngineCore(Generic[S]):
             self._grammar_compiler = Grammars(self.tokenizer, self.vocab_size)
         return self._grammar_compiler
 
+    def capabilities(self) -> Capabilities:
+        """What this engine supports (engines.protocol.Capabilities), from the class's own
+        settings above (a subclass narrows or widens them there) and the model's dtype."""
+        dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        return Capabilities(
+            supported_sampling=self.supported_sampling,
+            output_fields=self.output_fields,
+            expected_failed_checks=self.expected_failed_checks,
+            logprobs_of=self.logprobs_of,
+            max_concurrency=self.max_concurrency,
+            position_thresholds=self.position_thresholds,
+            tokenizer=self.tokenizer,
+            dtype=dtype if dtype in DTYPES else "float32",
+        )
+
     @property
     def tokenizer(self) -> str:
-        """engines.protocol.tokenizer_of: the directory of this vocabulary's tokenizer.json."""
+        """Capabilities.tokenizer: the directory of this vocabulary's tokenizer.json."""
         if self._tokenizer_dir is None:
             self._tokenizer_dir = tokenizer_for(self.vocab_size)
         return self._tokenizer_dir

@@ -57,8 +57,9 @@ from engines.paged.schedule import PagedSchedule
 from engines.paged.speculate import Speculation, SpeculativeSteps
 from engines.paged.state import PagedRequest
 from engines.protocol import (
-    ALL_PARAMS,
+    BASE_PARAMS,
     CONSTRAINT_PARAMS,
+    PROCESSING_PARAMS,
     TEXT_PARAMS,
     InvalidRequest,
     Request,
@@ -102,7 +103,7 @@ class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
     name = "paged"
     # n > 1: engines.paged.fork (children share the prompt's blocks copy-on-write); beam
     # search: engines.paged.beams (a group of rows whose tables fork copy-on-write).
-    supported_sampling = (ALL_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
+    supported_sampling = (BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
                           | {"lora", "cache_salt", "prompt_logprobs", "n", "beam_width",
                              "length_penalty"})
     # Each request's prefix-cache hit tokens at its first admission, on its next output.

@@ -17,11 +17,8 @@ from engines.protocol import (
     BASE_PARAMS,
     Engine,
     KVIntrospection,
+    capabilities_of,
     check_declarations,
-    expected_failed_checks,
-    logprobs_of,
-    position_thresholds,
-    supported_sampling,
 )
 from engines.testing.checks import Applicability, applicability, draws_sampling, known_checks
 from engines.testing.features.tenants import tenant_limits
@@ -115,7 +112,8 @@ def _probe(factory: Factory, source: str) -> tuple[EnginePool, Engine]:
 def _sampling_fields(options: SuiteOptions, engines: list[Engine]) -> dict[str, object]:
     """What every engine compared declares; under tie-aware parity the base fields only (a
     tie it excused could be a bug, and a choice it did not could be a tie: false alarms)."""
-    declared = frozenset.intersection(*(supported_sampling(e) for e in engines))
+    declared = frozenset.intersection(*(capabilities_of(e).supported_sampling
+                                        for e in engines))
     if options.parity == "tie-aware" and declared - BASE_PARAMS:
         return {"sampling_fields": BASE_PARAMS, "sampling_withheld": TIE_AWARE_WITHHELD}
     return {"sampling_fields": declared}
@@ -144,10 +142,10 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     for label, e in [(source, engine), *((f"{n} engine", o) for n, (_, o) in others.items())]:
         try:  # a declaration the suite cannot use (a misspelt check or field): a usage error
             check_declarations(e)
-            known_checks(expected_failed_checks(e))
+            known_checks(capabilities_of(e).expected_failed_checks)
         except ValueError as exc:
             raise EngineSpecError(f"{label}: {exc}") from None
-    declared = expected_failed_checks(engine)
+    declared = dict(capabilities_of(engine).expected_failed_checks)
     limits = EngineLimits.of(
         engine,
         # Every engine compared must accept every request drawn.
@@ -161,7 +159,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         # The same weights (the vocabularies agree): a reference or variant that knows the
         # model's window or RoPE threshold gives the engine under test the reach too.
         for label, (_, other) in others.items():
-            found = position_thresholds(other)
+            found = capabilities_of(other).position_thresholds
             if found:
                 who = ("the reference engine" if label == "reference"
                        else f"variant {label!r}")
@@ -186,7 +184,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     reference = None
     reference_logprobs = "raw"
     if "reference" in others and options.reference is not None:
-        reference_logprobs = logprobs_of(others["reference"][1])
+        reference_logprobs = capabilities_of(others["reference"][1]).logprobs_of
         reference = AloneOracle(
             others.pop("reference")[0], deadline=options.step_timeout,
             repro_source=factory_source(options.reference, options.reference_spec))
@@ -197,7 +195,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     kv_variants = {n: factory_source(options.variants[n], None) for n, (_, e) in others.items()
                    if isinstance(e, KVIntrospection)}
     judge = Judge(oracle, options.parity, options.tolerance, reference, variants, kv_variants,
-                  frozenset(declared), logprobs_of=logprobs_of(engine),
+                  frozenset(declared), logprobs_of=capabilities_of(engine).logprobs_of,
                   reference_logprobs_of=reference_logprobs, vocab_size=int(engine.vocab_size))
     return SuiteContext(
         name=name,

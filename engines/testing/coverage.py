@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engines.protocol import (
-    ALL_PARAMS,
-    BASE_PARAMS,
     CONSTRAINT_PARAMS,
+    PROCESSING_PARAMS,
     FinishReason,
     SamplingParams,
 )
@@ -34,7 +33,7 @@ __all__ = ["BEAMS_UNFIT", "GREEDY_ONLY", "UNDRAWN", "WITHHELD", "Coverage", "Tal
 ENGINE = "engine: "  # the engine's own counters: reported even at zero, which says a lot
 # The logits-processing fields of SamplingParams: requests drawn with each are counted, and
 # those not drawn (an engine compared does not declare them) are named in a note.
-PROCESSED = ALL_PARAMS - BASE_PARAMS
+PROCESSED = PROCESSING_PARAMS
 # The constraints (engines.testing.features.constraints), counted and named alike.
 DRAWN_FIELDS = PROCESSED | CONSTRAINT_PARAMS
 UNDRAWN = "sampling: not drawn, "

@@ -13,11 +13,7 @@ from engines.protocol import (
     KVIntrospection,
     LoadIntrospection,
     SlotIntrospection,
-    max_concurrency,
-    output_fields,
-    position_thresholds,
-    supported_sampling,
-    tokenizer_of,
+    capabilities_of,
 )
 
 __all__ = ["DEFAULT_BLOCK", "DEFAULT_CONCURRENCY", "TIE_AWARE_WITHHELD", "EngineLimits"]
@@ -47,19 +43,19 @@ class EngineLimits:
     sampling: bool = True  # draw sampled requests (off when the engine declares no seeds)
     logprobs: int = 0  # top candidates every request asks for (tie-aware parity)
     # SamplingParams fields drawn away from their defaults: those every engine compared
-    # declares (engines.protocol.supported_sampling); the rest are never sent.
+    # declares (Capabilities.supported_sampling); the rest are never sent.
     sampling_fields: frozenset[str] = BASE_PARAMS
     # Why declared processing fields are not drawn either, where they are not ("": drawn).
     sampling_withheld: str = ""
     # Positions past which the model computes differently (a sliding window, a RoPE scaling
-    # threshold), by name, sorted: what the engine declares (engines.protocol's
+    # threshold), by name, sorted: what the engine declares (Capabilities.
     # position_thresholds), else an engine compared with it over the same model.
     thresholds: tuple[tuple[str, int], ...] = ()
     thresholds_from: str = ""  # who declared them: "the engine", "the reference engine", ...
     # (kv_total_blocks, requests run at once) of each config variant with a KV view: the
     # seed workloads overflow each pool that can overflow (engines.testing.seed_workloads).
     variant_pools: tuple[tuple[int, int], ...] = ()
-    # The directory of the engine's tokenizer.json (engines.protocol.tokenizer_of): guided
+    # The directory of the engine's tokenizer.json (Capabilities.tokenizer): guided
     # decoding is drawn only with one, and judged by it.
     tokenizer: str | None = None
     # Tenants (engines.testing.features.tenants): the LoRA adapters drawn requests may name (the
@@ -77,24 +73,24 @@ class EngineLimits:
     def of(cls, engine: Engine, **overrides: object) -> EngineLimits:
         slots = isinstance(engine, SlotIntrospection)
         kv = isinstance(engine, KVIntrospection)
+        declared = capabilities_of(engine)
         fields: dict[str, object] = {
             "vocab_size": int(engine.vocab_size),
             "max_model_len": int(engine.max_model_len),
             "own_max_model_len": int(engine.max_model_len),
             "max_batch_size": int(engine.max_batch_size) if slots else None,  # type: ignore[attr-defined]
-            "concurrency": max_concurrency(engine),
+            "concurrency": declared.max_concurrency,
             "block_size": int(engine.kv_block_size) if kv else None,  # type: ignore[attr-defined]
             "kv_blocks": int(engine.kv_total_blocks) if kv else None,  # type: ignore[attr-defined]
             "abortable": isinstance(engine, Abortable),
             "kv": kv,
             "load": isinstance(engine, LoadIntrospection),
-            "sampling_fields": supported_sampling(engine),
-            "tokenizer": tokenizer_of(engine),
-            "cached_counts": "cached_prompt_tokens" in output_fields(engine),
+            "sampling_fields": declared.supported_sampling,
+            "tokenizer": declared.tokenizer,
+            "cached_counts": "cached_prompt_tokens" in declared.output_fields,
         }
-        declared_thresholds = position_thresholds(engine)
-        if declared_thresholds:
-            fields["thresholds"] = tuple(sorted(declared_thresholds.items()))
+        if declared.position_thresholds:
+            fields["thresholds"] = tuple(sorted(declared.position_thresholds.items()))
             fields["thresholds_from"] = "the engine"
         fields.update(overrides)
         return cls(**fields)  # type: ignore[arg-type]

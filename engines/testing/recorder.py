@@ -25,12 +25,9 @@ from engines.protocol import (
     Request,
     SlotIntrospection,
     StepOutput,
+    capabilities_of,
     child_key,
-    kv_extra_blocks,
-    load_settle_s,
     loras,
-    output_fields,
-    tokenizer_of,
 )
 from engines.testing.crash import EngineCrashed, call_engine, step_deadline
 from engines.testing.workload import Abort, BadRequest, Workload
@@ -80,7 +77,7 @@ class Trace:
     slots: bool  # the engine has SlotIntrospection
     max_batch_size: int | None
     vocab_size: int = 0  # the engine's, for the token range
-    tokenizer: str | None = None  # the engine's declared one (engines.protocol.tokenizer_of)
+    tokenizer: str | None = None  # the engine's declared one (Capabilities.tokenizer)
     steps: list[StepRecord] = field(default_factory=list)
     outputs: dict[Hashable, list[tuple[int, StepOutput]]] = field(default_factory=dict)
     stray: list[tuple[int, StepOutput]] = field(default_factory=list)  # unknown/bad ids
@@ -100,7 +97,7 @@ class Trace:
     # The directory of each request's LoRA adapter as the engine declared it when the request
     # was added (engines.protocol.loras): oracles serve the same weights by it.
     lora_paths: dict[Hashable, str] = field(default_factory=dict)
-    # The engine declares StepOutput.cached_prompt_tokens (engines.protocol.output_fields).
+    # The engine declares StepOutput.cached_prompt_tokens (Capabilities.output_fields).
     cached_counts: bool = False
 
     def tokens(self, rid: Hashable) -> list[int]:
@@ -128,8 +125,9 @@ class Recorder:
         self.load = isinstance(engine, LoadIntrospection)
         size = int(engine.max_batch_size) if self.slots else None  # type: ignore[attr-defined]
         self.trace = Trace(Workload((), ()), self.slots, size, int(engine.vocab_size))
-        self.trace.tokenizer = tokenizer_of(engine)
-        self.trace.cached_counts = "cached_prompt_tokens" in output_fields(engine)
+        declared = capabilities_of(engine)
+        self.trace.tokenizer = declared.tokenizer
+        self.trace.cached_counts = "cached_prompt_tokens" in declared.output_fields
         self.serial = next(_serial)
         self.rt: dict[Hashable, Hashable] = {}  # display id -> runtime id
         self.to_display: dict[Hashable, Hashable] = {}
@@ -300,7 +298,7 @@ class Recorder:
             tables={self._kv_display(r): tuple(int(b) for b in t)
                     for r, t in dict(tables).items()},
             cached={self._kv_display(r): int(n) for r, n in dict(cached).items()},
-            extra=kv_extra_blocks(eng),
+            extra=capabilities_of(eng).kv_extra_blocks,
         )
 
     def _kv_display(self, key: Hashable) -> Hashable:
@@ -318,7 +316,7 @@ class Recorder:
         recorded; the drain check judges it."""
         eng: Any = self.engine
         before = self.trace.load_before
-        settle = load_settle_s(eng)
+        settle = capabilities_of(eng).load_settle_s
         start = time.monotonic()
         while True:
             now = self.call("load()", eng.load)

@@ -14,13 +14,12 @@ from collections.abc import Callable, Hashable
 
 from engines.paged import PagedEngine
 from engines.protocol import (
+    Capabilities,
     Engine,
     Request,
     StepOutput,
+    capabilities_of,
     loras,
-    max_concurrency,
-    output_fields,
-    supported_sampling,
 )
 from tests.planted.lora_bugs import SaltIgnored, TenantsNeverCached
 
@@ -35,9 +34,13 @@ class CountsOnly:
         self.inner = inner
         self.vocab_size = inner.vocab_size
         self.max_model_len = inner.max_model_len
-        self.supported_sampling = supported_sampling(inner)
-        self.output_fields = output_fields(inner)
-        self.max_concurrency = max_concurrency(inner)
+
+    def capabilities(self) -> Capabilities:
+        """The inner engine's fields, outputs and concurrency (not its tokenizer)."""
+        own = capabilities_of(self.inner)
+        return Capabilities(supported_sampling=own.supported_sampling,
+                            output_fields=own.output_fields,
+                            max_concurrency=own.max_concurrency)
 
     @property
     def loras(self) -> dict[str, str]:

@@ -37,8 +37,8 @@ from engines.protocol import (
     LoRAManagement,
     Request,
     SamplingParams,
+    capabilities_of,
     loras,
-    supported_sampling,
 )
 from engines.testing.features.base import AloneFn, Drawing, Feature, Make, pseudo_tokens
 from engines.testing.limits import EngineLimits
@@ -59,11 +59,12 @@ def tenant_limits(engine: Engine, variants: Sequence[Engine],
     (reference included: its alone runs get the salt-free request, but a salt it refuses
     would say nothing) declares "cache_salt"."""
     names: tuple[str, ...] = ()
-    if all("lora" in supported_sampling(e) for e in (engine, *variants)):
+    if all("lora" in capabilities_of(e).supported_sampling for e in (engine, *variants)):
         own = loras(engine)
         names = tuple(sorted(n for n, path in own.items()
                              if all(loras(v).get(n) == path for v in variants)))
-    salts = all("cache_salt" in supported_sampling(e) for e in (engine, *compared))
+    salts = all("cache_salt" in capabilities_of(e).supported_sampling
+                for e in (engine, *compared))
     return {"loras": names, "salts": salts}
 
 
