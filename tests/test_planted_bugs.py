@@ -5,6 +5,7 @@ shows the symptom; and a whole `--pyargs` run on a buggy engine fails the right 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -171,7 +172,11 @@ def test_a_leak_across_workloads_is_replayed_from_the_engines_history() -> None:
     caught = hunt(LeaksBlockPerRequest, seeds=False)
     assert caught is not None and caught.prop == "liveness", str(caught)
     text = str(caught)
-    assert "passes on a fresh engine but fails on one that has served" in text
+    assert "passed on a fresh engine but failed on one that had served" in text
+    # The diagnosis is the replays': the history reproduces it, the workload alone does not.
+    assert re.search(r"after the earlier workload\(s\) it reproduced [1-9]\d* of \d+; the "
+                     r"workload alone, 0 of \d+\.", text), text
+    assert "So it needs the engine's history: state leaks across requests." in text
     stuck = text.split("unfinished: ", 1)[1].split("]", 1)[0]
     script = _script(text)
     assert "# earlier workload 1 of" in script and "request_id='w1.r0'" in script
@@ -187,7 +192,7 @@ def test_a_leak_found_by_the_seed_workloads_is_reported() -> None:
     caught = hunt(LeaksBlockPerRequest, settings=Settings(max_examples=1,
                                                            phases=[Phase.explicit]))
     assert caught is not None and caught.prop == "liveness", str(caught)
-    assert "passes on a fresh engine but fails on one that has served" in str(caught)
+    assert "passed on a fresh engine but failed on one that had served" in str(caught)
 
 
 def test_pyargs_run_on_a_buggy_engine_fails_the_right_test() -> None:

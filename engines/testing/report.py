@@ -4,11 +4,14 @@ it needs (found and shrunk by engines.testing.leaks), replayed on one engine."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 from engines.testing.context import SuiteContext
 from engines.testing.crash import EngineCrashed
 from engines.testing.judging import Violation
 from engines.testing.leaks import minimal_leak
-from engines.testing.replays import confirmation, variant_script
+from engines.testing.replays import REPLAYS, REPLAYS_SLOW, confirmation, variant_script
 from engines.testing.verdict import Failure, Leak, failure_after
 from engines.testing.workload import Workload, repro_sequence, repro_snippet
 
@@ -62,8 +65,64 @@ def crash_finding(crash: EngineCrashed | Violation) -> Violation:
     return finding
 
 
+def _unseeded(workloads: Sequence[Workload]) -> int:
+    """Sampled requests without a seed: what they draw differs run to run, so a failure that
+    needs them may be chance, not the engine's history."""
+    return sum(1 for w in workloads for r in w.requests
+               if r.params.temperature > 0 and r.params.seed is None)
+
+
+def _seeded(w: Workload, base: int) -> Workload:
+    """w with every unseeded sampled request given a seed of its own (ids kept)."""
+    reqs = tuple(dataclasses.replace(r, params=dataclasses.replace(r.params, seed=base + i))
+                 if r.params.temperature > 0 and r.params.seed is None else r
+                 for i, r in enumerate(w.requests))
+    return dataclasses.replace(w, requests=reqs)
+
+
+def _replays(ctx: SuiteContext, earlier: Sequence[Workload], w: Workload, check: str,
+             n: int) -> tuple[int, int]:
+    """(failed after the history, failed alone), of n replays each on fresh engines."""
+    after = sum(failure_after(ctx, earlier, w, check) is not None for _ in range(n))
+    alone = sum(failure_after(ctx, [], w, check) is not None for _ in range(n))
+    return after, alone
+
+
+def _diagnosis(ctx: SuiteContext, earlier: list[Workload], w: Workload,
+               check: str) -> tuple[str, bool]:
+    """The sentence on what the replays showed, from evidence only, and whether it shows a
+    leak: one is said only where the history reproduces it and the workload alone does not,
+    with no unseeded sampling that chance could explain it by (or, with such requests, where
+    the same replays with every one of them seeded still show it)."""
+    n = REPLAYS if ctx.pool.cheap else REPLAYS_SLOW
+    after, alone = _replays(ctx, earlier, w, check, n)
+    counts = (f"Replayed on freshly built engines: after the earlier workload(s) it reproduced "
+              f"{after} of {n}; the workload alone, {alone} of {n}.")
+    unseeded = _unseeded([*earlier, w])
+    if unseeded:
+        s_earlier = [_seeded(e, 1000 * (i + 1)) for i, e in enumerate(earlier)]
+        s_w = _seeded(w, 1000 * (len(earlier) + 1))
+        s_after, s_alone = _replays(ctx, s_earlier, s_w, check, n)
+        counts += (f" {unseeded} request(s) sample without a seed, so chance can make or "
+                   f"unmake the failure: with each of them seeded, after the earlier "
+                   f"workload(s) {s_after} of {n}, alone {s_alone} of {n}.")
+        if s_after and not s_alone:
+            return counts + " So it needs the engine's history: state leaks across requests.", True
+        return counts + (" Not shown to be a leak: chance (the unseeded draws) explains it as "
+                         "well as the history does."), False
+    if after and not alone:
+        return counts + " So it needs the engine's history: state leaks across requests.", True
+    if alone:
+        return counts + (" It fails without the history too: not a leak, but a failure that "
+                         "depends on timing (the search's fresh-engine replay passed)."), False
+    return counts + (" Not reproduced: the failure depends on timing or on state the script "
+                     "does not control."), False
+
+
 def explain_leak(ctx: SuiteContext, leak: Leak, w: Workload, check: str) -> Violation:
-    """w passes on a fresh engine but failed on one with a history: replay the history."""
+    """w passed on a fresh engine but failed on one with a history: find the shortest history
+    that replays it, then say from replays (never from the failure's shape) whether the
+    history is what it needs."""
     # Every try builds an engine: a handful for one that is slow to build.
     cheap = ctx.pool.cheap
     earlier, w = minimal_leak(
@@ -72,11 +131,12 @@ def explain_leak(ctx: SuiteContext, leak: Leak, w: Workload, check: str) -> Viol
     failure = failure_after(ctx, earlier, w, check) or leak.first
     script = repro_sequence(earlier, w, ctx.repro_source, w.step_bound())
     n_earlier = sum(len(e.requests) for e in earlier)
+    sentence, _ = _diagnosis(ctx, earlier, w, check)
     return Violation(
         check,
-        f"{failure.error}\n\nThis workload passes on a fresh engine but fails on one that has "
+        f"{failure.error}\n\nThis workload passed on a fresh engine but failed on one that had "
         f"served the {len(earlier)} earlier workload(s) in the script below, drained them and "
-        "reported itself idle: state leaks across requests. Counterexample "
+        f"reported itself idle. {sentence} Counterexample "
         f"({len(earlier)} earlier workload(s) of {n_earlier} request(s), then "
         f"{len(w.requests)} request(s)) as a runnable script:\n\n{script}\n",
     )
