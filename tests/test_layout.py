@@ -489,3 +489,18 @@ def test_no_test_module_imports_another() -> None:
             found += [f"{path.relative_to(ROOT)}: {m}" for m in mods
                       if m.rsplit(".", 1)[-1].startswith("test_")]
     assert not found, found
+
+
+def test_the_readmes_transformers_range_reaches_what_set_up_installs() -> None:
+    """README's supported transformers range ends at the release ci/setup.sh installs (the
+    newest under pyproject's pin), so the range a user reads is the one CI ran."""
+    import transformers
+
+    text = (ROOT / "README.md").read_text()
+    found = re.search(r"transformers' continuous batching \((\d+)\.(\d+) to (\d+)\.(\d+)\)", text)
+    assert found is not None, "README names transformers CB's supported range"
+    installed = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    top = (int(found.group(3)), int(found.group(4)))
+    assert top == installed, (f"README says up to {top[0]}.{top[1]}, set-up installs "
+                              f"{transformers.__version__}: run the adapter's tests on it, "
+                              "then update README, docs/engines.md and pyproject's comment")
