@@ -61,6 +61,10 @@ def main() -> int:
     one = samples([0])
     print(f"prompt [0, 1]: {two}")
     print(f"prompts [0] and [5, 6, 7] in one call: {beside}")
+    if len(two) != 2:
+        print("RESULT: cannot-run continuous batching here gives no second sequence even for "
+              "a two-token prompt (num_return_sequences not served)")
+        return 2
     print("expected: for prompt [0], two samples of 3 tokens, as for [0, 1]")
     print(f"observed: for prompt [0]: {one}")
     if len(one) == 2 and all(len(t) == 3 for t in one.values()):
