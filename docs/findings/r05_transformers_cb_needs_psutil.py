@@ -17,6 +17,8 @@ LEDGER = {
     "library": "transformers",
     "venv": "main",
     "presets": ["tiny"],
+    "needs": ["torch"],  # a release venv of transformers gets torch (CPU) beside it
+    "version": "5.16.0",  # the release it reproduces on; the pinned 5.25.0 has the fix
     "workaround": "pyproject.toml: psutil is a dependency of this package",
 }
 

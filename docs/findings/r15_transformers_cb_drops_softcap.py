@@ -16,6 +16,7 @@ LEDGER = {
     "library": "transformers",
     "venv": "main",
     "presets": ["tiny-gemma-mixed"],
+    "needs": ["torch"],  # a release venv of transformers gets torch (CPU) beside it
     "workaround": "engines/adapters/hf/adapter.py: reference_parity and logprobs declared "
                   "failing on models whose attention soft-caps",
 }

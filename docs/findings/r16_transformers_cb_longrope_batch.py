@@ -20,6 +20,7 @@ LEDGER = {
     "library": "transformers",
     "venv": "main",
     "presets": ["tiny-phi3-longrope"],
+    "needs": ["torch"],  # a release venv of transformers gets torch (CPU) beside it
     "workaround": "engines/adapters/hf/adapter.py: LONGROPE_FAILS declares the checks failing "
                   "on long-RoPE models",
 }

@@ -15,6 +15,7 @@ LEDGER = {
     "library": "transformers",
     "venv": "main",
     "presets": ["tiny"],
+    "needs": ["torch"],  # a release venv of transformers gets torch (CPU) beside it
     "workaround": "engines/adapters/hf: a one-token prompt's children are served as requests "
                   "of their own",
 }
