@@ -22,7 +22,7 @@ PY=${PYTHON:-.venv/bin/python}
 
 # The report each library's smoke run checks: a quick one whose script reproduces today.
 # A LIB not named here (or whose report has no script) falls back to its lowest-numbered script.
-declare -A SMOKE=([openvino]=7 [ct2]=45 [mistralrs]=27)
+declare -A SMOKE=([vllm]=41 [openvino]=7 [ortgenai]=12 [ct2]=45 [mistralrs]=27)
 
 (($#)) || { echo "usage: findings-smoke.sh LIB... (vllm openvino ortgenai ct2 mistralrs)" >&2; exit 2; }
 args=()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -88,9 +89,11 @@ def select(found: list[Entry], libraries: list[str], reports: list[int]) -> list
             and (not reports or entry.report in reports)]
 
 
-def write_table(findings: Path, found: list[Entry], results: Sequence[Checked]) -> None:
-    # Read right before writing: others edit docs/findings.md's reports while a check runs.
+def write_table(findings: Path, scripts: Path, results: Sequence[Checked]) -> None:
+    # Both read right before writing, not when the run began: reports are edited and scripts
+    # added while a run of an hour goes on, and a row is "no script yet" only if none is.
     text = findings.read_text(encoding="utf-8")
+    found = entries(scripts)[0]
     updates = {done.entry.report: (done.pinned.describe(), done.newest_cell())
                for done in results}
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
@@ -121,12 +124,16 @@ def command_check(args: argparse.Namespace) -> int:
                       say=lambda text: print(text, file=sys.stderr, flush=True))
     results: list[Checked] = []
     for entry in chosen:
+        start = time.monotonic()
         results.append(checker.check(entry, pinned_only=args.pinned_only))
         print(results[-1].line(), flush=True)
+        # On stderr: which script is worth CI's minutes (ci/findings-smoke.sh picks one).
+        print(f"... report {entry.report} took {time.monotonic() - start:.0f} s",
+              file=sys.stderr, flush=True)
         if args.write:
             # After each script, not once at the end: a run of every script takes an hour,
             # and one stopped part-way keeps what it found.
-            write_table(args.findings, found, results)
+            write_table(args.findings, args.scripts, results)
     if args.write:
         print(f"wrote the status table of {args.findings}", file=sys.stderr)
     if not args.gate:
