@@ -8,7 +8,8 @@ F32 KV cache, no flash attention, 4 slots, one thread): no speculation; a draft 
 the `tiny-draft` preset: tiny's first 2 of 4 layers; `--spec-type draft-simple
 --spec-draft-n-max 4`); llama.cpp's n-gram drafter (`--spec-type ngram-simple`, 1-token
 lookups, 24 tokens so that it drafts). Each counts the generated tokens that come with their
-probabilities.
+probabilities, and the unstreamed logprobs of the draft-model server are compared with those of
+the server without speculation (same greedy tokens).
 
 The GGUF files are the project's presets converted by llama.cpp's own convert_hf_to_gguf.py,
 through the project's wrapper (which only replaces the vocabulary: the presets have no real
@@ -51,6 +52,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any, NoReturn  # noqa: E402
 
 TITLE = "report 34: llama-server, tokens of a speculative step come without probabilities"
+LOGPROBS: list[list[float]] = []  # each server's unstreamed logprobs of its tokens
 BODY = {"prompt": [49], "n_predict": 6, "temperature": 0, "n_probs": 2, "return_tokens": True}
 
 
@@ -156,8 +158,9 @@ def probability_counts(server: Server, body: dict[str, Any]) -> tuple[list[tuple
             per_message.append((len(tokens), len(probs)))
     whole = server.post("/completion", body)
     timings = whole.get("timings") or {}
-    return (per_message,
-            (len(whole.get("tokens") or []), len(whole.get("completion_probabilities") or [])),
+    entries = whole.get("completion_probabilities") or []
+    LOGPROBS.append([round(float(e.get("logprob", 0.0)), 4) for e in entries])
+    return (per_message, (len(whole.get("tokens") or []), len(entries)),
             int(timings.get("draft_n") or 0), int(timings.get("draft_n_accepted") or 0))
 
 
@@ -207,6 +210,14 @@ def main() -> None:
         if not ok and name == "no speculation":
             cannot_run("the server without speculation already misses probabilities")
         bad |= not ok
+    print(f"unstreamed logprobs of the 6 tokens: without speculation {LOGPROBS[0]}, with the "
+          f"draft model {LOGPROBS[1]}")
+    values_differ = len(LOGPROBS[0]) != len(LOGPROBS[1]) or any(
+        abs(a - b) > 1e-3 for a, b in zip(LOGPROBS[0], LOGPROBS[1], strict=False))
+    if values_differ:
+        print("  (the draft model's unstreamed logprobs are not the target's: expected equal, "
+              "the tokens being the same)")
+    bad |= values_differ
     if not bad:
         print("RESULT: fixed")
         sys.exit(0)

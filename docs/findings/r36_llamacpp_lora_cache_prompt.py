@@ -3,9 +3,10 @@ prompt KV computed under an adapter.
 
 Standalone: the standard library only (urllib); it starts llama-server on 127.0.0.1 itself.
 One server over the `tiny` preset (F32, F32 KV cache, no flash attention, one thread, one
-slot) with one adapter loaded at scale 0 (`--lora-scaled FILE:0`). Four greedy requests of
-the prompt P = ids 100..159, 6 tokens, `cache_prompt: true`: without `lora`; with the adapter
-at scale 1; without `lora` again; with the adapter at scale 0 said explicitly.
+slot) with one adapter loaded at scale 0 (`--lora-scaled FILE:0`). Six greedy requests of
+the prompt P = ids 100..159, 6 tokens, `cache_prompt: true`: 1 without `lora`; 2 with the
+adapter at scale 1; 3 with the adapter at scale 0 said explicitly (the server compares the
+lists and clears the slot); 4 the adapter again; 5 without `lora`; 6 with scale 0 said.
 
 The GGUF files are the project's presets converted by llama.cpp's own convert_hf_to_gguf.py,
 through the project's wrapper (which only replaces the vocabulary: the presets have no real
@@ -26,7 +27,7 @@ own convert_lora_to_gguf.py:
         --lora a.gguf
 
 (BIN: the last stdout line of `bash ci/llama-server-env.sh`.)
-Exit 1: the third request differs from the first (the bug); 0: equal; 2: cannot run.
+Exit 1: request 5 differs from request 1 (the bug); 0: equal; 2: cannot run.
 """
 
 LEDGER = {
@@ -170,8 +171,9 @@ def main() -> None:
     if ":" in str(args.lora) or "," in str(args.lora):
         cannot_run(f"--lora-scaled cannot take a path with ':' or ',': {args.lora}")
     print(f"llama-server {server_version(args.server_bin)}")
-    steps = [("base, no `lora` (cold slot)", None), ("adapter at scale 1", 1.0),
-             ("base, no `lora`", None), ("base, adapter at scale 0 said", 0.0)]
+    steps = [("1 base, no `lora` (cold slot)", None), ("2 adapter at scale 1", 1.0),
+             ("3 base, adapter at scale 0 said", 0.0), ("4 adapter at scale 1", 1.0),
+             ("5 base, no `lora`", None), ("6 base, adapter at scale 0 said", 0.0)]
     rows = []
     with Server(args.server_bin, ["-m", str(args.gguf), "--lora-scaled", f"{args.lora}:0"],
                 slots=1) as server:
@@ -181,9 +183,10 @@ def main() -> None:
             rows.append((name, out["tokens"], (out.get("timings") or {}).get("cache_n")))
     for name, tokens, cached in rows:
         print(f"{name}: tokens {tokens}, timings.cache_n {cached}")
-    print(f"expected: the third request's tokens are the first's, {rows[0][1]}")
-    print(f"observed: {rows[2][1]} ({rows[2][2]} prompt tokens reused)")
-    if rows[2][1] == rows[0][1]:
+    print(f"expected: every base request's tokens are the first's, {rows[0][1]}")
+    print(f"observed: {rows[4][1]} for request 5 ({rows[4][2]} prompt tokens reused), "
+          f"{rows[5][1]} for request 6 after it; request 3 {rows[2][1]}")
+    if rows[4][1] == rows[0][1]:
         print("RESULT: fixed")
         sys.exit(0)
     print("RESULT: reproduces")

@@ -3,8 +3,9 @@ streamed, and its probabilities are dropped streamed or not.
 
 Standalone: the standard library only (urllib); it starts llama-server on 127.0.0.1 itself
 (F32, F32 KV cache, no flash attention, one thread, 4 slots). It reads the vocabulary from the
-GGUF file's header, tokenizes "世界" with the server's /tokenize and picks the first token
-that leaves the text mid-character (its bytes end in a cut UTF-8 sequence). Then the greedy
+GGUF file's header and picks the first token that spells a complete character and then the
+first bytes of another (its bytes end in a cut UTF-8 sequence; in the presets' BPE token 405,
+"世" and two of the three bytes of "界"). Then the greedy
 request `{"prompt": [1], "n_predict": 2, "temperature": 0, "ignore_eos": true,
 "return_tokens": true, "logit_bias": [[THAT_TOKEN, 100]]}` with `"n_probs": 2`, streamed and
 not.
@@ -221,6 +222,11 @@ def leaves_cut(data: bytes) -> bool:
     return decoder.getstate()[0] != b""
 
 
+def complete_part(data: bytes) -> str:
+    """The complete characters at the start of `data` (before a cut one)."""
+    return codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server-bin", type=Path, help="llama-server")
@@ -244,10 +250,13 @@ def main() -> None:
         cannot_run(f"cannot read the vocabulary of {args.gguf}: {e}")
     print(f"llama-server {server_version(args.server_bin)}")
     with Server(args.server_bin, ["-m", str(args.gguf)]) as server:
-        ids = server.post("/tokenize", {"content": "世界", "add_special": False})["tokens"]
-        cut = next((t for t in ids if spelled[t] and leaves_cut(spelled[t] or b"")), None)
+        # A token that spells a whole character and then part of the next (the report's
+        # 405, "世" and the first two bytes of "界"), else any token ending mid-character.
+        cut_tokens = [t for t, b in enumerate(spelled) if b and leaves_cut(b)]
+        whole = [t for t in cut_tokens if complete_part(spelled[t] or b"")]
+        cut = (whole or cut_tokens or [None])[0]
         if cut is None:
-            cannot_run(f"no token of '世界' ({ids}) ends mid-character in this vocabulary")
+            cannot_run("no token of this vocabulary ends mid-character")
         body = {"prompt": [1], "n_predict": 2, "temperature": 0, "ignore_eos": True,
                 "return_tokens": True, "n_probs": 2, "logit_bias": [[cut, 100]]}
         events = server.stream("/completion", body)
@@ -258,7 +267,7 @@ def main() -> None:
                       if e.get("tokens_predicted") is not None), None)
     tokens = whole.get("tokens") or []
     probs = len(whole.get("completion_probabilities") or [])
-    print(f"'世界' tokenizes as {ids}; token {cut} spells {spelled[cut]!r} (a cut character)")
+    print(f"token {cut} spells {spelled[cut]!r}: it ends mid-character")
     print(f"expected: streamed ids {tokens} with {len(tokens)} probability entries; "
           f"unstreamed {len(tokens)} entries")
     print(f"observed: streamed ids {streamed} with {streamed_probs} probability entries "

@@ -7,7 +7,9 @@ option. It reads the vocabulary from the GGUF file's header to find the single-b
 then asks for a grammar's character while biasing (+100) the byte tokens of one of its
 overlong encodings, so that the model takes them wherever the grammar allows:
 - `root ::= "✨" | "🚀"` (✨ is E2 9C A8) with the bytes F0 82 9C A8, prompt [47, 0, 0];
-- `root ::= "é"` (C3 A9) with the bytes E0 83 A9, prompt [1].
+- `root ::= "é" | "\u0800"` (é is C3 A9; U+0800 is E0 A0 80) with the bytes E0 83 A9, prompt
+  [1];
+- `root ::= "é"` with the same bytes: a control, where no alternative starts with E0.
 Greedy, `n_predict` 4, `return_tokens`.
 
 The GGUF file is the `tiny` preset with the presets' byte-level BPE as its vocabulary
@@ -26,6 +28,8 @@ this project's venv:
 
 (BIN: the last stdout line of `bash ci/llama-server-env.sh`.)
 Exit 1: a grammar accepted an overlong encoding (the bug); 0: none did; 2: cannot run.
+(The control is expected to pass either way: the sampler's guard refuses a lead byte whose
+shortest sequences no alternative needs.)
 """
 
 LEDGER = {
@@ -55,9 +59,10 @@ TITLE = ("report 44: llama.cpp grammars, a character of U+0080..U+FFFF may be ge
 CASES = [  # (grammar, its strings, the overlong bytes biased, prompt)
     ('root ::= "\u2728" | "\U0001f680"', ("\u2728", "\U0001f680"), b"\xf0\x82\x9c\xa8",
      [47, 0, 0]),
+    ('root ::= "\u00e9" | "\u0800"', ("\u00e9", "\u0800"), b"\xe0\x83\xa9", [1]),
+    # A control: without a character whose encoding starts with E0, E0 itself is refused.
     ('root ::= "\u00e9"', ("\u00e9",), b"\xe0\x83\xa9", [1]),
 ]
-
 
 def cannot_run(why: str) -> NoReturn:
     print(f"RESULT: cannot-run {why}")
