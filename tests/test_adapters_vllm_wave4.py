@@ -25,8 +25,8 @@ from engines.protocol import (  # noqa: E402
     Request,
     SamplingParams,
     StepOutput,
+    capabilities_of,
     child_key,
-    tokenizer_of,
 )
 from tests.helpers import make_prompts  # noqa: E402
 
@@ -191,7 +191,7 @@ def test_stop_strings_and_streamed_text() -> None:
     assert "stop" not in engine.supported_sampling
     assert "report 41" in engine.expected_failed_checks["streamed_text"]
     engine.supported_sampling |= TEXT_PARAMS
-    directory = tokenizer_of(engine)
+    directory = capabilities_of(engine).tokenizer
     assert directory is not None
     tok = Tokenizer.from_file(f"{directory}/tokenizer.json")
     prompts = make_prompts([6, 11], seed=9)
@@ -243,7 +243,7 @@ def test_the_text_of_a_prompt_ending_mid_character_stays_out_of_the_output() -> 
     from tokenizers import Tokenizer
 
     engine = make_engine()
-    tok = Tokenizer.from_file(f"{tokenizer_of(engine)}/tokenizer.json")
+    tok = Tokenizer.from_file(f"{capabilities_of(engine).tokenizer}/tokenizer.json")
     prompt = (*tok.encode("hello ka 9 world").ids, 150)  # 150: one byte of a character
     assert tok.decode(list(prompt)).endswith("\ufffd")
     request = Request(prompt, SamplingParams(max_tokens=3, allowed_token_ids=(60,)),

@@ -15,7 +15,7 @@ pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not in
 
 from engines.adapters.http import HTTPEngine  # noqa: E402
 from engines.adapters.http.vllm_lora import VLLMServerEngine  # noqa: E402
-from engines.protocol import Request, SamplingParams, StepOutput, output_fields  # noqa: E402
+from engines.protocol import Request, SamplingParams, StepOutput, capabilities_of  # noqa: E402
 from tests import fake_server  # noqa: E402
 from tests.planted.harness import hunt, pinned  # noqa: E402
 from tests.planted.server_bugs import (  # noqa: E402
@@ -54,7 +54,7 @@ def test_the_servers_count_comes_once_per_request(dialect: str) -> None:
                                                vocab_size=fake_server.VOCAB)
         else:
             eng = HTTPEngine(url, vocab_size=fake_server.VOCAB, dialect=dialect)
-        assert "cached_prompt_tokens" in output_fields(eng)
+        assert "cached_prompt_tokens" in capabilities_of(eng).output_fields
         p = SamplingParams(max_tokens=3)
         reqs = [Request(PROMPT, p, request_id="a"), Request(PROMPT, p, request_id="b")]
         if dialect == "openai":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engines.adapters.http.dialects import LlamaServer, llama_counters
-from engines.protocol import Request, SamplingParams, supported_sampling
+from engines.protocol import Request, SamplingParams
 
 METRICS = ("# TYPE llamacpp:prompt_tokens_cached_total counter\n"
            "llamacpp:prompt_tokens_cached_total 7\n"
@@ -20,8 +20,8 @@ METRICS = ("# TYPE llamacpp:prompt_tokens_cached_total counter\n"
 
 def test_logit_bias_and_allowed_ids_are_llama_bias_pairs() -> None:
     d = LlamaServer(vocab_size=6)
-    assert {"logit_bias", "allowed_token_ids"} <= supported_sampling(d)
-    assert "bad_words" not in supported_sampling(d) and "guided" not in supported_sampling(d)
+    assert {"logit_bias", "allowed_token_ids"} <= d.supported_sampling
+    assert "bad_words" not in d.supported_sampling and "guided" not in d.supported_sampling
     body = d.body(Request((1, 2), SamplingParams(logit_bias=((3, 2.5), (4, -100.0)))), None)
     assert body["logit_bias"] == [[3, 2.5], [4, -100.0]]
     body = d.body(Request((1,), SamplingParams(allowed_token_ids=(0, 4),
@@ -30,16 +30,16 @@ def test_logit_bias_and_allowed_ids_are_llama_bias_pairs() -> None:
     assert body["logit_bias"] == [[4, 1.0], [1, False], [2, False], [3, False], [5, False]]
     assert "logit_bias" not in d.body(Request((1,), SamplingParams()), None)
     # Without the vocabulary size the dialect cannot list the other ids: not declared.
-    assert "allowed_token_ids" not in supported_sampling(LlamaServer())
+    assert "allowed_token_ids" not in LlamaServer().supported_sampling
     with pytest.raises(ValueError, match="vocab_size"):
         LlamaServer().body(Request((1,), SamplingParams(allowed_token_ids=(1,))), None)
 
 
 def test_a_request_names_its_adapter_and_a_base_request_sends_none() -> None:
     d = LlamaServer(loras={"a": 0, "b": 1, "c": 2})
-    assert "lora" in supported_sampling(d)
-    assert "lora" not in supported_sampling(LlamaServer()) and "cache_salt" not in \
-        supported_sampling(d)
+    assert "lora" in d.supported_sampling
+    assert "lora" not in LlamaServer().supported_sampling and "cache_salt" not in \
+        d.supported_sampling
     body = d.body(Request((1,), lora="b"), None)
     assert body["lora"] == [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 1.0},
                             {"id": 2, "scale": 0.0}]
@@ -57,7 +57,7 @@ def test_spec_counters_only_where_the_server_speculates() -> None:
 
 def test_n_is_llama_servers_n_cmpl_where_declared() -> None:
     d = LlamaServer(children=True)
-    assert "n" in supported_sampling(d) and "n" not in supported_sampling(LlamaServer())
+    assert "n" in d.supported_sampling and "n" not in LlamaServer().supported_sampling
     assert d.body(Request((1,), SamplingParams(n=3)), None)["n_cmpl"] == 3
     assert "n_cmpl" not in d.body(Request((1,), SamplingParams()), None)
 

@@ -215,11 +215,11 @@ def test_guided_requests_on_llama_server(launched: None) -> None:
     from tokenizers import Tokenizer
 
     from engines.adapters.http.llama_variants import llama_server_guided
-    from engines.protocol import FinishReason, Guided, tokenizer_of
+    from engines.protocol import FinishReason, Guided, capabilities_of
     from tests.helpers import drain
 
     eng = llama_server_guided()
-    tok = Tokenizer.from_file(str(Path(tokenizer_of(eng) or "") / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(Path(capabilities_of(eng).tokenizer or "") / "tokenizer.json"))
     eos = tok.token_to_id("<|endoftext|>")
     choices = ("你好", "世界")
     requests = [Request((1,), SamplingParams(max_tokens=8, guided=Guided("choice", choices))),

@@ -182,11 +182,12 @@ def test_unseeded_and_distinct_seeds_sample_apart(engine: Engine) -> None:
 
 
 def test_processing_is_declared_and_the_rest_refused(engine: Engine) -> None:
-    from engines.protocol import ALL_PARAMS
+    from engines.protocol import BASE_PARAMS, PROCESSING_PARAMS
 
     declared = engine.supported_sampling  # type: ignore[attr-defined]
     # Wave 4 adds the children and beams (tests/test_openvino_wave4.py).
-    assert declared == (ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
+    assert declared == (BASE_PARAMS | PROCESSING_PARAMS
+                        - {"presence_penalty", "frequency_penalty"}
                         | {"n", "beam_width", "length_penalty"})
     for field in ("presence_penalty", "frequency_penalty"):
         params = SamplingParams(max_tokens=2, **{field: 0.5})  # type: ignore[arg-type]

@@ -17,14 +17,7 @@ import pytest
 import torch
 
 from engines.models import load_model
-from engines.protocol import (
-    FinishReason,
-    Guided,
-    Request,
-    SamplingParams,
-    supported_sampling,
-    tokenizer_of,
-)
+from engines.protocol import FinishReason, Guided, Request, SamplingParams, capabilities_of
 from tests.helpers import drain, greedy, hf_generate, make_prompts, preset_generate
 
 pytestmark = pytest.mark.skipif(
@@ -63,7 +56,8 @@ def test_speculating_variants_match_generate_and_count_accepted_drafts(factory: 
     assert "spec_draft_tokens" not in counts  # the library gives none under step: absent
     # It refuses beams and n > 1 under speculation, and breaks min_tokens (report 40): not
     # declared there.
-    assert not supported_sampling(eng) & {"n", "beam_width", "length_penalty", "min_tokens"}
+    assert not capabilities_of(eng).supported_sampling & {"n", "beam_width", "length_penalty",
+                                                          "min_tokens"}
 
 
 def test_a_draft_model_gives_filtered_sampling_the_drafts_tokens() -> None:
@@ -178,8 +172,8 @@ def test_guided_requests_follow_their_grammar_and_stop_ids() -> None:
     from engines.adapters.openvino.variants import openvino_structured_output
 
     eng = openvino_structured_output()
-    assert "guided" in supported_sampling(eng)
-    tok = Tokenizer.from_file(f"{tokenizer_of(eng)}/tokenizer.json")
+    assert "guided" in capabilities_of(eng).supported_sampling
+    tok = Tokenizer.from_file(f"{capabilities_of(eng).tokenizer}/tokenizer.json")
     eos = tok.token_to_id("<|endoftext|>")  # the token the library's grammars end with
     choices = ("yes", "no", "maybe")
     choice, schema = Guided("choice", choices), Guided("json_schema", json.dumps(
@@ -209,7 +203,7 @@ def schema_values() -> list[str]:
 def test_what_is_not_mapped_is_not_declared() -> None:
     from engines.adapters.openvino import make_engine
 
-    declared = supported_sampling(make_engine())
+    declared = capabilities_of(make_engine()).supported_sampling
     assert {"n", "beam_width", "length_penalty"} <= declared
     assert not declared & {"stop", "guided", "lora", "cache_salt", "prompt_logprobs",
                            "allowed_token_ids", "logit_bias", "bad_words"}
@@ -222,7 +216,7 @@ def test_a_beam_search_wider_than_a_small_pool_is_dropped_so_beams_are_not_decla
     from engines.adapters.openvino.adapter import RequestDropped
 
     for name in ("openvino_preemption", "openvino_stress", "openvino_pressure"):
-        assert "beam_width" not in supported_sampling(getattr(variants, name)())
+        assert "beam_width" not in capabilities_of(getattr(variants, name)()).supported_sampling
     engine = variants.openvino_preemption()
     engine.supported_sampling = engine.supported_sampling | {"beam_width"}
     with pytest.raises(RequestDropped):

@@ -55,7 +55,7 @@ def engine() -> Iterator[Engine]:
 def test_factory_declares_what_the_library_has(engine: Engine) -> None:
     from engines.adapters.ortgenai import SUPPORTED_SAMPLING
     from engines.adapters.ortgenai.variants import ortgenai_batch1, ortgenai_max
-    from engines.protocol import supported_sampling
+    from engines.protocol import capabilities_of
 
     assert isinstance(engine, Engine) and isinstance(engine, Abortable)
     assert (engine.vocab_size, engine.max_model_len) == (1024, 512)
@@ -64,7 +64,7 @@ def test_factory_declares_what_the_library_has(engine: Engine) -> None:
     declared = set(engine.expected_failed_checks)  # type: ignore[attr-defined]
     assert declared == {"seeds", "streamed_text"}
     # guided only in the ortgenai_guided variant (report 29).
-    assert supported_sampling(engine) == SUPPORTED_SAMPLING - {"guided"}
+    assert capabilities_of(engine).supported_sampling == SUPPORTED_SAMPLING - {"guided"}
     assert "seed" not in SUPPORTED_SAMPLING
     assert not isinstance(engine, KVIntrospection)
     assert not hasattr(engine, "exercised")

@@ -82,7 +82,7 @@ from engines.adapters.ct2.bad_words import bad_words_key, suppress_sequences
 from engines.adapters.ct2.beams import beam_key, run_beams
 from engines.adapters.ct2.convert import ct2_dir, vocabulary
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
-from engines.protocol import FinishReason, Request, StepOutput
+from engines.protocol import Capabilities, FinishReason, Request, StepOutput
 from engines.threads import engine_threads
 
 __all__ = ["CHUNKED_PREFILL_FAILS", "SEEDS_LIMIT", "SUPPORTED_SAMPLING", "CT2Engine",
@@ -186,6 +186,12 @@ class CT2Engine:
         self._batch: _Batch | None = None
         self._families: dict[str, Family] = {}  # requests with n > 1 in the batch running
         self._thread: threading.Thread | None = None
+
+    def capabilities(self) -> Capabilities:
+        """What it supports (engines.protocol.Capabilities): float32 weights and compute."""
+        return Capabilities(supported_sampling=self.supported_sampling,
+                            expected_failed_checks=self.expected_failed_checks,
+                            max_concurrency=self.max_concurrency)
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:

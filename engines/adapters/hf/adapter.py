@@ -73,7 +73,7 @@ from engines.models import (
     long_rope_threshold,
     preset_max_model_len,
 )
-from engines.protocol import BASE_PARAMS, Request, StepOutput
+from engines.protocol import BASE_PARAMS, Capabilities, Request, StepOutput
 
 __all__ = ["HFContinuousEngine", "hf_continuous", "make_engine"]
 
@@ -148,6 +148,14 @@ class HFContinuousEngine(KVMixin):
         # n > 1: the library's child keys -> (the request, the child's index, its sampling row)
         self._children: dict[str, tuple[Live, int, Live]] = {}
         self._families: dict[str, Family] = {}
+
+    def capabilities(self) -> Capabilities:
+        """What it supports (engines.protocol.Capabilities); kv_extra_blocks as it is now (one
+        more while a fork is in flight: KVMixin.kv_extra_blocks)."""
+        return Capabilities(supported_sampling=self.supported_sampling,
+                            expected_failed_checks=self.expected_failed_checks,
+                            max_concurrency=self.max_concurrency,
+                            kv_extra_blocks=self.kv_extra_blocks)
 
     def add_request(self, request: Request) -> None:
         params = request.params

@@ -90,7 +90,7 @@ class KVView:
     @property
     def extra_blocks(self) -> int:
         """Blocks a request's merged table may hold beyond its cached tokens' need
-        (engines.protocol.kv_extra_blocks): where sliding layers sit beside full ones, each
+        (Capabilities.kv_extra_blocks): where sliding layers sit beside full ones, each
         sliding allocator's ring, at most a window's worth of blocks plus one it straddles.
         0 where one allocator (or every one slides: then the window bounds the cached tokens).
         5.16-5.17's one cache group allocates the block for the next token ahead of it (in

@@ -44,13 +44,12 @@ from engines.adapters.http.dialects import (
 )
 from engines.adapters.http.stream import Arrival, StreamClient
 from engines.protocol import (
+    Capabilities,
     FinishReason,
     InvalidRequest,
     Load,
     Request,
     StepOutput,
-    logprobs_of,
-    output_fields,
 )
 
 __all__ = ["HTTPEngine", "RefusedInStream", "ServerError", "ServerStalled", "from_env",
@@ -124,9 +123,9 @@ class HTTPEngine:
         # A name, or a dialect configured for this one server (e.g. its LoRA adapters' ids).
         self.dialect: Dialect = dialect_named(dialect) if isinstance(dialect, str) else dialect
         self.supported_sampling = self.dialect.supported_sampling
-        self.logprobs_of = logprobs_of(self.dialect)  # the dialect declares it as engines do
+        self.logprobs_of = self.dialect.logprobs_of  # the dialect declares it as engines do
         # StepOutput.cached_prompt_tokens, where the dialect reads the server's count.
-        self.output_fields = output_fields(self.dialect)
+        self.output_fields = self.dialect.output_fields
         self.stall_timeout = float(stall_timeout)
         self.log = log
         self.vocab_size = int(vocab_size)
@@ -138,6 +137,7 @@ class HTTPEngine:
                              f"({self.dialect.name} dialect); pass max_model_len")
         self.max_model_len = int(limit)
         concurrency = found.get("max_concurrency", max_concurrency)
+        self.max_concurrency: int | None = None  # not said
         if concurrency is not None:
             self.max_concurrency = int(concurrency)  # requests the server runs at once
         self.max_logprobs = None if max_logprobs is None else int(max_logprobs)
@@ -158,6 +158,7 @@ class HTTPEngine:
             reports = self._read_load() is not None
         except ServerError:  # no such endpoint: the server does not say
             reports = False
+        self.reports_load = reports
         if reports:
             self.load = self._load
             self.load_settle_s = float(load_settle)
@@ -231,6 +232,16 @@ class HTTPEngine:
             time.sleep(0.1)
 
     # -- the protocol --------------------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        """What it supports (engines.protocol.Capabilities): its dialect's fields, and what the
+        server said of itself (its concurrency; load_settle_s where it reports its load)."""
+        return Capabilities(supported_sampling=self.supported_sampling,
+                            output_fields=self.output_fields,
+                            expected_failed_checks=self.expected_failed_checks,
+                            logprobs_of=self.logprobs_of,
+                            max_concurrency=self.max_concurrency,
+                            load_settle_s=self.load_settle_s if self.reports_load else 0.0)
+
     def add_request(self, request: Request) -> None:
         p = request.params
         if self.refuse_seeded and p.seed is not None and p.temperature > 0:

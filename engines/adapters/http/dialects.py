@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engines.adapters.http.metrics import samples
-from engines.protocol import ALL_PARAMS, FinishReason, Load, Request
+from engines.protocol import BASE_PARAMS, PROCESSING_PARAMS, FinishReason, Load, Request
 
 __all__ = ["DIALECTS", "Dialect", "Event", "LlamaServer", "OpenAICompletions", "StreamedError",
            "dialect_named", "llama_counters", "llama_load", "vllm_counters",
@@ -49,7 +49,8 @@ class Dialect(Protocol):
     path: str  # the streaming completion endpoint
     health_path: str
     supported_sampling: frozenset[str]
-    # The optional StepOutput fields its events can fill (engines.protocol.output_fields).
+    logprobs_of: str  # what its top logprobs are of (Capabilities.logprobs_of)
+    # The optional StepOutput fields its events can fill (Capabilities.output_fields).
     output_fields: frozenset[str]
     # The count of cached prompt tokens comes in a message after the finishing one (OpenAI's
     # trailing usage message): the adapter holds a finished request's last output until it.
@@ -165,7 +166,7 @@ class OpenAICompletions:
     # space-prefixed variant: not the protocol's token sequences), nor guided, stop strings
     # or text (the server's checkpoint carries the word-level tokenizer, whose text is no
     # BPE's), nor n, prompt_logprobs (one stream per request here).
-    supported_sampling = ALL_PARAMS | {"allowed_token_ids", "logit_bias"}
+    supported_sampling = BASE_PARAMS | PROCESSING_PARAMS | {"allowed_token_ids", "logit_bias"}
     logprobs_of = "raw"
     # usage.prompt_tokens_details.cached_tokens of the trailing usage message (stream_options
     # include_usage); vLLM sends it with --enable-prompt-tokens-details, counted when the

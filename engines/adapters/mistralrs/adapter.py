@@ -69,7 +69,13 @@ from engines.adapters.common.book import Live, RequestBook  # noqa: E402
 from engines.adapters.common.inbox import Inbox  # noqa: E402
 from engines.adapters.mistralrs.convert import encode, mistralrs_dir, token_of  # noqa: E402
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, preset_max_model_len  # noqa: E402
-from engines.protocol import FinishReason, InvalidRequest, Request, StepOutput  # noqa: E402
+from engines.protocol import (  # noqa: E402
+    Capabilities,
+    FinishReason,
+    InvalidRequest,
+    Request,
+    StepOutput,
+)
 
 __all__ = ["SEEDS_LIMIT", "SLIDING_WINDOW_PANICS", "SUPPORTED_SAMPLING",
            "MistralRsEngine", "make_engine", "mistralrs_engine"]
@@ -159,6 +165,12 @@ class MistralRsEngine:
         self._events: Inbox[_Event] = Inbox()
 
     # -- the protocol --------------------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        """What it supports (engines.protocol.Capabilities): F32 weights and KV cache."""
+        return Capabilities(supported_sampling=self.supported_sampling,
+                            expected_failed_checks=self.expected_failed_checks,
+                            logprobs_of=self.logprobs_of, max_concurrency=self.max_concurrency)
+
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size,
                              max_model_len=self.max_model_len, supported=self.supported_sampling)

@@ -82,7 +82,9 @@ from engines.models import (
     preset_max_model_len,
 )
 from engines.protocol import (
-    ALL_PARAMS,
+    BASE_PARAMS,
+    PROCESSING_PARAMS,
+    Capabilities,
     FinishReason,
     Request,
     SamplingParams,
@@ -120,7 +122,7 @@ LOGPROBS_LIMIT = ("openvino-genai returns the chosen token's logprob only: top_l
 # allowed ids, logit bias and bad words (no GenerationConfig field), prompt logprobs (none in
 # the pipeline's outputs), LoRA (not applied per request under add_request/step) and cache
 # salts (no such field).
-SUPPORTED_SAMPLING = (ALL_PARAMS - {"presence_penalty", "frequency_penalty"}
+SUPPORTED_SAMPLING = ((BASE_PARAMS | PROCESSING_PARAMS) - {"presence_penalty", "frequency_penalty"}
                       | {"n", "beam_width", "length_penalty"})
 # The structured-output variant's (engines.adapters.openvino.variants).
 STRUCTURED_SAMPLING = SUPPORTED_SAMPLING | {"guided"}
@@ -249,6 +251,7 @@ class OpenVINOEngine:
 
     supported_sampling = SUPPORTED_SAMPLING
     logprobs_of = "raw"  # the library snapshots the logits before any processing
+    tokenizer: str | None = None  # a variant that maps text declares its directory
 
     def __init__(self, model_dir: str | Path, config: OpenVINOConfig, *, max_model_len: int,
                  vocab_size: int, label: str = "openvino_genai",
@@ -288,6 +291,14 @@ class OpenVINOEngine:
         self._ids = itertools.count()  # the library's request ids (integers)
 
     # -- the protocol --------------------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        """What it supports (engines.protocol.Capabilities): f32 inference and KV cache, as the
+        adapter forces them (PROPERTIES); a tokenizer where a variant declares one."""
+        return Capabilities(supported_sampling=self.supported_sampling,
+                            expected_failed_checks=self.expected_failed_checks,
+                            logprobs_of=self.logprobs_of, max_concurrency=self.max_concurrency,
+                            tokenizer=self.tokenizer)
+
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len,
                              supported=self.supported_sampling)

@@ -82,7 +82,7 @@ from engines.adapters.ortgenai.convert import eos_id, ortgenai_dir, with_tokeniz
 from engines.adapters.ortgenai.guidance import guidance
 from engines.core.guided import Grammars
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
-from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
+from engines.protocol import Capabilities, FinishReason, Request, SamplingParams, StepOutput
 from engines.tokenizer import tokenizer_for
 
 __all__ = [
@@ -198,6 +198,12 @@ class OrtGenaiEngine:
         self._cancelled: dict[int, Any] = {}  # cancelled, their CANCELLED event still to come
 
     # -- the protocol --------------------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        """What it supports (engines.protocol.Capabilities): the float32 model the builder made."""
+        return Capabilities(supported_sampling=self.supported_sampling,
+                            expected_failed_checks=self.expected_failed_checks,
+                            max_concurrency=self.max_concurrency, tokenizer=self.tokenizer)
+
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size,
                              max_model_len=self.max_model_len, supported=self.supported_sampling)

@@ -58,8 +58,10 @@ from engines.models import (
     preset_max_model_len,
 )
 from engines.protocol import (
-    ALL_PARAMS,
+    BASE_PARAMS,
     CONSTRAINT_PARAMS,
+    PROCESSING_PARAMS,
+    Capabilities,
     InvalidRequest,
     Request,
     StepOutput,
@@ -68,11 +70,11 @@ from engines.protocol import (
 
 __all__ = ["VLLMConfig", "VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cpu"]
 
-# What vLLM's engine honours beside ALL_PARAMS: the constraints, prompt logprobs, cache
-# salts, n > 1 (streams.py; the KV view lists each child's own scheduler request under
-# engines.protocol.child_key). Not beam_width/length_penalty (params.BEAM_REFUSAL), nor stop
-# strings (DETOKENIZER_LEAK). "lora" where the engine was built with LoRA slots
-# (VLLMConfig.max_loras).
+# What vLLM's engine honours beside BASE_PARAMS | PROCESSING_PARAMS: the constraints, prompt
+# logprobs, cache salts, n > 1 (streams.py; the KV view lists each child's own scheduler
+# request under engines.protocol.child_key). Not beam_width/length_penalty
+# (params.BEAM_REFUSAL), nor stop strings (DETOKENIZER_LEAK). "lora" where the engine was
+# built with LoRA slots (VLLMConfig.max_loras).
 WAVE4 = CONSTRAINT_PARAMS | {"n", "prompt_logprobs", "cache_salt"}
 GRAMMAR_WAIT_S = 60.0
 # vllm-cpu 0.32.0 (newest): its fast incremental detokenizer puts the whole prompt's text into
@@ -110,9 +112,9 @@ class VLLMEngine:
                              "serves no adapter")
         self.config = config
         tok = Path(config.model_dir)
-        # engines.protocol.tokenizer_of: text (StepOutput.text, stop strings, grammars).
+        # Capabilities.tokenizer: text (StepOutput.text, stop strings, grammars).
         self.tokenizer: str | None = str(tok) if (tok / "tokenizer.json").is_file() else None
-        self.supported_sampling = ALL_PARAMS | WAVE4 | (
+        self.supported_sampling = BASE_PARAMS | PROCESSING_PARAMS | WAVE4 | (
             {"lora"} if config.max_loras else frozenset())
         if self.tokenizer is None:
             self.supported_sampling -= {"guided"}
@@ -156,6 +158,13 @@ class VLLMEngine:
                                            lambda: [*book.keys(), *split])
 
     # -- the protocol --------------------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        """What it supports (engines.protocol.Capabilities)."""
+        return Capabilities(supported_sampling=self.supported_sampling,
+                            expected_failed_checks=self.expected_failed_checks,
+                            logprobs_of=self.logprobs_of, max_concurrency=self.max_concurrency,
+                            tokenizer=self.tokenizer, kv_extra_blocks=self.kv_extra_blocks)
+
     def add_request(self, request: Request) -> None:
         p = request.params
         if self.refuse_chunked_seeds and p.seed is not None and p.temperature > 0:

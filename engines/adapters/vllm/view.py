@@ -124,7 +124,7 @@ class SchedulerView:
 
     def extra_blocks(self, max_model_len: int) -> int:
         """Blocks a request's table may hold beyond its cached tokens' need
-        (engines.protocol.kv_extra_blocks): where sliding groups sit beside a full-attention
+        (Capabilities.kv_extra_blocks): where sliding groups sit beside a full-attention
         one, each sliding group's blocks. vLLM frees a block that left the window only at the
         request's next allocation, so right after a prefill a sliding group can hold a block
         for every token computed (measured: 3 blocks of 128 for a 296-token prompt and a
