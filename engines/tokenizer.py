@@ -14,7 +14,7 @@ order), then, where the text is too small to train as many merges as the preset 
 `<|endoftext|>` (what a grammar library calls EOS; no preset model ever means it as one).
 
 `tokenizer_for(preset)` is the directory (tokenizer.json + tokenizer_config.json), what an
-engine declares as `tokenizer` (engines.protocol.tokenizer_of); `load(preset)` the
+engine declares as `tokenizer` (Capabilities.tokenizer); `load(preset)` the
 `tokenizers.Tokenizer`. Imports `tokenizers` only when a tokenizer is built or loaded.
 """
 

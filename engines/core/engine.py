@@ -98,6 +98,7 @@ class EngineCore(Generic[S]):
         self._tokenizer_dir = (str(own) if own is not None and (own / "tokenizer.json").is_file()
                                else None)
         self._grammar_compiler: Grammars | None = None
+        self._dtype_name: str | None = None  # the model's, as capabilities() states it
         self.waiting: deque[S] = deque()
         self.running: list[S] = []  # admitted, in admission order (slot engines: index == slot)
         # Every unfinished request: its unfinished children (one, unless n > 1), by its id.
@@ -152,7 +153,9 @@ class EngineCore(Generic[S]):
     def capabilities(self) -> Capabilities:
         """What this engine supports (engines.protocol.Capabilities), from the class's own
         settings above (a subclass narrows or widens them there) and the model's dtype."""
-        dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        if self._dtype_name is None:  # read once: capabilities() is read every step
+            self._dtype_name = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        dtype = self._dtype_name
         return Capabilities(
             supported_sampling=self.supported_sampling,
             output_fields=self.output_fields,

@@ -1,6 +1,6 @@
 """The text oracle: what an engine's streamed text and stop strings must come to, worked out
 from its tokens with the `tokenizers` library's plain decode of the tokenizer it declares
-(engines.protocol.tokenizer_of), nothing incremental: the decode of a request's whole output
+(Capabilities.tokenizer), nothing incremental: the decode of a request's whole output
 is what its deltas add up to, and the prefixes' decodes say where a stop string completed.
 
 A cut multi-byte character decodes to U+FFFD; what comes before a trailing run of them is

@@ -5,7 +5,7 @@ grammar ended it (finish STOP, not on a stop id or a stop string), as a prefix w
 budget, an abort or a stop string did.
 
 Grammars are judged with llguidance over the engine's declared tokenizer (the directory
-holding tokenizer.json, engines.protocol.tokenizer_of), built here from the request's spec and
+holding tokenizer.json, Capabilities.tokenizer), built here from the request's spec and
 nothing of the engine's: a JSON schema with free whitespace (a superset of what any engine's
 grammar allows; the drawn schemas have one property at most, so the order of keys is no
 engine's choice), a choice list as an alternation of literals, regexes and GBNF as they are.

@@ -47,7 +47,7 @@ CONSTRAINTS = Need("constraint params",
                    "supported_sampling (of the engine and of every engine it is compared "
                    "with; none is drawn under tie-aware parity)")
 TOKENIZER = Need("a tokenizer", lambda g: g.limits.tokenizer is not None,
-                 "{check} needs a declared tokenizer (engines.protocol.tokenizer_of): text is "
+                 "{check} needs a declared tokenizer (Capabilities.tokenizer): text is "
                  "its decode")
 STOP_STRINGS = Need("stop strings", lambda g: TEXT_PARAMS <= g.limits.sampling_fields,
                     "{check} needs stop and include_stop_str_in_output in supported_sampling "
