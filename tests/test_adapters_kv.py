@@ -24,15 +24,15 @@ def _factory(spec: str) -> Callable[[], Any]:
 
 
 def _cases(*specs: str) -> list[Any]:
-    ids = {"hf_continuous:make_engine": "hf_continuous", "vllm:make_engine": "vllm_cpu"}
+    ids = {"hf:make_engine": "hf_continuous", "vllm:make_engine": "vllm_cpu"}
     return [pytest.param(s, id=ids.get(s, s.split(":")[1]),
                          marks=[_needs_vllm] if "vllm" in s else []) for s in specs]
 
 
-SHARING = _cases("hf_variants:hf_block_sharing", "vllm_variants:vllm_prefix_caching")
-SMALL_POOL = _cases("hf_variants:hf_small_cache", "vllm_variants:vllm_preemption")
-SMALL_BUDGET = _cases("hf_variants:hf_small_budget", "vllm_variants:vllm_chunked_prefill")
-DEFAULTS = _cases("hf_continuous:make_engine", "vllm:make_engine")
+SHARING = _cases("hf.variants:hf_block_sharing", "vllm.variants:vllm_prefix_caching")
+SMALL_POOL = _cases("hf.variants:hf_small_cache", "vllm.variants:vllm_preemption")
+SMALL_BUDGET = _cases("hf.variants:hf_small_budget", "vllm.variants:vllm_chunked_prefill")
+DEFAULTS = _cases("hf:make_engine", "vllm:make_engine")
 
 
 @pytest.fixture

@@ -142,6 +142,11 @@ FLOW: dict[str, set[str]] = {
     "engines.adapters.ct2": _ADAPTER_BASE,
     "engines.adapters.mistralrs": _ADAPTER_BASE,
     "engines.testing": {"engines.protocol", "engines.factories"},
+    # The findings ledger (docs/findings/): it makes the model files a maintainer's repro reads
+    # with the same converters the adapters use (checkpoints, llama.cpp's GGUF, the zoo's
+    # LoRAs); the repro scripts themselves import none of engines/.
+    "engines.findings": {"engines.adapters.common", "engines.adapters.http", "engines.loras",
+                         "engines.models"},
     "engines.bench": {"engines.protocol", "engines.factories", "engines.models",
                       "engines.threads", "engines.tokenizer"},
 }
@@ -234,7 +239,8 @@ def _exported(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
 _NAMED_IN = ["README.md", "pyproject.toml", "docs/*.md", "ci/*", "scripts/*.py",
              "benchmarks/*.py", "examples/*", "tests/**/*.py", "engines/**/*.py"]
 _SPEC = re.compile(r"(?<![\w.])(engines(?:\.\w+)+):([A-Za-z_]\w*)")
-_FILE = re.compile(r"(?<![\w./])engines/[\w/]*\w(?:\.py|\.cpp)?")
+# Not preceded by a word, a path or a hyphen: "~/.cache/batching-engines/venvs" names no file.
+_FILE = re.compile(r"(?<![\w./-])engines/[\w/]*\w(?:\.py|\.cpp)?")
 _PLACEHOLDERS = {"FACTORY"}
 _LIB = "LIB"  # stands for any adapter folder's name (engines.adapters.LIB:make_engine)
 
