@@ -30,3 +30,9 @@ took "ci/asv-smoke.sh"
 echo "== the conformance suite on third-party engines and servers, and the zoo slice"
 bash ci/test-third-party.sh --hypothesis-profile=batching-ci
 took "ci/test-third-party.sh"
+
+echo "== the findings ledger: one report's standalone repro per library whose venv CI builds"
+# Each must still read as docs/findings.md's table says (a bug that reproduces passes; one
+# that newly reads fixed, or a repro that cannot run, fails): python -m engines.findings.
+bash ci/findings-smoke.sh vllm openvino ortgenai ct2 mistralrs
+took "ci/findings-smoke.sh"

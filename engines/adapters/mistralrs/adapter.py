@@ -27,11 +27,10 @@ Translations (where the library's semantics differ from the protocol):
 - sampling: temperature (0: greedy), top_k (0 or -1: off), top_p, repetition, presence and
   frequency penalties map to the request's fields of the same names; min_p is refused by
   name (report 27: min_p = 1.0 did not keep the most likely token). With the
-  prefix cache on (prefix_cache_n > 0) repetition_penalty is refused by name: the adapter's
-  author saw the penalty leave out the prompt tokens a cache hit reused, so that a request's
-  tokens depended on what ran before it; no standalone repro has reached it since
-  (docs/findings.md report 25, unconfirmed), so the refusal is a caution, kept until one
-  settles it. A
+  prefix cache on (prefix_cache_n > 0) repetition_penalty is refused by name: after a cache
+  hit the penalty leaves out the reused prompt tokens for the first sampled token, so a
+  request's tokens depend on what ran before it (docs/findings.md report 25, reproduced on
+  the library alone by docs/findings/r25_mistralrs_prefix_cache_penalty.py). A
   per-request seed has no field (the Runner's `seed` is engine-wide, and fails on the CPU:
   docs/findings.md report 26), so seeded requests are refused by name, and `seeds` is
   declared failing; min_tokens has no field either and is refused by name.
@@ -139,8 +138,8 @@ class MistralRsEngine:
         self.vocab_size = int(config["vocab_size"])
         self.max_model_len = max_model_len
         self.max_concurrency = max_seqs
-        # Its repetition penalty was seen to miss the prompt tokens a prefix-cache hit reused
-        # (docs/findings.md report 25, unconfirmed): only served where the cache is off.
+        # Its repetition penalty misses the prompt tokens a prefix-cache hit reused
+        # (docs/findings.md report 25): only served where the cache is off.
         self.supported_sampling = (SUPPORTED_SAMPLING if prefix_cache_n == 0
                                    else SUPPORTED_SAMPLING - {"repetition_penalty"})
         self.expected_failed_checks: dict[str, str] = {"seeds": SEEDS_LIMIT}
