@@ -36,6 +36,8 @@ LEDGER = {
     "presets": ["tiny", "tiny-draft"],
     "workaround": "engines/adapters/http/llama_variants.py: the speculating factories declare "
                   "logprobs an expected failure (SPEC_LOGPROBS)",
+    "args": ["--server-bin", "{server}", "--gguf", "{gguf:tiny}",
+             "--draft-gguf", "{gguf:tiny-draft}"],
 }
 
 import argparse  # noqa: E402

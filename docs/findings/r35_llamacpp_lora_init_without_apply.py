@@ -37,6 +37,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/http/llama_variants.py: adapters are loaded with "
                   "--lora-scaled FILE:0, not --lora-init-without-apply",
+    "args": ["--server-bin", "{server}", "--gguf", "{gguf:tiny}", "--lora", "{lora:tiny:0}",
+             "--lora", "{lora:tiny:1}"],
 }
 
 import argparse  # noqa: E402

@@ -37,6 +37,7 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/http/dialects.py: with cache_prompt a base request names "
                   "every adapter at scale 0 (explicit_base)",
+    "args": ["--server-bin", "{server}", "--gguf", "{gguf:tiny}", "--lora", "{lora:tiny:0}"],
 }
 
 import argparse  # noqa: E402

@@ -36,6 +36,7 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/http/llama_variants.py: llama_server_guided sends its "
                   "requests unstreamed and does not declare logprobs",
+    "args": ["--server-bin", "{server}", "--gguf", "{gguf-bpe:tiny}"],
 }
 
 import argparse  # noqa: E402

@@ -38,6 +38,7 @@ LEDGER = {
     "venv": "llama-server",
     "presets": ["tiny"],
     "workaround": None,
+    "args": ["--server-bin", "{server}", "--gguf", "{gguf-bpe:tiny}"],
 }
 
 import argparse  # noqa: E402

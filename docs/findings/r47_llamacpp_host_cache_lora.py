@@ -42,6 +42,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/http/llama_variants.py: the LoRA variants launch "
                   "llama-server with --cache-ram 0",
+    "args": ["--server-bin", "{server}", "--gguf", "{gguf:tiny}", "--lora", "{lora:tiny:0}",
+             "--lora", "{lora:tiny:1}", "--lora", "{lora:tiny:2}"],
 }
 
 import argparse  # noqa: E402
