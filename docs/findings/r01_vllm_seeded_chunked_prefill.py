@@ -17,6 +17,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/vllm/adapter.py: seeded sampling refused under an explicit "
                   "prefill budget",
+    "upstream": "not filed (nearest: vllm-project/vllm PR #10097, merged, brought the rewind; "
+                "RBLN-SW/vllm-rbln PR #1025, closed)",
 }
 
 import argparse  # noqa: E402

@@ -15,6 +15,7 @@ LEDGER = {
     "venv": "vllm",
     "presets": ["tiny"],
     "workaround": "engines/adapters/vllm: engines are reused, never dropped",
+    "upstream": "not filed (nearest: vllm-project/vllm#21073, open, and its fix PR #46023, open)",
 }
 
 import argparse  # noqa: E402

@@ -15,6 +15,8 @@ LEDGER = {
     "venv": "vllm",
     "presets": ["tiny"],
     "workaround": "engines/adapters/vllm: engines are reused, never dropped",
+    "upstream": "described by vllm-project/vllm#21073 (open); the CPU engine's cache is freed by "
+                "0.32.0",
 }
 
 import argparse  # noqa: E402

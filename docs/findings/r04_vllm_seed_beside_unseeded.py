@@ -16,6 +16,8 @@ LEDGER = {
     "venv": "vllm",
     "presets": ["tiny"],
     "workaround": None,
+    "upstream": "fixed upstream: vllm-project/vllm#51226 (closed) by PR #51866 (merged); 0.32.0 "
+                "not affected",
 }
 
 import argparse  # noqa: E402

@@ -31,6 +31,7 @@ LEDGER = {
     "presets": ["tiny", "tiny-llama-rope"],
     "workaround": "engines/adapters/openvino/variants.py: openvino_split_fuse keeps prefix "
                   "caching off",
+    "upstream": "not filed (nearest: openvinotoolkit/openvino.genai#4047, #4367 (open); different)",
 }
 
 import argparse  # noqa: E402

@@ -27,6 +27,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/openvino/adapter.py: raises RequestDropped when the "
                   "library ends a request unasked",
+    "upstream": "not filed (nearest: openvinotoolkit/openvino.genai PR #4050 (merged); "
+                "openvinotoolkit/model_server#4503)",
 }
 
 import argparse  # noqa: E402

@@ -33,6 +33,7 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/openvino/adapter.py: presence_penalty and "
                   "frequency_penalty not declared",
+    "upstream": "not filed (no report found)",
 }
 
 import argparse  # noqa: E402

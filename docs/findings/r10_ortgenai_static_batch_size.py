@@ -26,6 +26,7 @@ LEDGER = {
     "venv": "ortgenai",
     "presets": ["tiny"],
     "workaround": None,
+    "upstream": "not filed (nearest: microsoft/onnxruntime-genai PR #1580, #1627, PR #2330)",
 }
 
 import argparse  # noqa: E402

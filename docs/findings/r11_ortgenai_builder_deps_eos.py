@@ -31,6 +31,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "ci/ortgenai-env.sh installs onnx and onnx-ir; engines/adapters/ortgenai/"
                   "convert.py names the last token as EOS",
+    "upstream": "dependencies: microsoft/onnxruntime-genai#1759 (open; duplicate #1758), #1920 "
+                "(closed); EOS: not filed",
 }
 
 import argparse  # noqa: E402

@@ -31,6 +31,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/ortgenai/adapter.py: top_k off is passed as the vocabulary "
                   "size",
+    "upstream": "not filed (nearest: microsoft/onnxruntime-genai PR #2505 (merged), PR #1642, PR "
+                "#1617 / #1631)",
 }
 
 import argparse  # noqa: E402

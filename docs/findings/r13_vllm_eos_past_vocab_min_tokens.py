@@ -21,6 +21,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/http/convert.py: the server checkpoint's tokenizer config "
                   "names no special tokens",
+    "upstream": "not filed (nearest: vllm-project/vllm PR #54196 (merged, fixing #54195, the "
+                "user's stop_token_ids only); #6866)",
 }
 
 import argparse  # noqa: E402

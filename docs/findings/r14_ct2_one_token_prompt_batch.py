@@ -29,6 +29,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/ct2/adapter.py: _batch_key batches 1-token prompts only "
                   "with 1-token prompts",
+    "upstream": "not filed (nearest: OpenNMT/CTranslate2#1480, #1291, #1579 (open), PR #1145; "
+                "different)",
 }
 
 import argparse  # noqa: E402

@@ -19,6 +19,7 @@ LEDGER = {
     "needs": ["torch"],  # a release venv of transformers gets torch (CPU) beside it
     "workaround": "engines/adapters/hf/adapter.py: reference_parity and logprobs declared "
                   "failing on models whose attention soft-caps",
+    "upstream": "not filed (the same bug in vllm-project/vllm-metal#665, fixed by #666)",
 }
 
 import argparse  # noqa: E402

@@ -23,6 +23,8 @@ LEDGER = {
     "needs": ["torch"],  # a release venv of transformers gets torch (CPU) beside it
     "workaround": "engines/adapters/hf/adapter.py: LONGROPE_FAILS declares the checks failing "
                   "on long-RoPE models",
+    "upstream": "not filed (discussed for vLLM: vllm-project/vllm#6283 (open); "
+                "ggml-org/llama.cpp#24875)",
 }
 
 import argparse  # noqa: E402

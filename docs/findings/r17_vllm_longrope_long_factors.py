@@ -25,6 +25,8 @@ LEDGER = {
     "presets": ["tiny-phi3-longrope"],
     "workaround": "engines/adapters/vllm/rope.py: a second long-RoPE engine across the "
                   "threshold is refused",
+    "upstream": "by design (vllm-project/vllm#27431, merged): not filed; the second engine's "
+                "cached factors: not filed yet",
 }
 
 import argparse  # noqa: E402

@@ -35,6 +35,7 @@ LEDGER = {
     "presets": ["tiny-llama-rope", "tiny-gemma-mixed", "tiny-phi3-longrope"],
     "workaround": "engines/adapters/ct2/adapter.py: converter_losses declares reference_parity "
                   "for Llama-3 RoPE and Gemma-2 checkpoints",
+    "upstream": "not filed (nearest: OpenNMT/CTranslate2#1745 / #1751, #1772)",
 }
 
 import argparse  # noqa: E402

@@ -28,6 +28,9 @@ LEDGER = {
     "venv": "ortgenai",
     "presets": ["tiny-mistral-swa"],
     "workaround": None,
+    "upstream": "not filed (nearest: microsoft/onnxruntime#29904, "
+                "microsoft/onnxruntime-genai#282); the builder's Phi-3 KeyError not filed "
+                "separately",
 }
 
 import argparse  # noqa: E402

@@ -21,6 +21,8 @@ LEDGER = {
     "version": "5.16.0",  # the release it reproduces on; the pinned 5.25.0 has the fix
     "workaround": "engines/models.py: attention_for asks for eager attention where the "
                   "config soft-caps attention",
+    "upstream": "fixed upstream in 5.21.0 (the change not traced); not filed (background: "
+                "huggingface/transformers#32865)",
 }
 
 import argparse  # noqa: E402

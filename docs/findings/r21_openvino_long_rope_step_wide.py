@@ -34,6 +34,8 @@ LEDGER = {
     "presets": ["tiny-phi3-longrope"],
     "workaround": "engines/adapters/openvino/adapter.py: known_differences declares parity, "
                   "reference_parity, prefill_decode and seeds on a long-RoPE model",
+    "upstream": "not filed (nearest: huggingface/optimum-intel#913, #1504 (open), #1744; "
+                "vllm-project/vllm#6283)",
 }
 
 import argparse  # noqa: E402

@@ -30,6 +30,8 @@ LEDGER = {
     "presets": ["tiny-gemma-mixed"],
     "workaround": "engines/adapters/ortgenai/convert.py: builder_options builds with "
                   "windowed_kv_cache=false",
+    "upstream": "not filed (nearest: microsoft/onnxruntime-genai#2334, #2356; "
+                "microsoft/onnxruntime#29904, #32419)",
 }
 
 import argparse  # noqa: E402

@@ -29,6 +29,8 @@ LEDGER = {
     "presets": ["tiny-mistral-swa"],
     "workaround": "engines/adapters/mistralrs/adapter.py: sliding-window models are refused "
                   "(SLIDING_WINDOW_PANICS)",
+    "upstream": "not filed (nearest: EricLBuehler/mistral.rs#246, closed: one sequence, fixed by "
+                "#244)",
 }
 
 import argparse  # noqa: E402

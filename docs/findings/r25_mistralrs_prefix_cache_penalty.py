@@ -29,6 +29,7 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/mistralrs/adapter.py: repetition_penalty is refused where "
                   "the prefix cache is on (prefix_cache_n > 0)",
+    "upstream": "not filed (nearest: EricLBuehler/mistral.rs#1638, #95, #1000)",
 }
 
 import argparse  # noqa: E402

@@ -23,6 +23,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/mistralrs/adapter.py: seeded requests are refused "
                   "(SEEDS_LIMIT)",
+    "upstream": "not filed (the candle error: huggingface/candle#2216 (closed), #3297 (open); "
+                "EricLBuehler/mistral.rs#766 added the seed)",
 }
 
 import argparse  # noqa: E402

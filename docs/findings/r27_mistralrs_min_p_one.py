@@ -26,6 +26,7 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/mistralrs/adapter.py: min_p is refused by name "
                   "(out of SUPPORTED_SAMPLING)",
+    "upstream": "not filed (EricLBuehler/mistral.rs#625 added min-p; nothing reports the boundary)",
 }
 
 import argparse  # noqa: E402

@@ -31,6 +31,8 @@ LEDGER = {
     "venv": "ortgenai",
     "presets": ["tiny"],
     "workaround": None,
+    "upstream": "not filed (nearest: microsoft/onnxruntime-genai#155, #314; "
+                "microsoft/onnxruntime-extensions#931)",
 }
 
 import argparse  # noqa: E402

@@ -31,6 +31,7 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/ortgenai/adapter.py: GUIDANCE_LOSES_BYTES, the default "
                   "factory does not declare guided decoding",
+    "upstream": "not filed (nearest: microsoft/onnxruntime-genai PR #1870, #2055 (closed), #523)",
 }
 
 import argparse  # noqa: E402

@@ -27,6 +27,7 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/ct2/bad_words.py: a request with bad words is batched only "
                   "with requests of the same bad words and prompt length",
+    "upstream": "not filed (nearest: OpenNMT/CTranslate2#1005, #1292, #1480, #1579 (open))",
 }
 
 import argparse  # noqa: E402

@@ -18,6 +18,7 @@ LEDGER = {
     "needs": ["torch"],  # a release venv of transformers gets torch (CPU) beside it
     "workaround": "engines/adapters/hf: a one-token prompt's children are served as requests "
                   "of their own",
+    "upstream": "not filed (nearest: huggingface/transformers#42921, #45563 / #45582)",
 }
 
 import argparse  # noqa: E402

@@ -33,6 +33,8 @@ LEDGER = {
     "venv": "openvino",
     "presets": ["tiny"],
     "workaround": None,
+    "upstream": "not filed (nearest: openvinotoolkit/openvino.genai PR #817, #1382, #1676, #1719, "
+                "#4050)",
 }
 
 import argparse  # noqa: E402

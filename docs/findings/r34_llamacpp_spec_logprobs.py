@@ -38,6 +38,8 @@ LEDGER = {
                   "logprobs an expected failure (SPEC_LOGPROBS)",
     "args": ["--server-bin", "{server}", "--gguf", "{gguf:tiny}",
              "--draft-gguf", "{gguf:tiny-draft}"],
+    "upstream": "known: ggml-org/llama.cpp PR #27196 (open, not merged), after #24271 (closed); "
+                "#27972 (open); not filed again",
 }
 
 import argparse  # noqa: E402

@@ -39,6 +39,8 @@ LEDGER = {
                   "--lora-scaled FILE:0, not --lora-init-without-apply",
     "args": ["--server-bin", "{server}", "--gguf", "{gguf:tiny}", "--lora", "{lora:tiny:0}",
              "--lora", "{lora:tiny:1}"],
+    "upstream": "duplicate of ggml-org/llama.cpp#28674 (open); fix in PR #28707 (open); not filed "
+                "again",
 }
 
 import argparse  # noqa: E402

@@ -19,6 +19,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/vllm/variants.py: vllm_loras keeps one LoRA slot more "
                   "than it serves (SPARE_LORA_SLOTS)",
+    "upstream": "described by vllm-project/vllm PR #49656 (open); another fix in PR #48421 (open);"
+                " not filed again",
 }
 
 import argparse  # noqa: E402

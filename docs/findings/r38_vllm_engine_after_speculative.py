@@ -15,6 +15,7 @@ LEDGER = {
     "venv": "vllm",
     "presets": ["tiny"],
     "workaround": None,
+    "upstream": "not filed (nearest: vllm-project/vllm PR #43048, RFC #45133)",
 }
 
 import argparse  # noqa: E402

@@ -30,6 +30,7 @@ LEDGER = {
     "presets": ["tiny", "tiny-draft"],
     "workaround": "engines/adapters/openvino/speculation.py: the speculating variants do not "
                   "declare min_tokens",
+    "upstream": "not filed (nearest: openvinotoolkit/openvino.genai PR #1719, PR #1417)",
 }
 
 import argparse  # noqa: E402

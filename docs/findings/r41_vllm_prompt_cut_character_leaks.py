@@ -18,6 +18,8 @@ LEDGER = {
     "venv": "vllm",
     "presets": ["tiny"],
     "workaround": "engines/adapters/vllm: stop strings refused; streamed_text declared failing",
+    "upstream": "described by vllm-project/vllm#48853 (open), fix PR #48854 (open); the "
+                "stop-string case not filed separately",
 }
 
 import argparse  # noqa: E402

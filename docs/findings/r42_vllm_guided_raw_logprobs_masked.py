@@ -20,6 +20,7 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": "engines/adapters/vllm: logprobs declared failing where guided requests "
                   "are served",
+    "upstream": "not filed (nearest: vllm-project/vllm PR #4149, PR #12388)",
 }
 
 import argparse  # noqa: E402

@@ -37,6 +37,7 @@ LEDGER = {
     "workaround": "engines/adapters/http/llama_variants.py: llama_server_guided sends its "
                   "requests unstreamed and does not declare logprobs",
     "args": ["--server-bin", "{server}", "--gguf", "{gguf-bpe:tiny}"],
+    "upstream": "not filed (nearest: ggml-org/llama.cpp PR #4446, merged: the text hold-back)",
 }
 
 import argparse  # noqa: E402

@@ -39,6 +39,8 @@ LEDGER = {
     "presets": ["tiny"],
     "workaround": None,
     "args": ["--server-bin", "{server}", "--gguf", "{gguf-bpe:tiny}"],
+    "upstream": "not filed (nearest: ggml-org/llama.cpp PR #2553, merged: the partial UTF-8 "
+                "matching)",
 }
 
 import argparse  # noqa: E402

@@ -32,6 +32,8 @@ LEDGER = {
     "venv": "ct2",
     "presets": ["tiny"],
     "workaround": None,
+    "upstream": "not filed (nearest: OpenNMT/CTranslate2 PR #911, PR #1073, PR #481, PR #1198, "
+                "#1740 (open))",
 }
 
 import argparse  # noqa: E402

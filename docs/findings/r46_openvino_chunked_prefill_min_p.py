@@ -30,6 +30,7 @@ LEDGER = {
     "venv": "openvino",
     "presets": ["tiny"],
     "workaround": None,
+    "upstream": "not filed (nearest: openvinotoolkit/openvino.genai PR #2360)",
 }
 
 import argparse  # noqa: E402

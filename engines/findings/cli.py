@@ -1,5 +1,5 @@
-"""`python -m engines.findings list | models DIR | check [LIBRARY ...]`: the ledger's commands
-(docs/findings/README.md)."""
+"""`python -m engines.findings list | models DIR | check [LIBRARY ...] | table`: the ledger's
+commands (docs/findings/README.md)."""
 
 from __future__ import annotations
 
@@ -50,6 +50,11 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--gate", action="store_true",
                        help="exit 1 when a script cannot run at the pin or its pinned result "
                             "is not the one docs/findings.md's table records (CI)")
+    redo = sub.add_parser(
+        "table", help="rewrite docs/findings.md's status table from the results it records "
+                      "and the LEDGERs (runs no script)")
+    redo.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 where the table is not what it would write")
     return top
 
 
@@ -101,6 +106,29 @@ def write_table(findings: Path, scripts: Path, results: Sequence[Checked]) -> No
     findings.write_text(table.replace_block(text, table.render(rows)), encoding="utf-8")
 
 
+def rendered_table(findings: Path, scripts: Path) -> tuple[str, str]:
+    """docs/findings.md's text, and that text with its table redone from the rows it records
+    and the LEDGERs as they are now (their "upstream", scripts added or gone), no result
+    changed and no date moved."""
+    text = findings.read_text(encoding="utf-8")
+    rows = table.merge(parse_reports(text), load(scripts), table.parse_rows(text), {}, "")
+    return text, table.replace_block(text, table.render(rows))
+
+
+def command_table(args: argparse.Namespace) -> int:
+    text, new = rendered_table(args.findings, args.scripts)
+    if args.check:
+        if new != text:
+            print(f"the status table of {args.findings} is not up to date: run "
+                  f"`python -m engines.findings table`")
+            return 1
+        return 0
+    if new != text:
+        args.findings.write_text(new, encoding="utf-8")
+        print(f"rewrote the status table of {args.findings}", file=sys.stderr)
+    return 0
+
+
 def command_check(args: argparse.Namespace) -> int:
     found = load(args.scripts)
     chosen = select(found, args.libraries, args.report)
@@ -146,5 +174,6 @@ def command_check(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    command = {"list": command_list, "models": command_models, "check": command_check}
+    command = {"list": command_list, "models": command_models, "check": command_check,
+               "table": command_table}
     return command[args.command](args)

@@ -31,8 +31,13 @@ SCRIPT_NAME = re.compile(r"^r(\d+)_[a-z0-9]+(?:_[a-z0-9]+)*\.py$")
 #            builds a venv of that release as it does the newest.
 #   args:    the script's arguments, with placeholders (engines.findings.arguments); default
 #            ["--model-dir", "{model_dir}"].
+#   upstream: where the report stands on the library's tracker, as its text in
+#            docs/findings.md says ("not filed", "filed: <owner>/<repo>#N (open)",
+#            "duplicate of <owner>/<repo>#N", "fixed upstream in V", ...): the status table's
+#            "upstream" column. Optional for the parser; tests/findings requires it of every
+#            script in docs/findings/.
 REQUIRED = ("report", "library", "venv", "presets", "workaround")
-OPTIONAL = ("needs", "version", "args")
+OPTIONAL = ("needs", "version", "args", "upstream")
 
 # The venv names that are not ci/<venv>-env.sh's: "main" is this project's .venv (ci/setup.sh),
 # for the reports on transformers, which that venv pins.
@@ -56,6 +61,7 @@ class Entry:
     needs: tuple[str, ...] = ()
     version: str | None = None
     args: tuple[str, ...] = DEFAULT_ARGS
+    upstream: str | None = None   # the tracker status (the table's "upstream" column)
 
     def matches(self, names: list[str]) -> bool:
         """Whether a command line's LIBRARY names select this script: the distribution's name
@@ -118,6 +124,12 @@ def parse_ledger(source: str, script: Path) -> Entry:
     version = raw.get("version")
     if version is not None and (not isinstance(version, str) or not version.strip()):
         raise LedgerError(f"{where}: LEDGER['version'] must be a version string")
+    upstream = raw.get("upstream")
+    if "upstream" in raw and (not isinstance(upstream, str) or not upstream.strip()
+                              or "\n" in upstream):
+        # One line: it is a cell of the status table.
+        raise LedgerError(f"{where}: LEDGER['upstream'] must be a non-empty one-line string, "
+                          f"not {upstream!r}")
     args = _strings(raw.get("args", list(DEFAULT_ARGS)), "args", where)
     if unknown_placeholders(args):
         raise LedgerError(f"{where}: LEDGER['args'] has unknown placeholders "
@@ -125,7 +137,7 @@ def parse_ledger(source: str, script: Path) -> Entry:
     return Entry(script=script, report=report, library=library, venv=venv,
                  presets=_strings(raw["presets"], "presets", where), workaround=workaround,
                  needs=_strings(raw.get("needs", []), "needs", where), version=version,
-                 args=args)
+                 args=args, upstream=upstream.strip() if isinstance(upstream, str) else None)
 
 
 def read_entry(script: Path) -> Entry:

@@ -3,6 +3,7 @@ project's venv, "main"), so that no library's venv is built: list, check --write
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,12 @@ Intro.
 """
 
 
-def fake(folder: Path, number: int, verdict: str, status: int) -> None:
+def fake(folder: Path, number: int, verdict: str, status: int,
+         upstream: str = "not filed") -> None:
     (folder / f"r{number:02d}_pytest_fake.py").write_text(f'''"""Fake report {number}."""
 
 LEDGER = {{"report": {number}, "library": "pytest", "venv": "main", "presets": [],
-          "workaround": "nothing of ours"}}
+          "workaround": "nothing of ours", "upstream": "{upstream}"}}
 
 import sys  # noqa: E402
 
@@ -117,3 +119,34 @@ def test_a_llama_server_script_without_args_cannot_run(
     assert cli(repo, "check", "llama-server", "--model-dir", str(repo / "models")) == 0
     out = capsys.readouterr().out
     assert "pinned: cannot run: its LEDGER has no \"args\" naming llama-server's files" in out
+
+
+def test_table_redoes_the_upstream_column_without_running_a_script(
+        repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    models = str(repo / "models")
+    assert cli(repo, "check", "--pinned-only", "--write", "--model-dir", models) == 0
+    findings = repo / "findings.md"
+    before = parse_rows(findings.read_text())
+    assert before[1].upstream == "not filed" and before[3].upstream == "not recorded"
+    assert cli(repo, "table", "--check") == 0
+    # The report is filed upstream, and the script would now crash: `table` runs nothing.
+    (repo / "scripts" / "r01_pytest_fake.py").write_text(
+        'LEDGER = {"report": 1, "library": "pytest", "venv": "main", "presets": [], '
+        '"workaround": None, "upstream": "filed: pytest-dev/pytest#1 (open)"}\n'
+        'raise SystemExit("must not run")\n')
+    capsys.readouterr()
+    assert cli(repo, "table", "--check") == 1
+    assert "not up to date" in capsys.readouterr().out
+    assert cli(repo, "table") == 0
+    after = parse_rows(findings.read_text())
+    assert after[1].upstream == "filed: pytest-dev/pytest#1 (open)"
+    assert {n: replace(row, upstream="") for n, row in after.items() if n != 1} == \
+        {n: replace(row, upstream="") for n, row in before.items() if n != 1}
+    assert (after[1].pinned, after[1].checked) == (before[1].pinned, before[1].checked)
+    # Idempotent, and the gate reads the rewritten table as before.
+    text = findings.read_text()
+    assert cli(repo, "table") == 0 and findings.read_text() == text
+    assert cli(repo, "table", "--check") == 0
+    fake(repo / "scripts", 1, "reproduces", 1, upstream="filed: pytest-dev/pytest#1 (open)")
+    assert cli(repo, "check", "--pinned-only", "--gate", "--model-dir", models) == 0
+    assert findings.read_text() == text

@@ -53,6 +53,21 @@ def test_optional_keys() -> None:
     assert entry.needs == ("transformers",) and entry.version == "5.16.0"
 
 
+def test_the_upstream_status_is_optional_and_read_as_a_string() -> None:
+    assert parse_ledger(HEADER, Path("r07_x.py")).upstream is None
+    source = HEADER.replace('"presets"', '"upstream": "duplicate of "\n'
+                                         '                "owner/repo#12 ",\n    "presets"')
+    assert parse_ledger(source, Path("r07_x.py")).upstream == "duplicate of owner/repo#12"
+
+
+@pytest.mark.parametrize("value", ['""', '"   "', "None", "12", '["not filed"]',
+                                   '"not filed\\nyet"'])
+def test_a_malformed_upstream_status_is_refused(value: str) -> None:
+    source = HEADER.replace('"presets"', f'"upstream": {value},\n    "presets"')
+    with pytest.raises(LedgerError, match=r"LEDGER\['upstream'\] must be a non-empty one-line"):
+        parse_ledger(source, Path("r07_x.py"))
+
+
 @pytest.mark.parametrize(("edit", "fault"), [
     (lambda s: s.replace("LEDGER =", "HEADER ="), "no top-level LEDGER"),
     (lambda s: s.replace('"report": 7', '"report": SEVEN'), "not a literal"),
@@ -113,6 +128,14 @@ def test_every_script_in_the_repository_has_a_valid_ledger() -> None:
         venv = entry.venv
         assert venv == "main" or (REPO / "ci" / f"{venv}-env.sh").is_file(), \
             f"{entry.script.name}: no ci/{venv}-env.sh for its venv {venv!r}"
+
+
+def test_every_script_in_the_repository_says_where_its_report_stands_upstream() -> None:
+    # The status table's "upstream" column (issue 53): taken from the report's tracker lines.
+    good, _ = entries(SCRIPTS)
+    assert good
+    missing = [entry.script.name for entry in good if entry.upstream is None]
+    assert not missing, f"LEDGER without \"upstream\": {missing}"
 
 
 def test_the_report_numbers_of_docs_findings_are_unique() -> None:
