@@ -119,10 +119,15 @@ class Checker:
         if pinned_only:
             return Checked(entry, pinned, None)
         if entry.venv in venvs.TOOL_VENVS:
-            # Its pinned build is CI's, from llama-cpp-python's vendored source, not a
-            # release the package index has a newer one of.
+            # Its pinned build is CI's, from llama-cpp-python's vendored source: the newest
+            # release is that package's, and only the pinned one is built.
+            source = venvs.TOOL_SOURCES[entry.venv]
+            newest = self.newest_version(source)
+            if not isinstance(newest, RuntimeError) and pinned.version == f"{source} {newest}":
+                return Checked(entry, pinned, pinned, newest_is_pin=True)
+            out = f"{source} {newest}" if not isinstance(newest, RuntimeError) else str(newest)
             return Checked(entry, pinned, Result(
-                Outcome.CANNOT_RUN, f"the ledger builds no newest {entry.venv}"))
+                Outcome.CANNOT_RUN, f"the ledger builds no newest {entry.venv} (newest: {out})"))
         newest = self.newest_version(entry.library)
         if isinstance(newest, RuntimeError):
             return Checked(entry, pinned, Result(Outcome.CANNOT_RUN, str(newest)))

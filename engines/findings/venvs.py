@@ -28,6 +28,9 @@ from engines.findings.ledger import MAIN_VENV, REPO, Entry
 # The venvs whose env script prints a tool, not a python: their scripts run in this project's
 # python, and their LEDGER's `args` pass the tool ({server}) and the files made for it.
 TOOL_VENVS = ("llama-server",)
+# The package on the index each tool is built from (ci/llama-server-env.sh builds llama.cpp
+# from the sdist of llama-cpp-python, whose vendored source is its release).
+TOOL_SOURCES = {"llama-server": "llama-cpp-python"}
 BUILT = ".findings-built"       # written last into a release venv: a venv without it is unfinished
 ENV_TIMEOUT = 3600.0            # a first build of vLLM's venv downloads ~3.5 GB
 PIP_TIMEOUT = 3600.0
