@@ -8,7 +8,7 @@ stdout and stderr piped into a buffer that asv prints only if the setup fails (o
 is still silent for minutes. And asv ends that process group on a KeyboardInterrupt or a
 silence past the setup's timeout; if asv itself dies otherwise (SIGTERM or SIGKILL: a CI job
 cancelled, `timeout`, a harness that kills the command), no signal reaches that group and the
-setup runs on, orphaned, to its end (seen with asv 0.6.6: tests/test_asv_watch.py).
+setup runs on, orphaned, to its end (seen with asv 0.6.6: tests/bench/test_asv_watch.py).
 
 So the watcher
 - writes its lines to its own stderr (asv keeps them for a failure report; `-v` shows them)

@@ -185,11 +185,11 @@ if [[ -z ${ONLY:-} ]]; then
     PYTHONPATH=.venv-tf-min "$PY" -c "import transformers as t; assert t.__version__ == '$MIN', t.__version__"
     export PYTHONPATH=.venv-tf-min
     # test_zoo.py's soft-cap test: 5.16-5.20 default Gemma-2 to sdpa, which drops softcap.
-    "$PY" -m pytest tests/test_adapters.py tests/test_adapters_kv.py \
+    "$PY" -m pytest tests/adapters/common/test_adapters.py tests/adapters/common/test_kv.py \
         tests/test_zoo.py::test_the_reference_soft_caps_gemma2s_attention -p no:cacheprovider -q
     # Not hf_stress or hf_small_cache: their pools hold exactly the context, and 5.16-5.17
     # cannot serve a prompt one token short of it (a finding, pinned in
-    # tests/test_adapters_kv.py). A compatibility run: under NARROW_ARGS.
+    # tests/adapters/common/test_kv.py). A compatibility run: under NARROW_ARGS.
     suite "$PY" engines.adapters.hf:make_engine "$@" "${NARROW[@]+"${NARROW[@]}"}"
     unset PYTHONPATH
 fi
@@ -200,22 +200,22 @@ if [[ -z ${ONLY:-} || ${#VLLM_FACTORIES[@]} -gt 0 || ${#HTTP_FACTORIES[@]} -gt 0
     if [[ -z $VPY ]]; then
         skipped "vLLM (in-process and its OpenAI server)"
     else
-        # Not tests/test_adapters_book.py (here, in OpenVINO's and CTranslate2's venvs until
+        # Not tests/adapters/common/test_book.py (here, in OpenVINO's and CTranslate2's venvs until
         # now): it imports no library, only engines.adapters.common.book, so the README's
         # `pytest -n auto` in the main venv runs exactly those tests already.
-        adapter_tests "$VPY" tests/test_adapters.py \
-            tests/test_adapters_kv.py tests/test_adapters_vllm.py tests/test_adapters_vllm_wave4.py
+        adapter_tests "$VPY" tests/adapters/common/test_adapters.py \
+            tests/adapters/common/test_kv.py tests/adapters/vllm/test_vllm.py tests/adapters/vllm/test_request_fields.py
         suites "$VPY" "$@" -- "${VLLM_FACTORIES[@]+"${VLLM_FACTORIES[@]}"}"
         export BATCHING_VLLM_PYTHON=$VPY
         if [[ -n $ALL ]]; then  # one server start for each of the adapter's real-server tests
-            adapter_tests "$PY" tests/test_http_adapter.py tests/test_http_vllm_loras.py
+            adapter_tests "$PY" tests/adapters/http/test_http.py tests/adapters/http/test_vllm_loras.py
         fi
         for factory in "${HTTP_FACTORIES[@]+"${HTTP_FACTORIES[@]}"}"; do
             # vllm_server's pytest process also runs the bench smoke over HTTP (a replay of 32
-            # requests at 4 req/s, tests/test_bench_http.py): its one server start serves both.
+            # requests at 4 req/s, tests/bench/test_http.py): its one server start serves both.
             smoke=()
             [[ $factory == engines.adapters.http:vllm_server ]] \
-                && smoke=(tests/test_bench_http.py::test_bench_replay_on_vllms_server)
+                && smoke=(tests/bench/test_http.py::test_bench_replay_on_vllms_server)
             suite "$PY" "$factory" "$@" "${smoke[@]+"${smoke[@]}"}"
         done
         unset BATCHING_VLLM_PYTHON
@@ -227,8 +227,8 @@ if [[ -z ${ONLY:-} || ${#OPENVINO_FACTORIES[@]} -gt 0 ]]; then
     if [[ -z $OPY ]]; then
         skipped "OpenVINO GenAI"
     else
-        adapter_tests "$OPY" tests/test_adapter_contract.py tests/test_openvino_adapter.py \
-            tests/test_openvino_wave4.py
+        adapter_tests "$OPY" tests/adapters/common/test_contract.py tests/adapters/openvino/test_openvino.py \
+            tests/adapters/openvino/test_request_fields.py
         suites "$OPY" "$@" -- "${OPENVINO_FACTORIES[@]+"${OPENVINO_FACTORIES[@]}"}"
     fi
 fi
@@ -238,7 +238,7 @@ if [[ -z ${ONLY:-} || ${#ORTGENAI_FACTORIES[@]} -gt 0 ]]; then
     if [[ -z $GPY ]]; then
         skipped "onnxruntime-genai"
     else
-        adapter_tests "$GPY" tests/test_adapter_contract.py tests/test_ortgenai_adapter.py
+        adapter_tests "$GPY" tests/adapters/common/test_contract.py tests/adapters/ortgenai/test_ortgenai.py
         suites "$GPY" "$@" -- "${ORTGENAI_FACTORIES[@]+"${ORTGENAI_FACTORIES[@]}"}"
     fi
 fi
@@ -248,7 +248,7 @@ if [[ -z ${ONLY:-} || ${#CT2_FACTORIES[@]} -gt 0 ]]; then
     if [[ -z $CPY ]]; then
         skipped "CTranslate2"
     else
-        adapter_tests "$CPY" tests/test_adapter_contract.py tests/test_ct2_adapter.py
+        adapter_tests "$CPY" tests/adapters/common/test_contract.py tests/adapters/ct2/test_ct2.py
         suites "$CPY" "$@" -- "${CT2_FACTORIES[@]+"${CT2_FACTORIES[@]}"}"
     fi
 fi
@@ -260,7 +260,7 @@ if [[ -z ${ONLY:-} || ${#MISTRALRS_FACTORIES[@]} -gt 0 ]]; then
     if [[ -z $MPY ]]; then
         skipped "mistral.rs"
     else
-        adapter_tests "$MPY" tests/test_mistralrs_adapter.py
+        adapter_tests "$MPY" tests/adapters/mistralrs/test_mistralrs.py
         suites "$MPY" "$@" -- "${MISTRALRS_FACTORIES[@]+"${MISTRALRS_FACTORIES[@]}"}"
     fi
 fi
@@ -276,7 +276,7 @@ if [[ ${#LLAMA_FACTORIES[@]} -gt 0 ]]; then
              "built: see above)"
     else
         export BATCHING_LLAMA_SERVER=$LLAMA_BIN
-        adapter_tests "$PY" tests/test_llama_server.py tests/test_llama_server_wave4.py
+        adapter_tests "$PY" tests/adapters/http/test_llama_server.py tests/adapters/http/test_llama_server_variants.py
         suites "$PY" "$@" -- "${LLAMA_FACTORIES[@]}"
         unset BATCHING_LLAMA_SERVER
     fi

@@ -5,7 +5,7 @@ An adapter targets every attention and MLP projection the architecture has as a 
 nn.Linear (q/k/v/o and gate/up/down; Phi-3's fused qkv_proj and gate_up_proj; a mixture of
 experts' experts are no Linear, so there only attention). Ranks alternate 8 and 4, so that a
 batch of adapters mixes ranks; weights are seeded normals large enough that an adapter
-changes greedy tokens (tests/test_loras.py holds every adapter to that: a zero B, PEFT's
+changes greedy tokens (tests/engines/test_loras.py holds every adapter to that: a zero B, PEFT's
 default init, would make every adapter the base model and every LoRA check vacuous).
 
 `zoo_loras(preset, n)` is what engines are built with: adapter name -> directory.

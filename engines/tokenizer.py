@@ -105,7 +105,8 @@ def vocab_size_of(preset: str) -> int:
 def build_tokenizer(vocab_size: int) -> Tokenizer:
     """Train the byte-level BPE of `vocab_size` ids (the last one EOS) on corpus(). One
     thread's worth of determinism: the trainer's merges are ordered by count, then by pair,
-    so the same text and size give the same file (tests/test_tokenizer.py holds it to it)."""
+    so the same text and size give the same file (tests/engines/test_tokenizer.py holds it to
+    it)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < 257:

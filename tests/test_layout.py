@@ -473,8 +473,8 @@ def test_declarations_are_read_through_capabilities_of_only() -> None:
     assert _declaration_reads("from engines.protocol import logprobs_of\n"
                               "protocol.max_concurrency(e)", declared, readers) == [
         (1, "logprobs_of"), (2, "max_concurrency")]
-    # tests/test_declarations.py proves the deprecated path: the one place it may be used.
-    allowed = {PACKAGE / "protocol.py", ROOT / "tests" / "test_declarations.py"}
+    # tests/engines/test_declarations.py proves the deprecated path: the one place it may be used.
+    allowed = {PACKAGE / "protocol.py", ROOT / "tests" / "engines" / "test_declarations.py"}
     found = [f"{path.relative_to(ROOT)}:{line} {value!r}"
              for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
                                  *(ROOT / "examples").rglob("*.py")])
@@ -510,3 +510,20 @@ def test_the_readmes_transformers_range_reaches_what_set_up_installs() -> None:
     assert top == installed, (f"README says up to {top[0]}.{top[1]}, set-up installs "
                               f"{transformers.__version__}: run the adapter's tests on it, "
                               "then update README, docs/engines.md and pyproject's comment")
+
+
+def test_the_tests_mirror_the_package() -> None:
+    """tests/ is laid out as engines/ is: a folder per part (testing with its checks and
+    features, engines' core/slot/paged, each adapter's library, bench, findings), only the
+    repo-wide tests at its top, and no file named for a wave of work rather than its subject."""
+    tests = ROOT / "tests"
+    top = sorted(p.name for p in tests.glob("test_*.py"))
+    assert top == ["test_layout.py", "test_zoo.py"], top
+    adapters = {p.name for p in (PACKAGE / "adapters").iterdir() if p.is_dir()
+                and (p / "__init__.py").is_file()}
+    allowed = {"testing", "testing/checks", "testing/features", "engines", "engines/core",
+               "engines/slot", "engines/paged", "bench", "findings", "planted", "adapters",
+               *(f"adapters/{name}" for name in adapters)}
+    folders = {str(p.parent.relative_to(tests)) for p in tests.rglob("test_*.py")} - {"."}
+    assert folders <= allowed, sorted(folders - allowed)
+    assert not [p for p in tests.rglob("*.py") if "wave" in p.name], "name tests by subject"

@@ -1,7 +1,7 @@
 """A toy engine that computes on a worker thread of its own, one per engine, as the
 CTranslate2 and mistral.rs adapters do: step() hands the step to the thread and waits. The
 thread refers to the engine, so an engine that is never closed is never freed, and its
-thread lives on. It counts what is alive, for tests/test_pool_release.py."""
+thread lives on. It counts what is alive, for tests/testing/test_pool_release.py."""
 
 from __future__ import annotations
 

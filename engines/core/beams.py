@@ -2,8 +2,8 @@
 
 The rule is transformers' generate(num_beams=W, do_sample=False, early_stopping="never",
 length_penalty=lp, num_return_sequences=n, eos_token_id=<the stop ids>, max_new_tokens=
-max_tokens) (tests/test_beam_search.py runs it as the oracle), stated here so that an engine
-needs no transformers to follow it:
+max_tokens) (tests/engines/core/test_beam_search.py runs it as the oracle), stated here so that
+an engine needs no transformers to follow it:
 
 - Each step, every running beam's next-token log-softmax (fp32, no processing) is added to
   its cumulative logprob; the K = max(2, 1 + #stop ids) * W best (beam, token) candidates are

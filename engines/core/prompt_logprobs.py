@@ -4,7 +4,7 @@ of the model's raw distribution given the prompt before it (vLLM's semantics).
 
 Built here, from the logits an engine's own forward computed at prompt positions, so every
 engine of ours turns logits into entries the same way; the oracle is elsewhere (a plain
-teacher-forced transformers forward, tests/test_prompt_logprobs.py).
+teacher-forced transformers forward, tests/engines/core/test_prompt_logprobs.py).
 """
 
 from __future__ import annotations

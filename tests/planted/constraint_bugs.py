@@ -5,7 +5,7 @@ state out of step with its tokens, a bias in the wrong place among the sampling 
 is visible only where the suite draws constraints (the engines declare CONSTRAINT_PARAMS)
 and only under some mixes.
 
-`caught_by` names the suite check meant to catch it; tests/test_constraint_planted.py runs
+`caught_by` names the suite check meant to catch it; tests/testing/checks/test_constraints.py runs
 the search on each and on the correct engines.
 """
 

@@ -1,6 +1,6 @@
 """Planted bugs in the reference ContinuousBatchEngine itself: one method overridden each.
 
-Slower than the toy ones (a real model runs), so tests/test_planted_bugs.py checks them
+Slower than the toy ones (a real model runs), so tests/testing/test_planted_bugs.py checks them
 with the seed workloads only.
 """
 

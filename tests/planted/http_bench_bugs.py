@@ -1,4 +1,4 @@
-"""Planted bugs for the bench over HTTP (tests/test_bench_http.py): a server adapter that
+"""Planted bugs for the bench over HTTP (tests/bench/test_http.py): a server adapter that
 hides what the bench needs to time a streaming engine the way its client sees it."""
 
 from __future__ import annotations

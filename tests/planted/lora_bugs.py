@@ -3,8 +3,8 @@ applied twice, a base row given an adapter's delta, an adapter index kept per se
 key that ignores the adapter or the salt, tenants' blocks never shared (isolation by caching
 nothing), a removed adapter's slot reused with its weights.
 
-LORA_PLANTED names the suite check that catches each (tests/test_lora_suite_planted.py runs
-it on the engine built with the zoo's adapters); tests/test_paged_lora_planted.py catches
+LORA_PLANTED names the suite check that catches each (tests/testing/features/test_tenants.py runs
+it on the engine built with the zoo's adapters); tests/engines/paged/test_lora_planted.py catches
 each with a hand-written probe as well.
 """
 

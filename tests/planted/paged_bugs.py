@@ -3,7 +3,7 @@ mistake real paged engines have made (prefix caches returning another prefix's K
 freed under a sharer, preemption duplicating output, chunk positions off by one, aborts
 leaking blocks), and each visible only under some workloads.
 
-`caught_by` names the suite check meant to catch it. tests/test_paged_planted.py shows each
+`caught_by` names the suite check meant to catch it. tests/engines/paged/test_planted.py shows each
 symptom on a hand-made workload.
 """
 

@@ -3,12 +3,12 @@ completed; one token: never generated), which is the whole batch's.
 
 Alone, the library's suppression equals the protocol's: a sequence is banned where the output
 so far ends with all but its last token, never across the prompt's end (measured against the
-sequential reference, tests/test_ct2_beams.py). In a batch of prompts of different lengths the
-longer prompts' tails are fed through the decoding loop, and the library then counts them as
-output: a bad word made of a longer prompt's last token and its first generated one is banned
-there, and not alone (docs/findings.md report 30). So a request with bad words shares a
-batch only with requests of the same bad words and the same prompt length, where no prompt
-has a tail in the loop.
+sequential reference, tests/adapters/ct2/test_beams.py). In a batch of prompts of different
+lengths the longer prompts' tails are fed through the decoding loop, and the library then
+counts them as output: a bad word made of a longer prompt's last token and its first generated
+one is banned there, and not alone (docs/findings.md report 30). So a request with bad words
+shares a batch only with requests of the same bad words and the same prompt length, where no
+prompt has a tail in the loop.
 """
 
 from __future__ import annotations

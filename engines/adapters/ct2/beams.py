@@ -12,7 +12,7 @@ beam ended early by a stop id over a longer one of better score. The protocol's 
 keeps searching to the budget, so the adapter passes a patience no search can reach (more
 finished hypotheses than the beams could produce in max_tokens steps): the library then
 returns what transformers' `generate(num_beams=..., early_stopping="never")` returns
-(tests/test_ct2_beams.py).
+(tests/adapters/ct2/test_beams.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 (`prompt_lookup_num_tokens=`), greedy, one request at a time (engines.adapters.hf.generate's
 baseline otherwise). The library verifies the drafts itself; greedy, its tokens must be the
 model's own greedy continuation, so it is an oracle for our paged engine's speculation that
-nobody here wrote (tests/test_hf_assisted.py), and it runs under the suite like any engine.
+nobody here wrote (tests/adapters/hf/test_assisted.py), and it runs under the suite like any engine.
 
 Declares greedy decoding only (`max_tokens`, `stop_token_ids`) and `seeds` broken (it
 refuses sampled requests): no sampling, seeds or logprobs are sent to it.

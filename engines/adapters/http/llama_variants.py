@@ -173,6 +173,6 @@ def llama_server_lora_cache_prompt() -> LlamaEngine:
     request's prompt, which must not happen across adapters. Base requests list every
     adapter at scale 0: sent without `lora` (as llama_server_lora sends them), they reuse KV
     an adapter computed, and the suite fails parity, reference_parity and prefill_decode
-    (docs/findings.md report 36, pinned by tests/test_llama_server_wave4.py)."""
+    (docs/findings.md report 36, pinned by tests/adapters/http/test_llama_server_variants.py)."""
     server, loras = _lora_server()
     return _engine(server, loras=loras, cache_prompt=True, name="llama-lora-cache-prompt")

@@ -137,7 +137,7 @@ class VLLMEngine:
         self._view = SchedulerView(self._engine)
         self._tally = Tally(label)
         self._cached: dict[str, int] = {}  # key -> prompt tokens served from the prefix cache
-        # Set False to reach the library's crash (tests/test_adapters_vllm.py does).
+        # Set False to reach the library's crash (tests/adapters/vllm/test_vllm.py does).
         budget = config.max_num_batched_tokens
         self.refuse_chunked_seeds = CHUNKED_SEED_CRASH and budget is not None
         # The suite then draws seeded requests only in its `seeds` check, a strict xfail.

@@ -72,7 +72,7 @@ def vllm_stress() -> VLLMEngine:
 # open): a base row's "no adapter" index -1 gathers the last LoRA slot's weights, so a base
 # request batched beside adapters gets the last slot's delta once that slot holds one. Slots
 # fill first-free, so with one slot more than the adapters ever served at once the last slot
-# stays empty (its weights zero) and base rows are right; tests/test_adapters_vllm_wave4.py
+# stays empty (its weights zero) and base rows are right; tests/adapters/vllm/test_request_fields.py
 # reaches the bug with max_loras=1.
 SPARE_LORA_SLOTS = 1
 # As our engines serve them (engines.zoo.ZOO_ADAPTERS: ranks 8 and 4 mixed).
