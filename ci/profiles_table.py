@@ -26,11 +26,11 @@ CHECK = "liveness"
 OVERRIDE = ("import pytest\nfrom toy import ToyEngine\n\n\n@pytest.fixture\n"
             "def engine_factory():\n    return ToyEngine\n")
 SEEDS = ("from engines.testing.context import build_context\n"
-         "from engines.testing.search import limits_for\n"
+         "from engines.testing.search import drawing_of\n"
          "from engines.testing.seed_workloads import seed_workloads\n"
          "from toy import ToyEngine\n"
          "ctx = build_context(ToyEngine)\n"
-         f"print(len(seed_workloads(limits_for(ctx, {CHECK!r}), alone=ctx.oracle.tokens)))\n")
+         f"print(len(seed_workloads(drawing_of(ctx, {CHECK!r}), alone=ctx.oracle.tokens)))\n")
 WHERE = ("import engines, importlib.metadata as m\n"
          "eps = [ep.value for d in m.distributions() for ep in d.entry_points\n"
          "       if ep.group == 'pytest11' and ep.name == 'batching_engines']\n"
