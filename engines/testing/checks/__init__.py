@@ -16,8 +16,6 @@ it in reports (a check it does not name comes last, in file-name order).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -38,6 +36,7 @@ from engines.testing.checks.needs import (
 )
 from engines.testing.coverage import Coverage
 from engines.testing.limits import EngineLimits
+from engines.testing.registry import discover
 from engines.testing.spec_coverage import speculation_notes
 
 __all__ = ["BEAMS", "CHECKS", "CHILDREN", "KV", "LOAD", "ORDER", "PROMPT_LOGPROBS", "PROPERTIES",
@@ -59,25 +58,9 @@ ORDER: tuple[str, ...] = (
 _NOT_CHECKS = frozenset({"base", "needs"})
 
 
-def _discover() -> tuple[Check, ...]:
-    """Every module of this package but _NOT_CHECKS holds one check, bound to CHECK and named
-    after the file (a mismatch is an error here, not a check that silently never runs)."""
-    found: dict[str, Check] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name in _NOT_CHECKS or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        check = getattr(module, "CHECK", None)
-        if not isinstance(check, Check) or check.name != info.name:
-            raise ImportError(f"{module.__name__} must bind CHECK to the Check named "
-                              f"{info.name!r}; it binds {check!r}")
-        found[check.name] = check
-    rank = {name: i for i, name in enumerate(ORDER)}
-    return tuple(sorted(found.values(), key=lambda c: rank.get(c.name, len(ORDER))))
-
-
 # In the order a report lists them; test ids read <engine>-<check>.
-REGISTRY: tuple[Check, ...] = _discover()
+REGISTRY: tuple[Check, ...] = discover(__name__, __path__, "CHECK", Check, order=ORDER,
+                                        skip=_NOT_CHECKS)
 
 
 def catalogue() -> tuple[Check, ...]:

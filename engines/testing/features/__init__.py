@@ -14,13 +14,12 @@ know no feature by name. A new feature is one file here; a check that draws it n
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Sequence
 
 from engines.protocol import unknown_name
 from engines.testing.features.base import AloneFn, Drawing, Feature, Make, Use, pseudo_tokens
 from engines.testing.limits import EngineLimits
+from engines.testing.registry import discover
 
 __all__ = ["FEATURES", "ORDER", "AloneFn", "Drawing", "Feature", "Make", "Use", "default_drawing",
            "drawing_for", "feature_named", "pseudo_tokens"]
@@ -36,24 +35,8 @@ ORDER: tuple[str, ...] = (
 _NOT_FEATURES = frozenset({"base"})
 
 
-def _discover() -> tuple[Feature, ...]:
-    """Every module of this package but base holds one feature, bound to FEATURE and named
-    after the file (a mismatch is an error here, not a feature that silently never draws)."""
-    found: dict[str, Feature] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name in _NOT_FEATURES or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        feature = getattr(module, "FEATURE", None)
-        if not isinstance(feature, Feature) or feature.name != info.name:
-            raise ImportError(f"{module.__name__} must bind FEATURE to the Feature named "
-                              f"{info.name!r}; it binds {feature!r}")
-        found[feature.name] = feature
-    rank = {name: i for i, name in enumerate(ORDER)}
-    return tuple(sorted(found.values(), key=lambda f: rank.get(f.name, len(ORDER))))
-
-
-FEATURES: tuple[Feature, ...] = _discover()
+FEATURES: tuple[Feature, ...] = discover(__name__, __path__, "FEATURE", Feature, order=ORDER,
+                                        skip=_NOT_FEATURES)
 
 
 def feature_named(name: str) -> Feature:
