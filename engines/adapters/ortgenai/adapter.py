@@ -83,6 +83,7 @@ from engines.adapters.ortgenai.guidance import guidance
 from engines.core.guided import Grammars
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, PRESETS, preset_max_model_len
 from engines.protocol import Capabilities, FinishReason, Request, SamplingParams, StepOutput
+from engines.threads import engine_threads
 from engines.tokenizer import tokenizer_for
 
 __all__ = [
@@ -175,6 +176,12 @@ class OrtGenaiEngine:
         if tokenizer is not None:
             self.expected_failed_checks["streamed_text"] = STREAM_LOSES_TEXT
         config = og.Config(str(model_dir))
+        # The threads this process may use (taskset) or the bench's --threads
+        # (engines.threads), not onnxruntime's default of every core: a stated count, as the
+        # OpenVINO GenAI and CTranslate2 adapters give their libraries.
+        self.compute_threads = engine_threads()
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": {
+            "intra_op_num_threads": self.compute_threads}}}}))
         if max_batch_size is not None:
             config.overlay(json.dumps(
                 {"engine": {"static_batching": {"max_batch_size": int(max_batch_size)}}}))
