@@ -19,6 +19,7 @@ are honoured trivially: nothing cached outlives its request.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 from collections.abc import Hashable, Mapping
 from pathlib import Path
@@ -48,9 +49,9 @@ from engines.protocol import (
 
 class SequentialEngine(BaseEngine):
     name = "sequential"
-    supported_sampling = (BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
-                          | {"lora", "cache_salt", "prompt_logprobs", "n", "beam_width",
-                             "length_penalty"})
+    CAPABILITIES = dataclasses.replace(BaseEngine.CAPABILITIES, supported_sampling=(
+        BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
+        | {"lora", "cache_salt", "prompt_logprobs", "n", "beam_width", "length_penalty"}))
 
     beam_search = BeamSearch  # the search's rule (engines.core.beams)
 

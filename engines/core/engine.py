@@ -8,10 +8,11 @@ paged one, must not offer those members: the protocol check is structural).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -50,18 +51,16 @@ class EngineCore(Generic[S]):
     """Implements Engine and Abortable bookkeeping: model, validation, queue; not the schedule."""
 
     name = "base"
-    # Every token-choice field, per row (engines.core.sampling), and the constraints
+    # What every engine of ours declares whatever it was built with (capabilities() adds what
+    # the instance says: its preset's thresholds, its tokenizer, its model's dtype). Every
+    # token-choice field, per row (engines.core.sampling), and the constraints
     # (engines.core.constraints; guided through engines.core.guided); stop strings and the
-    # streamed text (engines.core.detokenize); top logprobs are raw.
-    supported_sampling: frozenset[str] = (BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS
-                                          | TEXT_PARAMS)
-    logprobs_of = "raw"
-    # Properties this engine knowingly breaks, with the reason: the suite makes them strict xfails.
-    expected_failed_checks: Mapping[str, str] = {}
-    # The optional StepOutput fields it fills, and requests it runs at once where it has no
-    # slots (engines.paged sets both).
-    output_fields: frozenset[str] = frozenset()
-    max_concurrency: int | None = None
+    # streamed text (engines.core.detokenize); top logprobs are raw. A subclass narrows or
+    # widens it with dataclasses.replace (its expected_failed_checks: the properties it
+    # knowingly breaks, with the reason, which the suite makes strict xfails).
+    CAPABILITIES: ClassVar[Capabilities] = Capabilities(
+        supported_sampling=BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS,
+        logprobs_of="raw")
 
     def __init__(
         self,
@@ -91,7 +90,7 @@ class EngineCore(Generic[S]):
         self.max_batch_size: int = max_batch_size
         # Capabilities.position_thresholds: the preset's window or RoPE threshold, which the
         # suite's workloads then cross.
-        self.position_thresholds: dict[str, int] = preset_thresholds(model)
+        self._thresholds: dict[str, int] = preset_thresholds(model)
         # A checkpoint directory's own tokenizer where it has one; else the presets' BPE of
         # this vocabulary (engines.tokenizer), trained once when first read.
         own = Path(model) if isinstance(model, str | Path) else None
@@ -121,7 +120,7 @@ class EngineCore(Generic[S]):
             seq.index = index
             seq.matcher = matchers[index]
             # Every request streams its text: the tokenizer is declared, so text is promised.
-            seq.detok = IncrementalText(load_tokenizer(self.tokenizer), params.stop,
+            seq.detok = IncrementalText(load_tokenizer(self._tokenizer()), params.stop,
                                         params.include_stop_str_in_output)
             family.append(seq)
         self._live[request.request_id] = family
@@ -134,7 +133,7 @@ class EngineCore(Generic[S]):
             vocab_size=self.vocab_size,
             max_model_len=self.max_model_len,
             in_flight=self._live,
-            supported=self.supported_sampling,
+            supported=self.CAPABILITIES.supported_sampling,
         )
 
     def _new_state(self, request: Request, generator: torch.Generator | None) -> S:
@@ -147,28 +146,20 @@ class EngineCore(Generic[S]):
 
     def _grammars(self) -> Grammars:
         if self._grammar_compiler is None:
-            self._grammar_compiler = Grammars(self.tokenizer, self.vocab_size)
+            self._grammar_compiler = Grammars(self._tokenizer(), self.vocab_size)
         return self._grammar_compiler
 
     def capabilities(self) -> Capabilities:
-        """What this engine supports (engines.protocol.Capabilities), from the class's own
-        settings above (a subclass narrows or widens them there) and the model's dtype."""
+        """What this engine supports (engines.protocol.Capabilities): the class's CAPABILITIES
+        with this instance's thresholds, tokenizer and model dtype."""
         if self._dtype_name is None:  # read once: capabilities() is read every step
             self._dtype_name = str(next(self.model.parameters()).dtype).removeprefix("torch.")
         dtype = self._dtype_name
-        return Capabilities(
-            supported_sampling=self.supported_sampling,
-            output_fields=self.output_fields,
-            expected_failed_checks=self.expected_failed_checks,
-            logprobs_of=self.logprobs_of,
-            max_concurrency=self.max_concurrency,
-            position_thresholds=self.position_thresholds,
-            tokenizer=self.tokenizer,
-            dtype=dtype if dtype in DTYPES else "float32",
-        )
+        return dataclasses.replace(self.CAPABILITIES, position_thresholds=self._thresholds,
+                                   tokenizer=self._tokenizer(),
+                                   dtype=dtype if dtype in DTYPES else "float32")
 
-    @property
-    def tokenizer(self) -> str:
+    def _tokenizer(self) -> str:
         """Capabilities.tokenizer: the directory of this vocabulary's tokenizer.json."""
         if self._tokenizer_dir is None:
             self._tokenizer_dir = tokenizer_for(self.vocab_size)

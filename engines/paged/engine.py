@@ -27,8 +27,8 @@ Speculative decoding (`speculation=Speculation(...)`, off by default; engines.pa
 .speculate): a prompt-lookup or draft-model drafter proposes up to k tokens per decoding
 request, verified in the step's one forward; a request's tokens are the same as without it.
 
-Not SlotIntrospection: requests have no slots that stay compact (`max_concurrency` says how
-many run at once); KVIntrospection describes the pool instead.
+Not SlotIntrospection: requests have no slots that stay compact (Capabilities.max_concurrency
+says how many run at once); KVIntrospection describes the pool instead.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from engines.protocol import (
     CONSTRAINT_PARAMS,
     PROCESSING_PARAMS,
     TEXT_PARAMS,
+    Capabilities,
     InvalidRequest,
     Request,
     StepOutput,
@@ -103,11 +104,14 @@ class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
     name = "paged"
     # n > 1: engines.paged.fork (children share the prompt's blocks copy-on-write); beam
     # search: engines.paged.beams (a group of rows whose tables fork copy-on-write).
-    supported_sampling = (BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
-                          | {"lora", "cache_salt", "prompt_logprobs", "n", "beam_width",
-                             "length_penalty"})
-    # Each request's prefix-cache hit tokens at its first admission, on its next output.
-    output_fields = frozenset({"cached_prompt_tokens"})
+    # Each request's prefix-cache hit tokens at its first admission, on its next output
+    # (output_fields).
+    CAPABILITIES = dataclasses.replace(
+        EngineCore.CAPABILITIES,
+        supported_sampling=(BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS
+                            | {"lora", "cache_salt", "prompt_logprobs", "n", "beam_width",
+                               "length_penalty"}),
+        output_fields=frozenset({"cached_prompt_tokens"}))
 
     def __init__(
         self,
@@ -154,7 +158,6 @@ class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
         self.kv_total_blocks = num_blocks
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_prefill_only_tokens = max_prefill_only_tokens
-        self.max_concurrency = max_batch_size
         self.pool = BlockPool(num_blocks, enable_prefix_caching=enable_prefix_caching)
         self.runner = PagedForward(self.model, num_blocks=num_blocks, block_size=block_size,
                                    max_model_len=self.max_model_len, seats=max_batch_size,
@@ -196,6 +199,10 @@ class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
     def prefix_cache_hits(self) -> int:
         """Blocks taken from the prefix cache instead of being computed, ever."""
         return self.pool.hits
+
+    def capabilities(self) -> Capabilities:
+        """EngineCore's, and how many requests run at once: it has no slots to count them."""
+        return dataclasses.replace(super().capabilities(), max_concurrency=self.max_batch_size)
 
     def exercised(self) -> dict[str, int]:
         """engines.protocol.Exercised: what the features did, for the suite's summary."""

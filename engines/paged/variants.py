@@ -12,6 +12,7 @@ the default engine.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from engines.models import DEFAULT_PRESET, preset_max_model_len
@@ -114,10 +115,10 @@ class _SampledDrafts(PagedEngine):
     # step budget, a short pool or a preemption (the seed workloads overflow the pool) that
     # number differs from its alone run's. Declared, so the suite draws no seeded requests
     # elsewhere and judges its sampling by distribution (sequence_distribution).
-    expected_failed_checks = {
+    CAPABILITIES = dataclasses.replace(PagedEngine.CAPABILITIES, expected_failed_checks={
         "seeds": "sampled drafts (the min(1, p/q) rule) take a seeded request's uniforms "
                  "step by step by the drafts verified, which preemption and the step budget "
-                 "change: its tokens depend on the batch"}
+                 "change: its tokens depend on the batch"})
 
 
 VARIANTS = {

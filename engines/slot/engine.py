@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -16,7 +17,9 @@ from engines.slot.forward import SlotForward
 
 
 class SlotEngine(BaseEngine):
-    supported_sampling = BaseEngine.supported_sampling | {"prompt_logprobs", "n"}
+    CAPABILITIES = dataclasses.replace(
+        BaseEngine.CAPABILITIES,
+        supported_sampling=BaseEngine.CAPABILITIES.supported_sampling | {"prompt_logprobs", "n"})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

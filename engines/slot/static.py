@@ -7,16 +7,18 @@ A request that arrives while a batch runs waits for the whole batch to drain.
 
 from __future__ import annotations
 
+import dataclasses
+
 from engines.protocol import StepOutput
 from engines.slot.engine import SlotEngine
 
 
 class StaticBatchEngine(SlotEngine):
     name = "static"
-    expected_failed_checks = {
+    CAPABILITIES = dataclasses.replace(SlotEngine.CAPABILITIES, expected_failed_checks={
         "zero_waste": "static batching computes finished members until the batch drains",
         "work_conservation": "requests wait for the running batch to drain, with slots free",
-    }
+    })
 
     def step(self) -> list[StepOutput]:
         outputs: list[StepOutput] = []

@@ -130,7 +130,7 @@ class SampledDraftsControl(PagedEngine):
     min(1, p/q) rule), for the no-false-alarm runs of the distribution check."""
 
     reference = SequentialEngine
-    expected_failed_checks = speculative_draft_sampled().expected_failed_checks
+    CAPABILITIES = type(speculative_draft_sampled()).CAPABILITIES  # its declared `seeds`
 
     def __init__(self, **kw: Any) -> None:
         kw.setdefault("speculation", SAMPLED_DRAFTS)

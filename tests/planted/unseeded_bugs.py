@@ -47,10 +47,10 @@ def _processed_tops(logits: torch.Tensor, seqs: Sequence[RequestState], tokens: 
 
 class ProcessedLogprobs(SamplerEngine):
     """Correct: its top logprobs are of the processed distribution, and it says so
-    (`logprobs_of = "processed"`). Against a raw reference they differ wherever a penalty,
+    (Capabilities.logprobs_of "processed"). Against a raw reference they differ wherever a penalty,
     temperature or filter applies; the logprobs check must compare only where none does."""
 
-    logprobs_of = "processed"
+    CAPABILITIES = dataclasses.replace(SamplerEngine.CAPABILITIES, logprobs_of="processed")
     reference = SequentialEngine
     shift = 0.0
 

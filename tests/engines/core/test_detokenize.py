@@ -11,7 +11,7 @@ from hypothesis import settings as Settings
 
 from engines.core.detokenize import IncrementalText
 from engines.paged.engine import PagedEngine
-from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
+from engines.protocol import FinishReason, Request, SamplingParams, StepOutput, capabilities_of
 from engines.sequential import SequentialEngine
 from engines.slot.continuous import ContinuousBatchEngine
 from engines.slot.static import StaticBatchEngine
@@ -38,7 +38,7 @@ def _byte_ids(tok: Any) -> dict[int, int]:
 
 @pytest.fixture(scope="module")
 def tok() -> Any:
-    return tokenizer(SequentialEngine().tokenizer)
+    return tokenizer(capabilities_of(SequentialEngine()).tokenizer)
 
 
 def _ids(tok: Any, text: str) -> list[int]:

@@ -18,6 +18,7 @@ from engines.protocol import (
     SamplingParams,
     SlotIntrospection,
     StepOutput,
+    capabilities_of,
 )
 from tests.helpers import alone, drain, greedy, make_prompts
 from tests.kv_checks import drain_checked
@@ -59,11 +60,12 @@ def test_protocols_and_declared_concurrency() -> None:
     assert isinstance(engine, KVIntrospection)
     # Its requests hold no slots kept compact: claiming SlotIntrospection would be false.
     assert not isinstance(engine, SlotIntrospection)
-    assert engine.max_concurrency == 5
+    assert capabilities_of(engine).max_concurrency == 5
     # The pool: half the seats' whole contexts, rounded up (seats can need twice the pool).
     assert engine.kv_block_size == 16 and engine.kv_total_blocks == 3 * 512 // 16
     default = PagedEngine()
-    assert (default.max_concurrency, default.kv_total_blocks) == (16, 8 * 512 // 16)
+    assert capabilities_of(default).max_concurrency == 16
+    assert default.kv_total_blocks == 8 * 512 // 16
 
 
 def _first_token_steps(engine: PagedEngine, requests: Sequence[Request]) -> dict[Hashable, int]:

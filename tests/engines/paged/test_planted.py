@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from engines.paged.engine import PagedEngine
-from engines.protocol import Request, SamplingParams, StepOutput
+from engines.protocol import Request, SamplingParams, StepOutput, capabilities_of
 from tests.helpers import alone, drain, greedy, make_prompts
 from tests.kv_checks import drain_checked
 from tests.planted.paged_bugs import (
@@ -157,7 +157,7 @@ def test_a_preempted_requests_table_lingers(cls: type[PagedEngine]) -> None:
     # The bug's own configuration holds a whole context for each of its 8 seats, so it never
     # preempts: only a variant's smaller pool reaches it (the default's 16 seats would too).
     own = PreemptedTableLingers()
-    assert (own.max_concurrency, own.kv_total_blocks) == (8, 8 * 512 // 16)
+    assert capabilities_of(own).max_concurrency == 8 and own.kv_total_blocks == 8 * 512 // 16
 
 
 @pytest.mark.parametrize("cls", [ResumeKeepsOldBlockIds, PagedEngine], ids=lambda c: c.__name__)
@@ -168,7 +168,8 @@ def test_a_resumed_request_keeps_its_old_block_ids(cls: type[PagedEngine]) -> No
     requests = greedy(make_prompts([48] * 16, seed=37), [32] * 16)
     expected = alone(requests)
     engine = cls(max_model_len=128)
-    assert (engine.max_concurrency, engine.kv_total_blocks) == (16, 8 * 128 // 16)
+    assert capabilities_of(engine).max_concurrency == 16
+    assert engine.kv_total_blocks == 8 * 128 // 16
     got = {r: t for r, (t, _) in drain_checked(engine, requests).items()}
     assert engine.preemptions > 0
     assert (got != expected) == (cls is ResumeKeepsOldBlockIds)

@@ -169,7 +169,8 @@ class _Seedless(SequentialEngine):
     """Declares seeds broken (as mistral.rs does): the checks of unseeded sampling still
     judge its sampling path."""
 
-    expected_failed_checks = {"seeds": "no per-request seed"}
+    CAPABILITIES = dataclasses.replace(SequentialEngine.CAPABILITIES,
+                                       expected_failed_checks={"seeds": "no per-request seed"})
 
 
 def test_an_engine_without_seeds_is_judged_on_unseeded_sampling() -> None:
