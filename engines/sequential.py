@@ -239,3 +239,17 @@ class SequentialEngine(BaseEngine):
             outputs.append(child.finish_beam(best.tokens, best.finish_reason))
             self._finish(child)
         self._retire()
+
+
+# The reference at the precision engines are deployed at: `--reference-engine` for an engine
+# that declares it (docs/usage.md, "Parity at the precision an engine runs at"). Against the
+# fp32 reference, a bf16 engine's own roundings move tokens no batching touched.
+def sequential_bf16() -> SequentialEngine:
+    """The reference engine in bfloat16 (weights, compute and KV cache)."""
+    return SequentialEngine(dtype="bfloat16")
+
+
+def sequential_fp16() -> SequentialEngine:
+    """The reference engine in float16 (weights, compute and KV cache; torch runs it on a CPU
+    too)."""
+    return SequentialEngine(dtype="float16")

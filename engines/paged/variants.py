@@ -19,8 +19,8 @@ from engines.models import DEFAULT_PRESET, preset_max_model_len
 from engines.paged.engine import DEFAULT_BLOCK_SIZE, PagedEngine
 from engines.paged.speculate import Speculation
 
-__all__ = ["VARIANTS", "budget_8", "compiled_graphs", "compiled_step", "equal_memory",
-           "no_prefix_caching", "one_at_a_time", "small_pool", "speculative_draft",
+__all__ = ["VARIANTS", "bf16", "budget_8", "compiled_graphs", "compiled_step", "equal_memory",
+           "fp16", "no_prefix_caching", "one_at_a_time", "small_pool", "speculative_draft",
            "speculative_draft_sampled", "speculative_ngram", "speculative_self"]
 
 
@@ -134,3 +134,17 @@ VARIANTS = {
     "speculative_self": speculative_self,
     "speculative_draft_sampled": speculative_draft_sampled,
 }
+
+
+# The default engine at the precisions engines are deployed at: not config variants (their
+# tokens differ from fp32's), but engines to test on their own, with the reference at the
+# same precision (engines.sequential:sequential_bf16), under the suite's default
+# --parity=auto (tie-aware, from the dtype they declare).
+def bf16() -> PagedEngine:
+    """The paged engine in bfloat16 (weights, compute and KV blocks)."""
+    return PagedEngine(dtype="bfloat16")
+
+
+def fp16() -> PagedEngine:
+    """The paged engine in float16 (weights, compute and KV blocks)."""
+    return PagedEngine(dtype="float16")

@@ -41,3 +41,14 @@ class StaticBatchEngine(SlotEngine):
             self.running.clear()  # the batch has drained: all its slots free at once
             self.cache.reset()
         return outputs
+
+
+# At the precision engines are deployed at (as engines.slot.continuous's).
+def static_bf16() -> StaticBatchEngine:
+    """The static engine in bfloat16 (weights, compute and KV cache)."""
+    return StaticBatchEngine(dtype="bfloat16")
+
+
+def static_fp16() -> StaticBatchEngine:
+    """The static engine in float16 (weights, compute and KV cache)."""
+    return StaticBatchEngine(dtype="float16")

@@ -26,6 +26,7 @@ from engines.testing.judging import Judge
 from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
 from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
+from engines.testing.precision import ParityChoice, ParitySetting, choose_parity
 from engines.testing.recorder import Trace, run_workload
 from engines.testing.runs import RunCache
 from engines.testing.threads import limit_torch_threads
@@ -40,8 +41,10 @@ Factory = Callable[[], Engine]
 class SuiteOptions:
     """How the suite judges, whatever the engine (the plugin's options and ini keys)."""
 
-    parity: ParityMode = "exact"
-    tolerance: float = 1e-3  # tie-aware: largest logprob gap that counts as a tie
+    # auto: chosen from the engines' declared precision (engines.testing.precision); once
+    # build_context has chosen, the context's options hold the mode and tolerance in force.
+    parity: ParitySetting = "auto"
+    tolerance: float | None = None  # tie-aware: largest logprob gap that counts as a tie
     step_timeout: float | None = 60.0  # seconds a protocol call may take
     reference: Factory | None = None  # --reference-engine
     reference_spec: str | None = None
@@ -66,6 +69,8 @@ class SuiteContext:
     # Every pool of the context (the engine's, the oracle's, the reference's, the variants'),
     # closed together at the end of a session.
     pools: tuple[EnginePool, ...] = ()
+    # The parity in force and why (the header and the summary state it).
+    parity: ParityChoice = ParityChoice("exact", 1e-3, "default")
 
     @property
     def step_timeout(self) -> float | None:
@@ -145,13 +150,19 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
             known_checks(capabilities_of(e).expected_failed_checks)
         except ValueError as exc:
             raise EngineSpecError(f"{label}: {exc}") from None
+    choice = choose_parity(options.parity, options.tolerance, {
+        "engine": capabilities_of(engine),
+        **{("reference engine" if n == "reference" else f"variant {n!r}"): capabilities_of(o)
+           for n, (_, o) in others.items()}})
+    options = dataclasses.replace(options, parity=choice.mode, tolerance=choice.tolerance)
+    mode: ParityMode = choice.mode
     declared = dict(capabilities_of(engine).expected_failed_checks)
     limits = EngineLimits.of(
         engine,
         # Every engine compared must accept every request drawn.
         max_model_len=min(int(e.max_model_len) for e in (engine, *(o for _, o in
                                                                     others.values()))),
-        logprobs=TOP_K if options.parity == "tie-aware" else 0,
+        logprobs=TOP_K if mode == "tie-aware" else 0,
         sampling=draws_sampling(declared),
         **_sampling_fields(options, [engine, *(o for _, o in others.values())]),
     )
@@ -194,7 +205,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     # with a smaller pool preempts where the default engine cannot).
     kv_variants = {n: factory_source(options.variants[n], None) for n, (_, e) in others.items()
                    if isinstance(e, KVIntrospection)}
-    judge = Judge(oracle, options.parity, options.tolerance, reference, variants, kv_variants,
+    judge = Judge(oracle, mode, choice.tolerance, reference, variants, kv_variants,
                   frozenset(declared), logprobs_of=capabilities_of(engine).logprobs_of,
                   reference_logprobs_of=reference_logprobs, vocab_size=int(engine.vocab_size))
     return SuiteContext(
@@ -210,5 +221,6 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         repro_source=repro_source,
         pools=(pool, oracle.pool, *((reference.pool,) if reference is not None else ()),
                *variant_pools),
+        parity=choice,
     )
 

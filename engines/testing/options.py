@@ -35,7 +35,7 @@ PARITY = "parity"
 TOLERANCE = "parity_tolerance"
 STEP_TIMEOUT = "step_timeout"
 TORCH_THREADS = "torch_threads"
-PARITY_MODES = ("exact", "tie-aware")
+PARITY_MODES = ("auto", "exact", "tie-aware")
 DEST_PREFIX = "batching_"
 
 _FLAGS: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -53,11 +53,13 @@ _FLAGS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "request the same tokens on it (check variants)"}),
     PARITY: ("--batching-parity", "--parity", {
         "choices": PARITY_MODES,
-        "help": "parity comparison: exact (default) or tie-aware (accept divergences at "
-        "near-ties, judged from top_logprobs)"}),
+        "help": "parity comparison: auto (default: exact where every engine compared declares "
+        "float32 or batch invariance, else tie-aware), exact, or tie-aware (accept divergences "
+        "at near-ties, judged from top_logprobs)"}),
     TOLERANCE: ("--batching-parity-tolerance", "--parity-tolerance", {
         "type": float, "metavar": "LOGPROB",
-        "help": "tie-aware: largest logprob gap that counts as a tie (default 1e-3)"}),
+        "help": "tie-aware: largest logprob gap that counts as a tie (default: derived from "
+        "the dtypes the engines declare, 1e-3 at float32, 0.125 at bfloat16)"}),
     STEP_TIMEOUT: ("--batching-step-timeout", "--step-timeout", {
         "type": float, "metavar": "SECONDS",
         "help": "fail a protocol call that runs longer than this (default 60)"}),
@@ -70,8 +72,9 @@ _INI: dict[str, tuple[str, Any]] = {
     ENGINE: ("engine factory module:callable for the conformance suite", None),
     REFERENCE: ("reference engine factory module:callable (reference_parity)", None),
     VARIANTS: ("config variants, one NAME=module:callable a line (variants)", []),
-    PARITY: ("parity comparison: exact or tie-aware", "exact"),
-    TOLERANCE: ("tie-aware parity tolerance (logprob gap)", "1e-3"),
+    PARITY: ("parity comparison: auto, exact or tie-aware", "auto"),
+    TOLERANCE: ("tie-aware parity tolerance (logprob gap; default: from the declared dtypes)",
+                None),
     STEP_TIMEOUT: ("seconds a protocol call may take", "60"),
     TORCH_THREADS: ("torch intra-op threads in the suite's process (--torch-threads)", None),
 }
@@ -130,8 +133,8 @@ class RunOptions:
     reference: Factory | None = None
     variant_specs: tuple[str, ...] = ()
     variants: Mapping[str, Factory] = field(default_factory=dict)
-    parity: str = "exact"
-    tolerance: float = 1e-3
+    parity: str = "auto"
+    tolerance: float | None = None  # None: derived from the engines' declared dtypes
     step_timeout: float | None = 60.0
     torch_threads: int | None = None  # torch's intra-op threads, set before engines are built
     aliases: tuple[str, ...] = ()  # the generic option names this run gave the suite
@@ -179,7 +182,8 @@ def read_options(config: pytest.Config, aliases: tuple[str, ...]) -> RunOptions:
     parity = str(_value(config, PARITY))
     if parity not in PARITY_MODES:
         raise pytest.UsageError(f"parity: {parity!r} is not one of {PARITY_MODES}")
-    tolerance = _number(config, TOLERANCE, aliases)
+    given = _value(config, TOLERANCE)
+    tolerance = None if given in (None, "") else _number(config, TOLERANCE, aliases)
     step_timeout = _number(config, STEP_TIMEOUT, aliases) or None
     torch_threads = _threads(config, aliases)
     engine_spec = str(_value(config, ENGINE) or "") or None

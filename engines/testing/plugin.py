@@ -39,6 +39,7 @@ CHECK = "batching-engines check"  # <engine>-<check>
 FATE = "batching-engines fate"  # (status, reason): a skip or declared xfail, set as it is made
 COVERAGE = "batching-engines coverage"  # what a check exercised
 PROFILE = "batching-engines profile"  # the profile a check ran under
+PARITY = "batching-engines parity"  # the parity a check judged by, and why
 
 
 def _no_engine(options: RunOptions) -> str:
@@ -125,12 +126,17 @@ def pytest_report_collectionfinish(config: pytest.Config,
 
     options = run_options(config)
     spec = options.engine_spec or "engine_factory fixture"
-    mode = options.parity
-    if mode == "tie-aware":
-        mode += f" (tolerance {options.tolerance:g}; margins from " + (
+    # The engines named on the command line are built here (the run needs them next): the
+    # parity --parity=auto picks depends on the precision they declare.
+    ctx = _build_named_engine(config, items)
+    mode = (f"{options.parity} (chosen from the engines' declared precision as they are built)"
+            if ctx is None else ctx.parity.describe())
+    if ctx is not None and ctx.parity.mode == "tie-aware":
+        mode = mode[:-1] + "; margins from " + (
             "the reference engine)" if options.reference_spec else "the engine's own logprobs)")
     profile = profile_in_force(config)
     lines = [f"batching-engines: engine {spec}, parity {mode}, {profile.describe()}"]
+    lines += [f"batching-engines: warning: {w}" for w in (ctx.parity.warnings if ctx else ())]
     current = settings.get_current_profile_name()
     # Hypothesis derives "<name>-with-verbose-verbosity" (and the like) from its options.
     if current.partition("-with-")[0] not in (profile.name, "default", "ci"):
@@ -180,6 +186,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     # From the reports, so that it is said under xdist too (the controller prints no header).
     for described in sorted(_profiles_reported(terminalreporter)):
         terminalreporter.write_line(f"checks run under {described}")
+    for described in sorted(_profiles_reported(terminalreporter, PARITY)):
+        terminalreporter.write_line(f"parity: {described}")
     for engine, (total, passed, other) in engines.items():
         if passed:
             data = total.as_dict()
@@ -202,10 +210,11 @@ def _times(seconds: dict[str, float]) -> str:
     return f"time: {total:.0f} s in the checks: {', '.join(parts)}"
 
 
-def _profiles_reported(terminalreporter: Any) -> set[str]:
-    return {str(props[PROFILE]) for reports in terminalreporter.stats.values()
+def _profiles_reported(terminalreporter: Any, key: str = PROFILE) -> set[str]:
+    """Every value the checks' reports recorded under `key` (the profile, the parity)."""
+    return {str(props[key]) for reports in terminalreporter.stats.values()
             for report in reports
-            if PROFILE in (props := dict(getattr(report, "user_properties", ())))}
+            if key in (props := dict(getattr(report, "user_properties", ())))}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -250,18 +259,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
-    # The engine named on the command line is built when the run starts, not while collecting
-    # (a --collect-only run builds none): not an engine, or a reference or variant over another
-    # vocabulary, is then one usage error before any check runs.
-    options = run_options(session.config)
-    if (options.engine is None or session.config.option.collectonly
-            or not any(_is_conformance(i) for i in session.items)):
-        return
+    # Built already where the header was printed; else (no terminal) here.
+    _build_named_engine(session.config, session.items)
+
+
+def _build_named_engine(config: pytest.Config, items: list[pytest.Item]) -> SuiteContext | None:
+    """The context of the engine named on the command line, built once collection is done,
+    not while collecting (a --collect-only run builds none): not an engine, or a reference or
+    variant over another vocabulary, is then one usage error before any check runs. None where
+    no engine is named (a fixture override builds it at its first check)."""
+    options = run_options(config)
+    if (options.engine is None or config.option.collectonly
+            or not any(_is_conformance(i) for i in items)):
+        return None
     from engines.factories import EngineSpecError, engine_name
 
     try:
-        context_for(session.config, options.engine, engine_name(options.engine),
-                    options.engine_spec, options.reference, dict(options.variants))
+        return context_for(config, options.engine, engine_name(options.engine),
+                           options.engine_spec, options.reference, dict(options.variants))
     except EngineSpecError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -281,7 +296,7 @@ def context_for(config: pytest.Config, factory: Callable[[], Engine], name: str,
             return ctx
     options = run_options(config)
     ctx = build_context(factory, name=name, spec=spec, options=SuiteOptions(
-        parity=options.parity,  # type: ignore[arg-type]
+        parity=options.parity,  # type: ignore[arg-type]  # one of PARITY_MODES (options)
         tolerance=options.tolerance,
         step_timeout=options.step_timeout,
         torch_threads=options.torch_threads,
@@ -352,6 +367,7 @@ def conformance_context(
                           reference_factory, engine_variants)
     except EngineSpecError as exc:
         pytest.fail(str(exc), pytrace=False)
+    props.append((PARITY, ctx.parity.describe()))
     fate = ctx.checks[conformance_check]
     if fate.status in ("skip", "xfail"):
         props.append((FATE, (fate.status, fate.reason)))

@@ -27,7 +27,8 @@ def test_engine_option_runs_the_suite_with_readable_ids(pytester: pytest.Pyteste
     # tokenizer
     result.assert_outcomes(passed=13, skipped=14)
     result.stdout.fnmatch_lines([
-        "batching-engines: engine examples.toy_engine:ToyEngine, parity exact, *",
+        "batching-engines: engine examples.toy_engine:ToyEngine, parity exact (auto: every "
+        "engine compared computes float32 with a float32 KV cache), *",
         "*test_conformance[[]ToyEngine-parity[]] PASSED*",
         "*test_conformance[[]ToyEngine-stateful[]] PASSED*",
     ])
@@ -37,21 +38,36 @@ def test_ini_key_and_tie_aware_mode(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nengine = examples.toy_engine:ToyEngine\nparity = tie-aware\n")
     result = pytester.runpytest(*SUITE, "-k", "parity")
     result.assert_outcomes(passed=1, skipped=1)  # reference_parity: no reference given
-    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 0.001; margins from the engine's "
-                                 "own logprobs)*"])
+    result.stdout.fnmatch_lines(["*parity tie-aware, tolerance 0.001 (--parity=tie-aware; "
+                                 "tolerance from the declarations: engine declares float32; "
+                                 "margins from the engine's own logprobs)*"])
 
 
-def test_tie_aware_suite_on_a_real_bf16_engine(pytester: pytest.Pytester) -> None:
-    # The whole suite, tie-aware, on the continuous engine in bf16: every property that asks
-    # for top_logprobs gets them from a real engine, and no near-tie is called a bug. The
-    # reference runs in bf16 too: against fp32's, bf16's rounding alone moves a token.
-    result = pytester.runpytest(*SUITE, "--engine", "tests.helpers:bf16_continuous",
-                                "--parity=tie-aware", "--parity-tolerance=0.125",
-                                "--reference-engine", "tests.helpers:bf16_sequential",
+def test_auto_parity_on_a_real_bf16_engine(pytester: pytest.Pytester) -> None:
+    # The suite under its default --parity=auto on the continuous engine in bf16: the engine
+    # declares bfloat16, so the checks compare tie-aware at 2 bf16 ulps, every property that
+    # asks for top_logprobs gets them from a real engine, and no near-tie is called a bug.
+    # The reference runs in bf16 too: against fp32's, bf16's rounding alone moves a token.
+    result = pytester.runpytest(*SUITE, "--engine", "engines.slot.continuous:continuous_bf16",
+                                "--reference-engine", "engines.sequential:sequential_bf16",
                                 "-k", "parity or prefill_decode or seeds or stateful")
     result.assert_outcomes(passed=5)  # the checks that compare tokens
-    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 0.125; margins from the "
-                                 "reference engine)*"])
+    result.stdout.fnmatch_lines([
+        "*parity tie-aware, tolerance 0.125 (auto: engine declares bfloat16; margins from the "
+        "reference engine)*",
+        "parity: tie-aware, tolerance 0.125 (auto: engine declares bfloat16)"])
+    assert "warning" not in result.stdout.str()
+
+
+def test_a_reference_at_another_precision_is_a_header_warning(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(*SUITE, "--engine", "engines.slot.continuous:continuous_bf16",
+                                "--reference-engine", "engines.sequential:SequentialEngine",
+                                "-k", "liveness")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*parity tie-aware, tolerance 0.125 (auto: engine declares bfloat16;*",
+        "batching-engines: warning: the reference engine computes in float32, the engine in "
+        "bfloat16: *engines.sequential:sequential_bf16*"])
 
 
 def test_fixture_override_pulls_the_suite_in(pytester: pytest.Pytester) -> None:

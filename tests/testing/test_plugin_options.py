@@ -79,7 +79,7 @@ def test_namespaced_names_work_where_the_generic_ones_are_ours(
                                 "one_slot=examples.toy_engine:one_slot",
                                 "--batching-parity=tie-aware", "-k", "variants")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*parity tie-aware (tolerance 0.001;*",
+    result.stdout.fnmatch_lines(["*parity tie-aware, tolerance 0.001 (*",
                                  "batching-engines: variants one_slot=examples.toy_*"])
     result = pytester.runpytest(*SUITE, "--engine", "examples.toy_engine:ToyEngine",
                                 "--parity-tolerance", "lots")

@@ -1,0 +1,143 @@
+"""`--parity=auto`: the parity judgment and its tolerance, chosen from the precision every
+engine compared declares (Capabilities.dtype, kv_cache_dtype, batch_invariant).
+
+Exact parity is free only where batched and alone runs agree to the bit: float32 compute with
+a float32 KV cache (reductions reordered by batching move fp32 logits by ~1e-6, far below any
+gap greedy decoding meets on our presets), or an engine that declares its rows batch
+invariant. Anywhere else a batch's different reduction order legitimately flips near-ties,
+and the suite compares tie-aware, with a tolerance of a few ulps at the logits' scale for the
+coarsest format any engine compared computes or caches in (docs/usage.md, "Tie-aware parity").
+An explicit --parity / --parity-tolerance always wins over the choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from engines.protocol import Capabilities
+from engines.testing.oracle import ParityMode
+
+__all__ = ["EXACT_DTYPE", "FLOOR", "SIGNIFICANT_BITS", "ParityChoice", "ParitySetting",
+           "choose_parity", "tolerance_for"]
+
+ParitySetting = Literal["auto", "exact", "tie-aware"]  # what a run asks for
+EXACT_DTYPE = "float32"
+
+# Significant bits of each format's values (the implicit leading bit counted): the precision a
+# logit computed or cached in it keeps. A quantized integer cache (one scale per block or
+# token, over the block's range) keeps one bit less than its width: the sign or the offset
+# spends it.
+SIGNIFICANT_BITS: Mapping[str, int] = {
+    "float64": 53, "float32": 24, "float16": 11, "bfloat16": 8,
+    "fp8": 4, "fp8_e4m3": 4, "fp8_e5m2": 3,
+    "int8": 7, "u8": 7, "q8_0": 7, "int4": 3, "q4_0": 3,
+}
+# Logits of the presets and the small models the suite runs on sit between 8 and 16 at the
+# top of the distribution (where greedy choices are made); a format with p significant bits
+# rounds there in steps of 8 * 2**(1 - p): bfloat16's 1/16, float16's 1/128.
+LOGIT_SCALE = 8.0
+# Two of those steps: our continuous engine in bf16, batched against alone, diverged only at
+# 1-2 ulp gaps (tests/testing/test_tie_aware.py), so 2 bf16 ulps (0.125) forgives every one
+# of them and nothing wider.
+ULPS = 2
+# The tolerance never drops below the fp32 one (the suite's tie-aware default before auto):
+# a float32 engine compared with a float64 reference, or tie-aware on request, differs by
+# reduction order through every layer, which is far more than one fp32 ulp at the logits.
+FLOOR = 1e-3
+
+
+def tolerance_for(fmt: str) -> float:
+    """The tie-aware tolerance (a logprob gap) for values computed or cached in `fmt`."""
+    return max(FLOOR, ULPS * LOGIT_SCALE * 2.0 ** (1 - SIGNIFICANT_BITS[fmt]))
+
+
+@dataclass(frozen=True, slots=True)
+class ParityChoice:
+    """The parity the suite judges by in this run, and why (the header and summary say it)."""
+
+    mode: ParityMode
+    tolerance: float
+    reason: str  # "auto: engine declares bfloat16", "--parity", ...
+    warnings: tuple[str, ...] = ()  # engines compared at different precisions
+
+    def describe(self) -> str:
+        if self.mode == "exact":
+            return f"exact ({self.reason})"
+        return f"tie-aware, tolerance {self.tolerance:g} ({self.reason})"
+
+
+def _precision(caps: Capabilities) -> str:
+    kv = caps.kv_dtype
+    return caps.dtype if kv == caps.dtype else f"{caps.dtype} with a {kv} KV cache"
+
+
+def _coarsest(declared: Mapping[str, Capabilities]) -> tuple[str, str]:
+    """The coarsest format any engine compared computes or caches in, and which declares it
+    (the first named, on a tie: the engine before the reference before the variants)."""
+    found: list[tuple[int, int, str, str]] = []
+    for order, (who, caps) in enumerate(declared.items()):
+        found.append((SIGNIFICANT_BITS[caps.dtype], order, caps.dtype, f"{who} declares "
+                      f"{caps.dtype}"))
+        if caps.kv_cache_dtype is not None and caps.kv_cache_dtype != caps.dtype:
+            kv = caps.kv_cache_dtype
+            found.append((SIGNIFICANT_BITS[kv], order, kv, f"{who} declares a {kv} KV cache"))
+    _, _, fmt, why = min(found)
+    return fmt, why
+
+
+def _mismatches(declared: Mapping[str, Capabilities]) -> tuple[str, ...]:
+    """A line for each engine compared at another precision than the engine under test: its
+    own roundings then move tokens that no batching touched."""
+    items = list(declared.items())
+    if not items:
+        return ()
+    engine_who, engine = items[0]
+    mine = _precision(engine)
+    lines = []
+    for who, caps in items[1:]:
+        theirs = _precision(caps)
+        if theirs != mine:
+            lines.append(
+                f"the {who} computes in {theirs}, the {engine_who} in {mine}: its own "
+                "roundings move tokens no batching touched, and the tolerance is the coarser "
+                "one's; give it the engine's precision (our reference at each: "
+                "engines.sequential:sequential_bf16, sequential_fp16; docs/engines.md)")
+    return tuple(lines)
+
+
+def choose_parity(setting: str, tolerance: float | None,
+                  declared: Mapping[str, Capabilities], *,
+                  flags: tuple[str, str] = ("--parity", "--parity-tolerance")) -> ParityChoice:
+    """The parity for a run that asks for `setting` ("auto", "exact" or "tie-aware") and
+    `tolerance` (None: derived), over the engines compared: `declared` maps each one's name in
+    messages ("engine" first, then "reference engine", "variant NAME") to its Capabilities.
+    `flags` are this run's spellings of the parity and tolerance options."""
+    fmt, why = _coarsest(declared)
+    warnings = _mismatches(declared)
+    derived = tolerance_for(fmt)
+    if setting == "auto":
+        uneven = [who for who, caps in declared.items()
+                  if not caps.batch_invariant and (caps.dtype, caps.kv_dtype)
+                  != (EXACT_DTYPE, EXACT_DTYPE)]
+        if not uneven:
+            invariant = [who for who, caps in declared.items() if caps.batch_invariant]
+            verb = "declares" if len(invariant) == 1 else "declare"
+            said = (f"{' and '.join(invariant)} {verb} batch_invariant" if invariant
+                    else "every engine compared computes float32 with a float32 KV cache")
+            return ParityChoice("exact", derived, f"auto: {said}", warnings)
+        if fmt in (EXACT_DTYPE, "float64"):  # wider than float32 somewhere: say where
+            who = uneven[0]
+            why = f"{who} declares {_precision(declared[who])}"
+        if tolerance is not None:
+            return ParityChoice("tie-aware", tolerance, f"auto: {why}; tolerance {flags[1]}",
+                                warnings)
+        return ParityChoice("tie-aware", derived, f"auto: {why}", warnings)
+    if setting == "exact":
+        return ParityChoice("exact", derived, f"{flags[0]}=exact", warnings)
+    if tolerance is not None:
+        return ParityChoice("tie-aware", tolerance, f"{flags[0]}=tie-aware, {flags[1]}",
+                            warnings)
+    return ParityChoice("tie-aware", derived,
+                        f"{flags[0]}=tie-aware; tolerance from the declarations: {why}", warnings)
