@@ -28,7 +28,9 @@
 # (built by ci/llama-server-env.sh, over 20 minutes the first time, then cached);
 # NARROW_ARGS= gives every factory the arguments' profile. ONLY=pattern runs just the
 # factories whose spec matches it (grep -E) from the full list, skips the adapter tests, and
-# builds no venv it does not need.
+# builds no venv it does not need. SECTIONS="hf vllm ..." runs only those libraries' parts
+# (hf, vllm, openvino, ortgenai, ct2, mistralrs, llama, zoo; default all): ci/test.sh runs
+# them as parallel lane jobs.
 #
 # The venvs: .ci/run starts their builds in the background (ci/envs.sh) while the main tests
 # run; each is waited for here before its first use.
@@ -160,6 +162,10 @@ venv() {  # name: the python of the venv ci/NAME-env.sh builds ("" where it cann
     echo "$python"
 }
 
+want() {  # section: is it among SECTIONS (default: every one)?
+    [[ " ${SECTIONS:-hf vllm openvino ortgenai ct2 mistralrs llama zoo} " == *" $1 "* ]]
+}
+
 skipped() {
     echo "SKIP: $1 conformance suite and adapter tests (its venv could not be built: see above)"
 }
@@ -173,9 +179,11 @@ adapter_tests() {  # python, test files...: not under ONLY
 }
 
 # transformers, in the main venv.
-suites "$PY" "$@" -- "${HF_FACTORIES[@]+"${HF_FACTORIES[@]}"}"
+if want hf; then
+    suites "$PY" "$@" -- "${HF_FACTORIES[@]+"${HF_FACTORIES[@]}"}"
+fi
 MIN=${TRANSFORMERS_MIN:-5.16.0}
-if [[ -z ${ONLY:-} ]]; then
+if [[ -z ${ONLY:-} ]] && want hf; then
     if [[ ! -f .venv-tf-min/.built-$MIN ]]; then
         rm -rf .venv-tf-min
         "$PY" -m pip install -q --target .venv-tf-min "transformers==$MIN"
@@ -195,7 +203,7 @@ if [[ -z ${ONLY:-} ]]; then
 fi
 
 # vLLM: in-process, then its OpenAI server over HTTP (the client runs in the main venv).
-if [[ -z ${ONLY:-} || ${#VLLM_FACTORIES[@]} -gt 0 || ${#HTTP_FACTORIES[@]} -gt 0 ]]; then
+if want vllm && [[ -z ${ONLY:-} || ${#VLLM_FACTORIES[@]} -gt 0 || ${#HTTP_FACTORIES[@]} -gt 0 ]]; then
     VPY=$(venv vllm)
     if [[ -z $VPY ]]; then
         skipped "vLLM (in-process and its OpenAI server)"
@@ -222,7 +230,7 @@ if [[ -z ${ONLY:-} || ${#VLLM_FACTORIES[@]} -gt 0 || ${#HTTP_FACTORIES[@]} -gt 0
     fi
 fi
 
-if [[ -z ${ONLY:-} || ${#OPENVINO_FACTORIES[@]} -gt 0 ]]; then
+if want openvino && [[ -z ${ONLY:-} || ${#OPENVINO_FACTORIES[@]} -gt 0 ]]; then
     OPY=$(venv openvino)
     if [[ -z $OPY ]]; then
         skipped "OpenVINO GenAI"
@@ -233,7 +241,7 @@ if [[ -z ${ONLY:-} || ${#OPENVINO_FACTORIES[@]} -gt 0 ]]; then
     fi
 fi
 
-if [[ -z ${ONLY:-} || ${#ORTGENAI_FACTORIES[@]} -gt 0 ]]; then
+if want ortgenai && [[ -z ${ONLY:-} || ${#ORTGENAI_FACTORIES[@]} -gt 0 ]]; then
     GPY=$(venv ortgenai)
     if [[ -z $GPY ]]; then
         skipped "onnxruntime-genai"
@@ -243,7 +251,7 @@ if [[ -z ${ONLY:-} || ${#ORTGENAI_FACTORIES[@]} -gt 0 ]]; then
     fi
 fi
 
-if [[ -z ${ONLY:-} || ${#CT2_FACTORIES[@]} -gt 0 ]]; then
+if want ct2 && [[ -z ${ONLY:-} || ${#CT2_FACTORIES[@]} -gt 0 ]]; then
     CPY=$(venv ct2)
     if [[ -z $CPY ]]; then
         skipped "CTranslate2"
@@ -255,7 +263,7 @@ fi
 
 # mistral.rs (.venv-mistralrs): its default factory under the arguments' profile; the prefix
 # cache off and one-sequence variants under ALL_VARIANTS.
-if [[ -z ${ONLY:-} || ${#MISTRALRS_FACTORIES[@]} -gt 0 ]]; then
+if want mistralrs && [[ -z ${ONLY:-} || ${#MISTRALRS_FACTORIES[@]} -gt 0 ]]; then
     MPY=$(venv mistralrs)
     if [[ -z $MPY ]]; then
         skipped "mistral.rs"
@@ -267,7 +275,9 @@ fi
 
 # llama-server: the client in the main venv, the binary built (once, cached) by
 # ci/llama-server-env.sh; a server per factory, stopped at the end of its run.
-if [[ ${#LLAMA_FACTORIES[@]} -gt 0 ]]; then
+if ! want llama; then
+    :
+elif [[ ${#LLAMA_FACTORIES[@]} -gt 0 ]]; then
     start=$SECONDS
     LLAMA_BIN=$(bash ci/llama-server-env.sh | tail -n 1)
     echo "   (ci/llama-server-env.sh: $((SECONDS - start)) s)"
@@ -285,4 +295,6 @@ elif [[ -z ${ONLY:-} ]]; then
          "ci/test-third-party-thorough.sh runs it)"
 fi
 
-suites "$PY" "$@" -- "${ZOO_FACTORIES[@]+"${ZOO_FACTORIES[@]}"}"
+if want zoo; then
+    suites "$PY" "$@" -- "${ZOO_FACTORIES[@]+"${ZOO_FACTORIES[@]}"}"
+fi
