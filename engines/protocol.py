@@ -374,13 +374,11 @@ class LoadIntrospection(Protocol):
     """Optional, for engines the suite cannot look inside (servers over HTTP): their own
     count of what they run. Enables the `drain` check: once has_work() is False, the engine
     reports nothing running or waiting and kv_usage back to what it was before the workload,
-    within load_settle_s seconds (a server updates its metrics on its own clock).
+    within Capabilities.load_settle_s seconds (a server updates its metrics on its own clock).
 
     The counts are the whole engine's: a server that other clients use at the same time
     cannot be judged this way (the check would blame it for their requests).
     """
-
-    load_settle_s: float  # how long after the drain the report may lag
 
     def load(self) -> Load: ...
 

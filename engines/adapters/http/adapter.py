@@ -89,12 +89,13 @@ class HTTPEngine:
     how long the server's load report may lag the streams (the drain check waits that long).
     `refuse_seeded`: why this server cannot take seeded sampled requests (a known crash): they
     are refused with InvalidRequest naming `seed`, and `seeds` is declared an expected failure.
+    `tokenizer`: the directory of the tokenizer.json of the server's vocabulary
+    (Capabilities.tokenizer), for a server that takes the text features its dialect declares.
     """
 
     # LoadIntrospection (engines.protocol): set in __init__ only where the server reports its
     # load, so that an adapter over a server that cannot say does not seem to.
     load: Callable[[], Load]
-    load_settle_s: float
     # Exercised, likewise: only where the server counts what its features did.
     exercised: Callable[[], dict[str, int]]
 
@@ -114,6 +115,7 @@ class HTTPEngine:
         load_settle: float = 10.0,
         refuse_seeded: str | None = None,
         log: str | None = None,
+        tokenizer: str | None = None,
     ) -> None:
         if not re.match(r"^https?://", url):
             raise ValueError(f"url: {url!r} is not an http:// or https:// URL")
@@ -122,10 +124,6 @@ class HTTPEngine:
         self.url = url.rstrip("/")
         # A name, or a dialect configured for this one server (e.g. its LoRA adapters' ids).
         self.dialect: Dialect = dialect_named(dialect) if isinstance(dialect, str) else dialect
-        self.supported_sampling = self.dialect.supported_sampling
-        self.logprobs_of = self.dialect.logprobs_of  # the dialect declares it as engines do
-        # StepOutput.cached_prompt_tokens, where the dialect reads the server's count.
-        self.output_fields = self.dialect.output_fields
         self.stall_timeout = float(stall_timeout)
         self.log = log
         self.vocab_size = int(vocab_size)
@@ -136,10 +134,7 @@ class HTTPEngine:
             raise ValueError(f"max_model_len: {self.url} does not say its context length "
                              f"({self.dialect.name} dialect); pass max_model_len")
         self.max_model_len = int(limit)
-        concurrency = found.get("max_concurrency", max_concurrency)
-        self.max_concurrency: int | None = None  # not said
-        if concurrency is not None:
-            self.max_concurrency = int(concurrency)  # requests the server runs at once
+        concurrency = found.get("max_concurrency", max_concurrency)  # None: not said
         self.max_logprobs = None if max_logprobs is None else int(max_logprobs)
         self._book = RequestBook()
         self._tokens: dict[str, list[int]] = {}  # key -> tokens so far
@@ -161,7 +156,6 @@ class HTTPEngine:
         self.reports_load = reports
         if reports:
             self.load = self._load
-            self.load_settle_s = float(load_settle)
         try:
             counts = self.dialect.counters(self._get_text) is not None
         except ServerError:
@@ -169,8 +163,16 @@ class HTTPEngine:
         if counts:
             self.exercised = self._counters
         self.refuse_seeded = refuse_seeded
-        self.expected_failed_checks: dict[str, str] = (
-            {"seeds": refuse_seeded} if refuse_seeded else {})
+        # What its dialect declares (its fields, its logprobs' kind, the StepOutput fields it
+        # reads from the server: cached_prompt_tokens), and what the server said of itself.
+        self._capabilities = Capabilities(
+            supported_sampling=self.dialect.supported_sampling,
+            output_fields=self.dialect.output_fields,
+            expected_failed_checks={"seeds": refuse_seeded} if refuse_seeded else {},
+            logprobs_of=self.dialect.logprobs_of,
+            max_concurrency=None if concurrency is None else int(concurrency),
+            load_settle_s=float(load_settle) if reports else 0.0,
+            tokenizer=tokenizer)
         if drain_timeout > 0:  # 0: do not wait
             self.wait_drained(drain_timeout)
         _live.add(self)
@@ -235,12 +237,7 @@ class HTTPEngine:
     def capabilities(self) -> Capabilities:
         """What it supports (engines.protocol.Capabilities): its dialect's fields, and what the
         server said of itself (its concurrency; load_settle_s where it reports its load)."""
-        return Capabilities(supported_sampling=self.supported_sampling,
-                            output_fields=self.output_fields,
-                            expected_failed_checks=self.expected_failed_checks,
-                            logprobs_of=self.logprobs_of,
-                            max_concurrency=self.max_concurrency,
-                            load_settle_s=self.load_settle_s if self.reports_load else 0.0)
+        return self._capabilities
 
     def add_request(self, request: Request) -> None:
         p = request.params
@@ -253,7 +250,8 @@ class HTTPEngine:
             raise InvalidRequest(f"logprobs: {logprobs!r} is more than the server gives "
                                  f"(max_logprobs {self.max_logprobs})")
         key = self._book.add(request, vocab_size=self.vocab_size,
-                             max_model_len=self.max_model_len, supported=self.supported_sampling)
+                             max_model_len=self.max_model_len,
+                             supported=self.dialect.supported_sampling)
         body = self.dialect.body(request, self.model)
         opened = self._client.open(key, self.dialect.path, body)
         try:

@@ -5,6 +5,7 @@ every child over the request's one response)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,7 @@ from engines.adapters.common.book import Live
 from engines.adapters.http.adapter import HTTPEngine, ServerError
 from engines.adapters.http.dialects import Event
 from engines.adapters.http.stream import Arrival
-from engines.protocol import FinishReason, StepOutput
+from engines.protocol import Capabilities, FinishReason, StepOutput
 
 __all__ = ["LlamaEngine"]
 
@@ -42,9 +43,15 @@ class LlamaEngine(HTTPEngine):
         super().__init__(url, **kw)
         if loras:
             self.loras = dict(loras)
-        self.expected_failed_checks = {**self.expected_failed_checks, **(known_failures or {})}
+        self._known_failures = dict(known_failures or {})
         self._kids: dict[str, dict[int, _Child]] = {}  # stream key -> child -> its state
         self._index = 0  # the child of the message being read
+
+    def capabilities(self) -> Capabilities:
+        """HTTPEngine's, with the configuration's known failures among the expected ones."""
+        own = super().capabilities()
+        return dataclasses.replace(own, expected_failed_checks={
+            **own.expected_failed_checks, **self._known_failures})
 
     def abort_request(self, request_id: Hashable) -> None:
         live = next((live for live in self._book.live()

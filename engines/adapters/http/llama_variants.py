@@ -106,10 +106,9 @@ def llama_server_guided() -> LlamaEngine:
 
     server = llama_server_process(PRESET, bpe=True)
     dialect = LlamaServer(vocab_size=_vocab(), guided=True, name="llama-guided")
-    engine = LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, log=str(server.log),
-                         known_failures={"reference_parity": GUIDED_ENDS})
-    engine.tokenizer = str(tokenizer_for(PRESET))  # type: ignore[attr-defined]
-    return engine
+    return LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, log=str(server.log),
+                       known_failures={"reference_parity": GUIDED_ENDS},
+                       tokenizer=str(tokenizer_for(PRESET)))
 
 
 def llama_server_draft() -> LlamaEngine:

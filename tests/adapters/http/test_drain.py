@@ -13,7 +13,13 @@ pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not in
 
 from engines.adapters.http import HTTPEngine  # noqa: E402
 from engines.adapters.http.dialects import vllm_counters, vllm_load  # noqa: E402
-from engines.protocol import Load, LoadIntrospection, Request, SamplingParams  # noqa: E402
+from engines.protocol import (  # noqa: E402
+    Load,
+    LoadIntrospection,
+    Request,
+    SamplingParams,
+    capabilities_of,
+)
 from engines.testing.checks import applicability, check_named  # noqa: E402
 from engines.testing.judging import Violation  # noqa: E402
 from engines.testing.limits import EngineLimits  # noqa: E402
@@ -131,7 +137,7 @@ def test_a_server_known_to_crash_on_seeds_refuses_them_and_declares_it() -> None
     try:
         eng = HTTPEngine(f"http://127.0.0.1:{server.server_address[1]}",
                          vocab_size=fake_server.VOCAB, refuse_seeded="known crash")
-        assert eng.expected_failed_checks == {"seeds": "known crash"}
+        assert capabilities_of(eng).expected_failed_checks == {"seeds": "known crash"}
         with pytest.raises(ValueError, match="seed: 7 is not supported .*known crash"):
             eng.add_request(Request((1,), SamplingParams(temperature=1.0, seed=7)))
         assert not eng.has_work() and state.bodies == []  # refused before it was sent

@@ -33,6 +33,7 @@ from engines.protocol import (  # noqa: E402
     SamplingParams,
     SlotIntrospection,
     StepOutput,
+    capabilities_of,
 )
 from tests import fake_server  # noqa: E402
 from tests.fake_server import (  # noqa: E402
@@ -241,8 +242,9 @@ def test_a_new_adapter_waits_for_a_drained_server(fake: tuple[str, State]) -> No
 def test_the_llama_dialect(fake: tuple[str, State]) -> None:
     url, state = fake
     eng = engine_at(url, dialect="llama")
-    assert (eng.max_model_len, eng.max_concurrency) == (fake_server.MAX_MODEL_LEN, 3)  # /props
-    assert eng.logprobs_of == "raw"  # n_probs without post_sampling_probs
+    assert eng.max_model_len == fake_server.MAX_MODEL_LEN
+    assert capabilities_of(eng).max_concurrency == 3  # /props
+    assert capabilities_of(eng).logprobs_of == "raw"  # n_probs without post_sampling_probs
     request = Request((5, 6), SamplingParams(max_tokens=3))
     assert drain(eng, [request])[request.request_id] == (continuation([5, 6], 3),
                                                          FinishReason.LENGTH)
@@ -321,7 +323,8 @@ def test_from_env_reads_the_url_and_says_what_is_missing(
     monkeypatch.setenv("BATCHING_ENGINE_VOCAB_SIZE", "64")
     monkeypatch.setenv("BATCHING_ENGINE_MAX_CONCURRENCY", "4")
     eng = from_env()
-    assert (eng.vocab_size, eng.max_model_len, eng.max_concurrency) == (64, 48, 4)
+    assert (eng.vocab_size, eng.max_model_len) == (64, 48)
+    assert capabilities_of(eng).max_concurrency == 4
     with pytest.raises(ValueError, match="dialect: 'grpc'"):
         engine_at(url, dialect="grpc")
     with pytest.raises(ValueError, match="url: 'localhost:8000'"):

@@ -17,7 +17,7 @@ import pytest
 httpx = pytest.importorskip("httpx", reason="httpx (the optional extra `http`) is not installed")
 
 from engines.adapters.http.servers import LLAMA_SERVER  # noqa: E402
-from engines.protocol import Engine, Request, SamplingParams  # noqa: E402
+from engines.protocol import Engine, Request, SamplingParams, capabilities_of  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get(LLAMA_SERVER),
@@ -91,7 +91,7 @@ def test_lora_per_request_on_llama_server(launched: None) -> None:
 
     eng = llama_server_lora()
     names = sorted(eng.loras)
-    assert len(names) == 3 and {"lora"} <= eng.supported_sampling
+    assert len(names) == 3 and {"lora"} <= capabilities_of(eng).supported_sampling
     prompts = make_prompts([4, 11, 23], seed=7)
     requests = [Request(p, SamplingParams(max_tokens=16), lora=lora)
                 for p in prompts for lora in (None, *names)]

@@ -17,6 +17,7 @@ from engines.protocol import (  # noqa: E402
     LoRAManagement,
     Request,
     SamplingParams,
+    capabilities_of,
 )
 from tests import fake_server  # noqa: E402
 from tests.helpers import run_tokens  # noqa: E402
@@ -28,7 +29,7 @@ def test_adapter_and_salt_travel_in_the_body() -> None:
     with fake_server.serving(fake_server.State(loras=dict(ADAPTERS))) as (url, state):
         eng = VLLMServerEngine(url, loras=ADAPTERS, vocab_size=fake_server.VOCAB)
         assert eng.loras == ADAPTERS and not isinstance(eng, LoRAManagement)
-        assert {"lora", "cache_salt"} <= eng.supported_sampling
+        assert {"lora", "cache_salt"} <= capabilities_of(eng).supported_sampling
         run_tokens(eng, [Request((9,), SamplingParams(max_tokens=1), request_id="t",
                                  lora="b", cache_salt="tenant-b")])
         run_tokens(eng, [Request((9,), SamplingParams(max_tokens=1), request_id="base")])

@@ -23,6 +23,7 @@ from engines.protocol import (  # noqa: E402
     LoRAManagement,
     Request,
     SamplingParams,
+    capabilities_of,
 )
 from tests.helpers import make_prompts, run_tokens  # noqa: E402
 
@@ -54,7 +55,7 @@ def test_loras_and_salts_on_vllms_openai_server(launched: None) -> None:
     eng = vllm_server_loras()
     names = sorted(eng.loras)
     assert len(names) == 3
-    assert {"lora", "cache_salt"} <= eng.supported_sampling
+    assert {"lora", "cache_salt"} <= capabilities_of(eng).supported_sampling
     assert not isinstance(eng, LoRAManagement)  # declared: the module says why
     ref = sequential_with_loras()
     assert {n: ref.loras[n] for n in names} == eng.loras  # the same PEFT directories
