@@ -27,12 +27,25 @@ def test_conformance(conformance_context: SuiteContext, conformance_check: str,
                      request: pytest.FixtureRequest) -> None:
     """One check (docs/architecture.md), on seed workloads and then a Hypothesis search."""
     __tracebackhide__ = True
+    from engines.testing.plugin import run_options
+    from engines.testing.progress_lines import watching
+    from engines.testing.shrink_budget import bounded_shrinking
+
+    options = run_options(request.config)
+    # Progress lines while it runs; its shrinking bounded, the report saying where it was cut.
+    with watching(request.config, f"{conformance_context.name}-{conformance_check}",
+                  options.progress_interval), bounded_shrinking(options.shrink_budget):
+        _check_or_finding(conformance_context, conformance_check, request)
+
+
+def _check_or_finding(ctx: SuiteContext, check: str, request: pytest.FixtureRequest) -> None:
+    __tracebackhide__ = True
     from engines.testing.crash import EngineCrashed
     from engines.testing.judging import Violation
     from engines.testing.report import crash_finding
 
     try:
-        _run_check(conformance_context, conformance_check, request)
+        _run_check(ctx, check, request)
         return
     except EngineCrashed as crash:  # outside a judged run: the oracle's, as workloads are drawn
         finding = crash_finding(crash)

@@ -35,6 +35,8 @@ PARITY = "parity"
 TOLERANCE = "parity_tolerance"
 STEP_TIMEOUT = "step_timeout"
 TORCH_THREADS = "torch_threads"
+SHRINK_BUDGET = "shrink_budget"
+PROGRESS = "progress_interval"
 PARITY_MODES = ("auto", "exact", "tie-aware")
 DEST_PREFIX = "batching_"
 
@@ -67,6 +69,14 @@ _FLAGS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "metavar": "N",
         "help": "set torch's intra-op threads in this process to N before building engines "
         "(default: leave them; 1 runs small CPU models far faster on a busy machine)"}),
+    SHRINK_BUDGET: ("--batching-shrink-budget", "--shrink-budget", {
+        "metavar": "SECONDS",
+        "help": "stop shrinking a check's failure after this long and report the smallest "
+        "example found by then, saying so (default 60; 0: report it unshrunk)"}),
+    PROGRESS: ("--batching-progress-interval", "--progress-interval", {
+        "metavar": "SECONDS",
+        "help": "say what a running check is doing at least this often (default 30; 0: no "
+        "progress lines)"}),
 }
 _INI: dict[str, tuple[str, Any]] = {
     ENGINE: ("engine factory module:callable for the conformance suite", None),
@@ -77,6 +87,8 @@ _INI: dict[str, tuple[str, Any]] = {
                 None),
     STEP_TIMEOUT: ("seconds a protocol call may take", "60"),
     TORCH_THREADS: ("torch intra-op threads in the suite's process (--torch-threads)", None),
+    SHRINK_BUDGET: ("seconds a check may spend shrinking a failure", "60"),
+    PROGRESS: ("seconds between a running check's progress lines (0: none)", "30"),
 }
 GROUP = "batching-engines"
 
@@ -138,6 +150,8 @@ class RunOptions:
     step_timeout: float | None = 60.0
     torch_threads: int | None = None  # torch's intra-op threads, set before engines are built
     aliases: tuple[str, ...] = ()  # the generic option names this run gave the suite
+    shrink_budget: int = 60  # seconds a check may shrink a failure (testing.shrink_budget)
+    progress_interval: float = 30.0  # seconds between progress lines (testing.progress_lines)
 
     def flag(self, name: str) -> str:
         return flag(name, self.aliases)
@@ -176,6 +190,14 @@ def _threads(config: pytest.Config, aliases: tuple[str, ...]) -> int | None:
     return threads
 
 
+def _seconds(config: pytest.Config, name: str, aliases: tuple[str, ...]) -> float:
+    value = _number(config, name, aliases)
+    if value < 0:
+        raise pytest.UsageError(f"{name} ({flag(name, aliases)}): {value!r} is negative; "
+                                "expected seconds, or 0")
+    return value
+
+
 def read_options(config: pytest.Config, aliases: tuple[str, ...]) -> RunOptions:
     """Every option and ini key, checked and with its factories loaded; a bad one is a usage
     error that names it and its value."""
@@ -186,13 +208,17 @@ def read_options(config: pytest.Config, aliases: tuple[str, ...]) -> RunOptions:
     tolerance = None if given in (None, "") else _number(config, TOLERANCE, aliases)
     step_timeout = _number(config, STEP_TIMEOUT, aliases) or None
     torch_threads = _threads(config, aliases)
+    # Whole seconds: Hypothesis' own bound (MAX_SHRINKING_SECONDS) is an int.
+    shrink_budget = round(_seconds(config, SHRINK_BUDGET, aliases))
+    progress_interval = _seconds(config, PROGRESS, aliases)
     engine_spec = str(_value(config, ENGINE) or "") or None
     reference_spec = str(_value(config, REFERENCE) or "") or None
     variant_specs = tuple(str(v) for v in _value(config, VARIANTS) or ())
     options = RunOptions(engine_spec=engine_spec, reference_spec=reference_spec,
                          variant_specs=variant_specs, parity=parity, tolerance=tolerance,
                          step_timeout=step_timeout, torch_threads=torch_threads,
-                         aliases=aliases)
+                         aliases=aliases, shrink_budget=shrink_budget,
+                         progress_interval=progress_interval)
     if not options.used:
         return options
     from engines.factories import EngineSpecError, load_factory, split_label
@@ -213,4 +239,5 @@ def read_options(config: pytest.Config, aliases: tuple[str, ...]) -> RunOptions:
     return RunOptions(engine_spec=engine_spec, engine=engine, reference_spec=reference_spec,
                       reference=reference, variant_specs=variant_specs, variants=variants,
                       parity=parity, tolerance=tolerance, step_timeout=step_timeout,
-                      torch_threads=torch_threads, aliases=aliases)
+                      torch_threads=torch_threads, aliases=aliases,
+                      shrink_budget=shrink_budget, progress_interval=progress_interval)

@@ -17,6 +17,7 @@ from hypothesis import core as hypothesis_core
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
+from engines.testing import progress_lines as progress
 from engines.testing.checks import Check, check_named
 from engines.testing.context import SuiteContext
 from engines.testing.coverage import BEAMS_UNFIT, Coverage
@@ -25,6 +26,7 @@ from engines.testing.features.beams import FEATURE as BEAMS
 from engines.testing.report import explain, explain_leak
 from engines.testing.seed_workloads import seed_workloads
 from engines.testing.shrink import shrink_workload
+from engines.testing.shrink_budget import out_of_time
 from engines.testing.strategies import workloads
 from engines.testing.verdict import Leak, Outcome, attempt, fails, verify
 from engines.testing.workload import Workload
@@ -101,7 +103,13 @@ def _seeds(ctx: SuiteContext, check: str, coverage: Coverage) -> None:
     """Run the seed workloads; a failure is shrunk greedily (Hypothesis cannot shrink them)."""
     __tracebackhide__ = True
     seeds = seed_workloads(drawing_of(ctx, check), alone=ctx.oracle.tokens)
-    for w in seeds:
+
+    def still_fails(candidate: Workload) -> bool:
+        progress.example()
+        return fails(ctx, candidate, check)
+
+    for index, w in enumerate(seeds, 1):
+        progress.seed_workload(index, len(seeds))
         outcome = verify(ctx, w, check)
         _tally(ctx, check, outcome, coverage)
         if outcome.leak is not None:
@@ -109,7 +117,8 @@ def _seeds(ctx: SuiteContext, check: str, coverage: Coverage) -> None:
         if outcome.failure is not None and not check_named(check).search:
             raise explain(ctx, outcome.failure, w)  # statistical: no shrinking by replays
         if outcome.failure is not None:
-            shrunk = shrink_workload(w, lambda c: fails(ctx, c, check))
+            progress.failure()
+            shrunk = shrink_workload(w, still_fails, out_of_time=out_of_time)
             # Replayed on a fresh engine, as the report's script does: on a reused one, what
             # it served before can hide the failure (a prefix cache holding right blocks).
             again = attempt(ctx, ctx.pool.fresh(), shrunk, check)[0]
@@ -140,8 +149,10 @@ def search(ctx: SuiteContext, check: str, *, settings: Settings | None = None,
     def check_workload(workload: Workload) -> None:
         if replay is not None:
             note(replay)
+        progress.example()
         outcome = verify(ctx, workload, check)
         if outcome.failure is not None:
+            progress.failure()
             # One raise site, outside any except block: Hypothesis then sees every failure of
             # this check as one bug and shrinks toward the smallest counterexample.
             raise explain(ctx, outcome.failure, workload)

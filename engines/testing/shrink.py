@@ -71,21 +71,23 @@ def _renumber(w: Workload) -> Workload:
 
 
 def shrink_workload(
-    w: Workload, fails: Callable[[Workload], bool], *, budget: int = 150
+    w: Workload, fails: Callable[[Workload], bool], *, budget: int = 150,
+    out_of_time: Callable[[], bool] = lambda: False,
 ) -> Workload:
     """The smallest workload reachable from w by single greedy steps that still fails.
 
     After a step that still fails, the next round of candidates starts where that step was
     found and wraps around: the candidates before it were just tried (on a workload one step
     larger) and are tried again last, not first. It stops when a whole round, every candidate
-    once, finds nothing (or the budget is spent)."""
+    once, finds nothing, or the budget of tries is spent, or out_of_time() says so (the
+    suite's shrink budget in seconds, engines.testing.shrink_budget)."""
     tries, start = 0, 0
     while tries < budget:
         cands = list(_candidates(w))
         start = min(start, len(cands))
         for i in [*range(start, len(cands)), *range(start)]:
-            if tries >= budget:
-                break
+            if tries >= budget or out_of_time():
+                return _renumber(w)
             tries += 1
             if fails(cands[i]):
                 w, start = cands[i], i

@@ -29,6 +29,7 @@ from hypothesis.stateful import (
 )
 
 from engines.protocol import Engine, Request, loras
+from engines.testing import progress_lines as progress
 from engines.testing.checks import VARIANTS, Check, Moment, catalogue
 from engines.testing.context import SuiteContext, build_context
 from engines.testing.crash import EngineCrashed
@@ -52,6 +53,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        progress.example()  # each of Hypothesis' runs (and shrink steps) builds a machine
         # Cheap engines: a fresh one per example, so each run depends on its rules alone.
         pool = self.ctx.pool
         self.engine = pool.fresh() if pool.cheap else pool.acquire()[0]
@@ -94,6 +96,7 @@ class EngineMachine(RuleBasedStateMachine):
             trace.stalled = stalled
         if failure is not None:
             self.failed = True
+            progress.failure()
             # One raise site, no exception context: Hypothesis sees one bug and shrinks it.
             raise failure
 
@@ -111,6 +114,7 @@ class EngineMachine(RuleBasedStateMachine):
                 steps = self.rec.k + 1 if crash.step is None else crash.step + 1
                 finding = explain(self.ctx, Failure(crash, steps), self.rec.workload())
         self.failed = True
+        progress.failure()
         # One raise site, no exception context: Hypothesis sees one bug and shrinks it.
         raise finding
 
@@ -176,6 +180,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule()
     def step(self) -> None:
+        progress.tick()
         record = self._engine(self.rec.step)
         note(f"step {record.index}: {record.outputs}")
         self._judge("step", partial=True)
