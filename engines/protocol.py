@@ -22,6 +22,7 @@ __all__ = [
     "DECLARABLE_FIELDS",
     "DECLARATIONS",
     "DTYPES",
+    "FIELD_SYNONYMS",
     "GUIDED_KINDS",
     "KV_CACHE_DTYPES",
     "LOGPROBS_OF",
@@ -210,6 +211,25 @@ LOGPROBS_OF = ("raw", "processed")
 # Every name Capabilities.supported_sampling may hold: each SamplingParams field, and
 # REQUEST_FIELDS.
 DECLARABLE_FIELDS = frozenset(SamplingParams.__dataclass_fields__) | REQUEST_FIELDS
+# Names written for declarable fields -> the fields that declare what they name: the suite's
+# feature names (engines/testing/features; tests/testing/test_untestable.py holds every one to
+# this table or to a field) and other libraries' names. A misspelt declaration's error names
+# these fields: by letters alone (difflib), "stop_strings" is nearest "stop_token_ids".
+_STOP_STRINGS = ("stop", "include_stop_str_in_output")
+FIELD_SYNONYMS: Mapping[str, tuple[str, ...]] = {
+    "stop_strings": _STOP_STRINGS, "stop_string": _STOP_STRINGS,
+    "stop_sequences": _STOP_STRINGS, "stop_words": _STOP_STRINGS,
+    "children": ("n",), "num_return_sequences": ("n",), "best_of": ("n",),
+    "beams": ("beam_width",), "beam_search": ("beam_width",), "num_beams": ("beam_width",),
+    "top_logprobs": ("logprobs",),
+    "constraints": tuple(sorted(CONSTRAINT_PARAMS)),
+    "guided_decoding": ("guided",), "grammar": ("guided",), "response_format": ("guided",),
+    "tenants": ("lora", "cache_salt"), "lora_request": ("lora",), "lora_name": ("lora",),
+    "greedy_filters": ("temperature", "top_k", "min_p", "top_p"),
+    "unseeded_draws": ("temperature",), "sequence_draws": ("temperature",),
+    "seed_groups": ("seed", "temperature"),
+    "max_new_tokens": ("max_tokens",), "repeat_penalty": ("repetition_penalty",),
+}
 
 
 def child_key(request_id: Hashable, index: int) -> tuple[Hashable, int]:
@@ -422,6 +442,10 @@ def _field_names(attr: str, declared: object, known: Collection[str]) -> frozens
     fields = frozenset(declared)
     for name in sorted(fields, key=str):
         if name not in known:
+            meant = [f for f in FIELD_SYNONYMS.get(str(name), ()) if f in known]
+            if meant:
+                raise ValueError(f"{attr}: field {name!r} does not exist; the fields that "
+                                 f"declare it: {', '.join(map(repr, meant))}")
             raise ValueError(unknown_name(f"{attr}: field", name, known))
     return fields
 

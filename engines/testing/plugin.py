@@ -137,6 +137,9 @@ def pytest_report_collectionfinish(config: pytest.Config,
     profile = profile_in_force(config)
     lines = [f"batching-engines: engine {spec}, parity {mode}, {profile.describe()}"]
     lines += [f"batching-engines: warning: {w}" for w in (ctx.parity.warnings if ctx else ())]
+    from engines.testing.untestable import announce
+
+    lines += announce(config, ctx)  # declarations this run cannot test, and what to add
     current = settings.get_current_profile_name()
     # Hypothesis derives "<name>-with-verbose-verbosity" (and the like) from its options.
     if current.partition("-with-")[0] not in (profile.name, "default", "ci"):
@@ -368,6 +371,9 @@ def conformance_context(
     except EngineSpecError as exc:
         pytest.fail(str(exc), pytrace=False)
     props.append((PARITY, ctx.parity.describe()))
+    from engines.testing.untestable import say_once
+
+    say_once(pytestconfig, ctx)  # where the header did not (a fixture's engine, xdist)
     fate = ctx.checks[conformance_check]
     if fate.status in ("skip", "xfail"):
         props.append((FATE, (fate.status, fate.reason)))
