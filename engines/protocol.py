@@ -411,13 +411,14 @@ class LoadIntrospection(Protocol):
 # `loras` (LoRAManagement adds and removes adapters) and `close`.
 
 # Weights / compute dtypes an engine may declare (`Capabilities.dtype`; float64 for a reference
-# computed wider), and KV-cache dtypes (`Capabilities.kv_cache_dtype`): the same, or a quantized
-# cache as the libraries name it (OpenVINO's u8, llama.cpp's q8_0 / q4_0, vLLM's fp8 and its two
-# formats, int8 / int4).
+# computed wider; int8 / int4 for quantized weights, CTranslate2's int8 compute type and
+# onnxruntime-genai's int4 model: the coarsest format its logits pass through), and KV-cache
+# dtypes (`Capabilities.kv_cache_dtype`): the same, or a quantized cache as the libraries name
+# it (OpenVINO's u8, llama.cpp's q8_0 / q4_0, vLLM's fp8 and its two formats).
 # Libraries' short spellings (f64, f32, fp32, bf16, f16, fp16, half, i8) are read as them.
-DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64")
-KV_CACHE_DTYPES: tuple[str, ...] = (*DTYPES, "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "u8",
-                                    "int4", "q8_0", "q4_0")
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float64", "int8", "int4")
+KV_CACHE_DTYPES: tuple[str, ...] = (*DTYPES, "fp8", "fp8_e4m3", "fp8_e5m2", "u8", "q8_0",
+                                    "q4_0")
 _DTYPE_SPELLINGS = {"f64": "float64", "f32": "float32", "fp32": "float32", "bf16": "bfloat16",
                     "f16": "float16", "fp16": "float16", "half": "float16", "i8": "int8"}
 

@@ -160,14 +160,31 @@ class _Batch:
         self.gate.cancel()
 
 
+# The library's compute types as (Capabilities.dtype, kv_cache_dtype): an int8 type quantizes
+# the weights (its matrix products run in int8) and computes the rest, the KV cache included,
+# in the float type it names (float32 for plain "int8" on a CPU). The float32 converted model
+# is quantized when loaded. On this CPU ctranslate2 4.8.5 offers float32, int8 and
+# int8_float32 only (get_supported_compute_types("cpu")): no bfloat16 or float16.
+COMPUTE_TYPES: dict[str, tuple[str, str]] = {
+    "float32": ("float32", "float32"), "float16": ("float16", "float16"),
+    "bfloat16": ("bfloat16", "bfloat16"), "int8": ("int8", "float32"),
+    "int8_float32": ("int8", "float32"), "int8_float16": ("int8", "float16"),
+    "int8_bfloat16": ("int8", "bfloat16"),
+}
+
+
 class CT2Engine:
     """One `ctranslate2.Generator`; batches run in a worker thread, one iteration a step."""
 
     def __init__(self, model_dir: str | Path, *, max_batch_size: int, max_model_len: int,
-                 label: str = "ctranslate2") -> None:
+                 label: str = "ctranslate2", compute_type: str = "float32") -> None:
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size: must be an integer >= 1, got {max_batch_size!r}")
+        if compute_type not in COMPUTE_TYPES:
+            raise ValueError(f"compute_type: {compute_type!r}; expected one of "
+                             f"{', '.join(COMPUTE_TYPES)}")
         self.label = label
+        self.dtype, self.kv_cache_dtype = COMPUTE_TYPES[compute_type]
         self._words = vocabulary(Path(model_dir))
         self.vocab_size = len(self._words)
         self.max_model_len = max_model_len
@@ -179,7 +196,7 @@ class CT2Engine:
         # (engines.threads), not the library's default of 4.
         self.compute_threads = engine_threads()
         self.execution = f"ctranslate2 {ctranslate2.__version__} on CPU"
-        self._gen = ctranslate2.Generator(str(model_dir), device="cpu", compute_type="float32",
+        self._gen = ctranslate2.Generator(str(model_dir), device="cpu", compute_type=compute_type,
                                           inter_threads=1, intra_threads=self.compute_threads)
         self._book = RequestBook()
         self._waiting: deque[Live] = deque()
@@ -188,10 +205,12 @@ class CT2Engine:
         self._thread: threading.Thread | None = None
 
     def capabilities(self) -> Capabilities:
-        """What it supports (engines.protocol.Capabilities): float32 weights and compute."""
+        """What it supports (engines.protocol.Capabilities), and its compute type's precision
+        (COMPUTE_TYPES: float32 by default)."""
         return Capabilities(supported_sampling=self.supported_sampling,
                             expected_failed_checks=self.expected_failed_checks,
-                            max_concurrency=self.max_concurrency)
+                            max_concurrency=self.max_concurrency, dtype=self.dtype,
+                            kv_cache_dtype=self.kv_cache_dtype)
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -346,12 +365,14 @@ def ctranslate2_engine(
     max_batch_size: int = 8,
     max_model_len: int | None = None,
     label: str = "ctranslate2",
+    compute_type: str = "float32",
 ) -> CT2Engine:
-    """An engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
+    """An engine over a preset or checkpoint (zero arguments: the "tiny" preset), computing
+    at `compute_type` (the library's name: COMPUTE_TYPES)."""
     path = ct2_dir(str(model), seed)
     max_model_len = max_model_len or preset_max_model_len(model) or 512
     engine = CT2Engine(path, max_batch_size=max_batch_size, max_model_len=max_model_len,
-                       label=label)
+                       label=label, compute_type=compute_type)
     config = _source_config(str(model))
     engine.expected_failed_checks.update(converter_losses(config))
     engine.expected_failed_checks.update(chunked_prefill_fails(config, max_model_len))

@@ -71,6 +71,7 @@ from engines.models import (
     build_preset,
     load_checkpoint,
     long_rope_threshold,
+    parse_dtype,
     preset_max_model_len,
 )
 from engines.protocol import BASE_PARAMS, Capabilities, Request, StepOutput
@@ -109,6 +110,9 @@ class HFContinuousEngine(KVMixin):
         self.max_batch_size = max_batch_size
         self.max_concurrency = max_batch_size  # requests in one batch at most
         self._model = model
+        # The model's (its paged cache takes it too), read once: capabilities() is read
+        # every step.
+        self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.expected_failed_checks: dict[str, str] = _known_failures(model)
         self._book = RequestBook()
         self._tally = Tally(label)
@@ -155,7 +159,7 @@ class HFContinuousEngine(KVMixin):
         return Capabilities(supported_sampling=self.supported_sampling,
                             expected_failed_checks=self.expected_failed_checks,
                             max_concurrency=self.max_concurrency,
-                            kv_extra_blocks=self.kv_extra_blocks)
+                            kv_extra_blocks=self.kv_extra_blocks, dtype=self.dtype)
 
     def add_request(self, request: Request) -> None:
         params = request.params
@@ -335,10 +339,11 @@ def _known_failures(model: PreTrainedModel) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=4)
-def _private_model(spec: str, seed: int) -> PreTrainedModel:
+def _private_model(spec: str, seed: int, dtype: str = "float32") -> PreTrainedModel:
     # Not engines.models.load_model's shared instance: the library switches the model's
     # attention implementation in place, which the other engines must not see.
-    return build_preset(spec, seed=seed) if spec in PRESETS else load_checkpoint(spec)
+    model = build_preset(spec, seed=seed) if spec in PRESETS else load_checkpoint(spec)
+    return model.to(dtype=parse_dtype(dtype))  # type: ignore[call-arg]
 
 
 def hf_continuous(
@@ -346,10 +351,12 @@ def hf_continuous(
     *,
     seed: int = DEFAULT_SEED,
     max_model_len: int | None = None,
+    dtype: str = "float32",
     **options: float | bool | str | None,
 ) -> HFContinuousEngine:
-    """A fresh engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
-    hf_model = _private_model(str(model), seed)
+    """A fresh engine over a preset or checkpoint (zero arguments: the "tiny" preset), its
+    weights cast to `dtype` (the preset's are built in float32)."""
+    hf_model = _private_model(str(model), seed, dtype)
     max_model_len = (max_model_len or preset_max_model_len(model)
                      or hf_model.config.max_position_embeddings)
     return HFContinuousEngine(hf_model, max_model_len=max_model_len, **options)  # type: ignore[arg-type]

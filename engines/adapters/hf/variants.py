@@ -17,10 +17,16 @@ from __future__ import annotations
 
 from engines.adapters.hf.adapter import HFContinuousEngine, hf_continuous
 
-__all__ = ["hf_block_sharing", "hf_small_budget", "hf_small_cache", "hf_stress"]
+__all__ = ["hf_bf16", "hf_block_sharing", "hf_small_budget", "hf_small_cache", "hf_stress"]
 
 _PAGE = 4
 _SMALL_CONTEXT = 32  # tokens: 8 blocks, one request at full length
+
+
+def hf_bf16() -> HFContinuousEngine:
+    """Deployment precision: the default configuration with the weights in bf16 (the paged
+    cache follows them). Compare with the sequential reference in bf16, tie-aware."""
+    return hf_continuous(label="hf_bf16", dtype="bfloat16")
 
 
 def hf_block_sharing() -> HFContinuousEngine:

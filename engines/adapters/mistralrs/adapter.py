@@ -60,7 +60,17 @@ from typing import Any
 
 # Read by the library when a Runner builds its KV cache: F32, not its CPU default of f16, so
 # that the cached keys and values are the model's (set before the module is imported).
-os.environ.setdefault("MISTRALRS_CPU_KV_F32", "1")
+# mistralrs 0.9.5 reads it once a process, when the first Runner is built: every later one
+# keeps that Runner's KV dtype whatever the variable says then (measured: an f16 engine built
+# first made a later "F32" one f16 too). So an engine asked for the library's f16 cache unsets
+# it before the process's first Runner, and an engine asking for the other dtype after that is
+# refused (_claim_kv_dtype) rather than declaring a cache it does not have.
+KV_F32 = "MISTRALRS_CPU_KV_F32"
+os.environ.setdefault(KV_F32, "1")
+# The KV-cache dtypes a CPU Runner can have (Capabilities.kv_cache_dtype).
+KV_CACHE_DTYPES = ("float32", "float16")
+_KV_LOCK = threading.Lock()
+_process_kv: list[str] = []  # the KV dtype the process's first Runner fixed, once built
 
 import mistralrs  # noqa: E402
 
@@ -118,7 +128,11 @@ class MistralRsEngine:
     """One `mistralrs.Runner`; a thread per request reads its stream into one queue."""
 
     def __init__(self, model_dir: str | Path, *, max_model_len: int, max_seqs: int = 32,
-                 prefix_cache_n: int = 16, label: str = "mistralrs") -> None:
+                 prefix_cache_n: int = 16, label: str = "mistralrs",
+                 kv_cache_dtype: str = "float32") -> None:
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype: {kv_cache_dtype!r}; expected one of "
+                             f"{', '.join(KV_CACHE_DTYPES)}")
         for name, value, least in (("max_seqs", max_seqs, 1),
                                    ("prefix_cache_n", prefix_cache_n, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -147,14 +161,18 @@ class MistralRsEngine:
         # 0.5): the logprobs check compares them with a raw reference only where the
         # request's processing is the identity.
         self.logprobs_of = "processed"
-        self.execution = (f"mistral.rs {mistralrs_version()} on CPU (F32, F32 KV cache, "
+        self.kv_cache_dtype = kv_cache_dtype
+        kv = "F32" if kv_cache_dtype == "float32" else "F16"
+        self.execution = (f"mistral.rs {mistralrs_version()} on CPU (F32, {kv} KV cache, "
                           f"max_seqs {max_seqs}, prefix_cache_n {prefix_cache_n}; its own threads)")
-        self._runner = mistralrs.Runner(
-            which=mistralrs.Which.Plain(model_id=str(model_dir),
-                                        arch=getattr(mistralrs.Architecture, arch),
-                                        dtype=mistralrs.ModelDType.F32),
-            max_seqs=max_seqs, prefix_cache_n=prefix_cache_n, token_source="none",
-            jinja_explicit=str(model_dir / "chat_template.jinja"))
+        with _KV_LOCK:
+            _claim_kv_dtype(kv_cache_dtype)
+            self._runner = mistralrs.Runner(
+                which=mistralrs.Which.Plain(model_id=str(model_dir),
+                                            arch=getattr(mistralrs.Architecture, arch),
+                                            dtype=mistralrs.ModelDType.F32),
+                max_seqs=max_seqs, prefix_cache_n=prefix_cache_n, token_source="none",
+                jinja_explicit=str(model_dir / "chat_template.jinja"))
         # The Runner is one Rust object borrowed mutably by each call, and a second call while
         # one runs raises "Already mutably borrowed": every call holds this lock (a stream's
         # chunks are read outside it).
@@ -165,10 +183,12 @@ class MistralRsEngine:
 
     # -- the protocol --------------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
-        """What it supports (engines.protocol.Capabilities): F32 weights and KV cache."""
+        """What it supports (engines.protocol.Capabilities): F32 weights, and its KV cache's
+        dtype (F32 unless asked for the library's f16)."""
         return Capabilities(supported_sampling=self.supported_sampling,
                             expected_failed_checks=self.expected_failed_checks,
-                            logprobs_of=self.logprobs_of, max_concurrency=self.max_concurrency)
+                            logprobs_of=self.logprobs_of, max_concurrency=self.max_concurrency,
+                            kv_cache_dtype=self.kv_cache_dtype)
 
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size,
@@ -306,12 +326,32 @@ def mistralrs_engine(
     prefix_cache_n: int = 16,
     max_model_len: int | None = None,
     label: str = "mistralrs",
+    kv_cache_dtype: str = "float32",
 ) -> MistralRsEngine:
-    """An engine over a preset or checkpoint (zero arguments: the "tiny" preset)."""
+    """An engine over a preset or checkpoint (zero arguments: the "tiny" preset); its KV
+    cache in `kv_cache_dtype` (KV_CACHE_DTYPES: float32, or the library's CPU default
+    float16)."""
     path = mistralrs_dir(str(model), seed)
     max_model_len = max_model_len or preset_max_model_len(model) or 512
     return MistralRsEngine(path, max_model_len=max_model_len, max_seqs=max_seqs,
-                           prefix_cache_n=prefix_cache_n, label=label)
+                           prefix_cache_n=prefix_cache_n, label=label,
+                           kv_cache_dtype=kv_cache_dtype)
+
+
+def _claim_kv_dtype(dtype: str) -> None:
+    """Set KV_F32 for the process's first Runner (about to be built, under _KV_LOCK), or
+    refuse a dtype other than the one that Runner fixed."""
+    if _process_kv and _process_kv[0] != dtype:
+        raise ValueError(f"kv_cache_dtype: {dtype!r}, but mistral.rs {mistralrs_version()} "
+                         f"fixed this process's KV cache at {_process_kv[0]} when its first "
+                         f"engine was built ({KV_F32} is read once): run it in a process of "
+                         "its own")
+    if not _process_kv:
+        if dtype == "float32":
+            os.environ[KV_F32] = "1"
+        else:
+            os.environ.pop(KV_F32, None)
+        _process_kv.append(dtype)
 
 
 # The conventional name for --engine.

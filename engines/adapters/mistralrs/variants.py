@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from engines.adapters.mistralrs.adapter import MistralRsEngine, mistralrs_engine
 
-__all__ = ["mistralrs_no_prefix_cache", "mistralrs_one_seq"]
+__all__ = ["mistralrs_kv_f16", "mistralrs_no_prefix_cache", "mistralrs_one_seq"]
 
 
 def mistralrs_no_prefix_cache() -> MistralRsEngine:
@@ -21,3 +21,9 @@ def mistralrs_no_prefix_cache() -> MistralRsEngine:
 def mistralrs_one_seq() -> MistralRsEngine:
     """max_seqs 1: one running sequence."""
     return mistralrs_engine(label="mistralrs_one_seq", max_seqs=1)
+
+
+def mistralrs_kv_f16() -> MistralRsEngine:
+    """Deployment precision: the library's CPU default, an f16 KV cache (the adapter's default
+    forces F32: MISTRALRS_CPU_KV_F32), over F32 weights; otherwise the default engine."""
+    return mistralrs_engine(label="mistralrs_kv_f16", kv_cache_dtype="float16")

@@ -60,7 +60,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ import openvino_genai
 from engines.adapters.common.book import Live, RequestBook
 from engines.adapters.openvino.convert import openvino_dir, tokenizer_dir
 from engines.adapters.openvino.guided import guided_stop, structured_output
+from engines.adapters.openvino.precision import declared_precision
 from engines.adapters.openvino.sequences import Sequences
 from engines.adapters.openvino.speculation import ACCEPTED, Speculation, accepted_in
 from engines.models import (
@@ -131,7 +132,8 @@ STRUCTURED_SAMPLING = SUPPORTED_SAMPLING | {"guided"}
 # in the tokens it verifies (docs/findings.md report 40).
 SPECULATIVE_SAMPLING = SUPPORTED_SAMPLING - {"n", "beam_width", "length_penalty", "min_tokens"}
 # fp32 everywhere: the CPU plugin's defaults (bf16 inference where the CPU has it, a u8 or f16
-# KV cache) would move greedy tokens at near-ties.
+# KV cache) would move greedy tokens at near-ties. The deployment-precision variants pass
+# their own (engines.adapters.openvino.variants, precision.py).
 PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 
 _FINISH = {
@@ -256,7 +258,7 @@ class OpenVINOEngine:
     def __init__(self, model_dir: str | Path, config: OpenVINOConfig, *, max_model_len: int,
                  vocab_size: int, label: str = "openvino_genai",
                  threads: int | None = None, speculation: Speculation | None = None,
-                 seed: int = DEFAULT_SEED) -> None:
+                 seed: int = DEFAULT_SEED, precision: Mapping[str, str] = PROPERTIES) -> None:
         self.config = config
         self.label = label
         self.vocab_size = vocab_size
@@ -273,7 +275,9 @@ class OpenVINOEngine:
         self.compute_threads = threads or engine_threads()
         self.execution = f"openvino-genai {openvino_genai.__version__.split('-')[0]} on CPU"
         self.speculation = speculation
-        device = {**PROPERTIES, "INFERENCE_NUM_THREADS": self.compute_threads}
+        device = {**precision, "INFERENCE_NUM_THREADS": self.compute_threads}
+        # Read once: capabilities() is read every step.
+        self.dtype, self.kv_cache_dtype = declared_precision(precision)
         if speculation is not None:
             self.execution += f", speculating: {speculation.describe()}"
         extra = {} if speculation is None else speculation.properties(seed, device)
@@ -292,12 +296,14 @@ class OpenVINOEngine:
 
     # -- the protocol --------------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
-        """What it supports (engines.protocol.Capabilities): f32 inference and KV cache, as the
-        adapter forces them (PROPERTIES); a tokenizer where a variant declares one."""
+        """What it supports (engines.protocol.Capabilities): the inference and KV-cache
+        precision it was compiled with (f32 and f32 unless a variant says otherwise:
+        PROPERTIES); a tokenizer where a variant declares one."""
         return Capabilities(supported_sampling=self.supported_sampling,
                             expected_failed_checks=self.expected_failed_checks,
                             logprobs_of=self.logprobs_of, max_concurrency=self.max_concurrency,
-                            tokenizer=self.tokenizer)
+                            tokenizer=self.tokenizer, dtype=self.dtype,
+                            kv_cache_dtype=self.kv_cache_dtype)
 
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len,
@@ -468,11 +474,13 @@ def openvino_genai_engine(
     num_kv_blocks: int | None = None,
     label: str = "openvino_genai",
     speculation: Speculation | None = None,
+    precision: Mapping[str, str] = PROPERTIES,
     **options: int | bool,
 ) -> OpenVINOEngine:
     """An engine over a preset or checkpoint (zero arguments: the "tiny" preset); `options`
     are OpenVINOConfig fields (token budget, split-fuse, prefix caching); `speculation` a
-    drafter (then a SpeculativeOpenVINOEngine)."""
+    drafter (then a SpeculativeOpenVINOEngine); `precision` the CPU plugin's precision
+    properties (f32 and an f32 KV cache by default; one left out is the plugin's default)."""
     path = openvino_dir(str(model), seed)
     max_model_len = max_model_len or preset_max_model_len(model) or 512
     if num_kv_blocks is None:  # a full batch at full length: nothing is preempted
@@ -484,9 +492,10 @@ def openvino_genai_engine(
     if speculation is not None:
         return SpeculativeOpenVINOEngine(path, config, max_model_len=max_model_len,
                                          vocab_size=int(vocab), label=label,
-                                         speculation=speculation, seed=seed)
+                                         speculation=speculation, seed=seed,
+                                         precision=precision)
     return OpenVINOEngine(path, config, max_model_len=max_model_len, vocab_size=int(vocab),
-                          label=label)
+                          label=label, precision=precision)
 
 
 def _vocab_of(path: Path) -> int:

@@ -19,10 +19,13 @@ from engines.adapters.openvino.adapter import (
     openvino_genai_engine,
 )
 from engines.adapters.openvino.guided import GUIDED_ENDS
+from engines.adapters.openvino.precision import KV_CACHE
 from engines.adapters.openvino.speculation import DRAFT_FILTERS, DRAFT_SEEDS, Speculation
 
 __all__ = [
+    "openvino_cpu_defaults",
     "openvino_draft_model",
+    "openvino_kv_f16",
     "openvino_no_split_fuse",
     "openvino_one_seq",
     "openvino_preemption",
@@ -139,3 +142,18 @@ def openvino_structured_output() -> OpenVINOEngine:
     engine.expected_failed_checks = {**engine.expected_failed_checks,
                                      "reference_parity": GUIDED_ENDS}
     return engine
+
+
+# Deployment precision: the CPU plugin's own choices instead of the adapter's forced f32
+# (engines.adapters.openvino.precision reads back what it picks and the engine declares it).
+# Compare with the sequential reference at the same weights dtype and tie-aware parity.
+def openvino_cpu_defaults() -> OpenVINOEngine:
+    """The CPU plugin's defaults, as a user deploying OpenVINO GenAI gets them: bf16 inference
+    where the CPU has bf16 (f32 where it has not) and a u8 KV cache, both declared."""
+    return openvino_genai_engine(label="openvino_cpu_defaults", precision={})
+
+
+def openvino_kv_f16() -> OpenVINOEngine:
+    """The plugin's default inference precision (bf16 where the CPU has it) over an f16 KV
+    cache (KV_CACHE_PRECISION f16) instead of its u8 one."""
+    return openvino_genai_engine(label="openvino_kv_f16", precision={KV_CACHE: "f16"})

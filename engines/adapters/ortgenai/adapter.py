@@ -162,13 +162,23 @@ class _Turn:
         self.stream, self.text = stream, 0
 
 
+# The builder's precisions (its -p, with -e cpu) as (Capabilities.dtype, kv_cache_dtype):
+# fp16 makes fp16 weights, activations and KV cache; int4 quantizes the matrix weights
+# (MatMulNBits) and keeps fp32 activations and KV cache. tests/adapters/ortgenai reads them
+# back from the built model.onnx.
+PRECISIONS: dict[str, tuple[str, str]] = {
+    "fp32": ("float32", "float32"), "fp16": ("float16", "float16"), "int4": ("int4", "float32"),
+}
+
+
 class OrtGenaiEngine:
     """One `onnxruntime_genai.Engine`, run from the caller's thread."""
 
     def __init__(self, model_dir: str | Path, *, max_batch_size: int | None, max_model_len: int,
                  vocab_size: int, tokenizer: str | None = None, guided: bool = False,
-                 label: str = "onnxruntime_genai") -> None:
+                 label: str = "onnxruntime_genai", precision: str = "fp32") -> None:
         self.label = label
+        self.dtype, self.kv_cache_dtype = PRECISIONS[precision]
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.eos_token_id = eos_id(vocab_size)
@@ -206,10 +216,12 @@ class OrtGenaiEngine:
 
     # -- the protocol --------------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
-        """What it supports (engines.protocol.Capabilities): the float32 model the builder made."""
+        """What it supports (engines.protocol.Capabilities), and the precision the builder made
+        its model at (PRECISIONS: float32 by default)."""
         return Capabilities(supported_sampling=self.supported_sampling,
                             expected_failed_checks=self.expected_failed_checks,
-                            max_concurrency=self.max_concurrency, tokenizer=self.tokenizer)
+                            max_concurrency=self.max_concurrency, tokenizer=self.tokenizer,
+                            dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype)
 
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size,
@@ -361,20 +373,25 @@ def ortgenai_engine(
     max_model_len: int | None = None,
     guided: bool = False,
     label: str = "onnxruntime_genai",
+    precision: str = "fp32",
 ) -> OrtGenaiEngine:
     """An engine over a preset or checkpoint (zero arguments: the "tiny" preset, the library's
     default batch size); `max_batch_size` is written to `engine.static_batching`. `guided`:
     declare guided decoding, mapped to the library's guidance, which fails on grammars that
     need a token carrying part of a character (GUIDANCE_LOSES_BYTES): off by default, on in
-    engines.adapters.ortgenai.variants:ortgenai_guided."""
-    path = ortgenai_dir(str(model), seed)
+    engines.adapters.ortgenai.variants:ortgenai_guided. `precision`: the builder's (PRECISIONS).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    path = ortgenai_dir(str(model), seed, precision)
     spec = str(model)
     vocab = int(PRESETS[spec].config["vocab_size"] if spec in PRESETS else _vocab_of(path))
     # The presets' byte-level BPE, whose last id is the EOS the built config names (eos_id).
     tokenizer = tokenizer_for(vocab)
     return OrtGenaiEngine(with_tokenizer(path, tokenizer), max_batch_size=max_batch_size,
                           max_model_len=max_model_len or preset_max_model_len(model) or 512,
-                          vocab_size=vocab, tokenizer=tokenizer, guided=guided, label=label)
+                          vocab_size=vocab, tokenizer=tokenizer, guided=guided, label=label,
+                          precision=precision)
 
 
 def _vocab_of(path: Path) -> int:

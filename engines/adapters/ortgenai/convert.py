@@ -94,12 +94,13 @@ def _has_sliding_layers(config: Mapping[str, object]) -> bool:
             and "sliding_attention" in layer_types)
 
 
-def _build(checkpoint: Path, out: Path, options: Mapping[str, str]) -> None:
+def _build(checkpoint: Path, out: Path, options: Mapping[str, str],
+           precision: str = "fp32") -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     cache = out / ".builder-cache"
     checkpoint = _with_eos(checkpoint, out / ".checkpoint")
     cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint),
-           "-o", str(out), "-p", "fp32", "-e", "cpu", "-c", str(cache)]
+           "-o", str(out), "-p", precision, "-e", "cpu", "-c", str(cache)]
     if options:
         cmd += ["--extra_options", *(f"{k}={v}" for k, v in sorted(options.items()))]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -120,28 +121,31 @@ def _build(checkpoint: Path, out: Path, options: Mapping[str, str]) -> None:
 
 
 @functools.lru_cache(maxsize=8)
-def ortgenai_dir(model: str, seed: int) -> Path:
+def ortgenai_dir(model: str, seed: int, precision: str = "fp32") -> Path:
     """The built model of a preset name or a checkpoint directory, building it once, with the
-    builder options the checkpoint needs here (builder_options)."""
+    builder options the checkpoint needs here (builder_options), at the builder's
+    `precision` (its -p: fp32, fp16, int4)."""
     # The builder loads the architecture's tokenizer for Llama-family checkpoints: a preset's
     # checkpoint carries the 1:1 one.
     checkpoint = (checkpoint_dir(model, seed=seed, tokenizer=True) if model in PRESETS
                   else Path(model))
     options = builder_options(checkpoint) if (checkpoint / "config.json").is_file() else {}
-    return built_dir(model, seed, options)
+    return built_dir(model, seed, options, precision)
 
 
-def built_dir(model: str, seed: int, options: Mapping[str, str]) -> Path:
-    """The model built with these builder options (none: the builder's defaults), once; the
-    options are in the cache key."""
+def built_dir(model: str, seed: int, options: Mapping[str, str], precision: str = "fp32") -> Path:
+    """The model built with these builder options (none: the builder's defaults) at this
+    precision, once; both are in the cache key (fp32's directories keep their old names)."""
     import onnxruntime_genai
 
     tag = "".join(f"-{k}={v}" for k, v in sorted(options.items()))
+    tag += "" if precision == "fp32" else f"-p={precision}"
     # Through the module global, so that a test can replace _build.
     return converted_dir(model, seed, library="ortgenai",
                          version=f"{onnxruntime_genai.__version__}{tag}",
                          marker="genai_config.json",
-                         convert=lambda c, out: _build(c, out, options), tokenizer=True)
+                         convert=lambda c, out: _build(c, out, options, precision),
+                         tokenizer=True)
 
 
 def with_tokenizer(built: Path, tokenizer_dir: str | Path) -> Path:

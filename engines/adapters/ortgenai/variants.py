@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from engines.adapters.ortgenai.adapter import OrtGenaiEngine, ortgenai_engine
 
-__all__ = ["MAX_BATCH", "ortgenai_batch1", "ortgenai_guided", "ortgenai_max"]
+__all__ = ["MAX_BATCH", "ortgenai_batch1", "ortgenai_fp16", "ortgenai_guided", "ortgenai_int4",
+           "ortgenai_max"]
 
 # Not the 256 its builder accepts for a dynamic-batching section: the suite sizes workloads by
 # the declared concurrency (up to 2n + 1 requests), and 16 already exceeds what the static
@@ -40,3 +41,15 @@ def ortgenai_guided() -> OrtGenaiEngine:
     UTF-8 character (docs/findings.md report 29), so this one is for runs that judge the
     mapping and find that bug, not for a run that must pass."""
     return ortgenai_engine(label="ortgenai_guided", guided=True)
+
+
+# Deployment precision: the builder's other precisions for a CPU (-p fp16, -p int4), each built
+# once and cached apart from the fp32 model; the default batch size.
+def ortgenai_fp16() -> OrtGenaiEngine:
+    """fp16 weights, activations and KV cache (the builder's -p fp16 -e cpu)."""
+    return ortgenai_engine(label="ortgenai_fp16", precision="fp16")
+
+
+def ortgenai_int4() -> OrtGenaiEngine:
+    """int4 matrix weights (MatMulNBits), fp32 activations and KV cache (-p int4 -e cpu)."""
+    return ortgenai_engine(label="ortgenai_int4", precision="int4")

@@ -159,11 +159,13 @@ class VLLMEngine:
 
     # -- the protocol --------------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
-        """What it supports (engines.protocol.Capabilities)."""
+        """What it supports (engines.protocol.Capabilities), and the dtype it runs at (its
+        KV cache's too: kv_cache_dtype "auto")."""
         return Capabilities(supported_sampling=self.supported_sampling,
                             expected_failed_checks=self.expected_failed_checks,
                             logprobs_of=self.logprobs_of, max_concurrency=self.max_concurrency,
-                            tokenizer=self.tokenizer, kv_extra_blocks=self.kv_extra_blocks)
+                            tokenizer=self.tokenizer, kv_extra_blocks=self.kv_extra_blocks,
+                            dtype=self.config.dtype)
 
     def add_request(self, request: Request) -> None:
         p = request.params
@@ -395,7 +397,7 @@ def vllm_cpu(
     **options: object,
 ) -> VLLMEngine:
     """An engine over a preset or checkpoint (zero arguments: the "tiny" preset); `options` are
-    VLLMConfig fields (prefix caching, token budget, KV blocks and block size)."""
+    VLLMConfig fields (prefix caching, token budget, KV blocks and block size, dtype)."""
     max_model_len = max_model_len or preset_max_model_len(model) or 512
     if options.get("num_blocks") is None and options.get("block_size") is None:
         # vLLM's CPU default block size, and blocks for a full batch at full length: nothing is

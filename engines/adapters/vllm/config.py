@@ -65,6 +65,9 @@ class VLLMConfig:
     max_loras: int = 0
     # vLLM's speculative_config, as sorted (key, value) items (hashable); () off.
     speculative: tuple[tuple[str, object], ...] = ()
+    # Weights and compute; the KV cache follows it (vLLM's kv_cache_dtype "auto"). float32
+    # by default, where greedy tokens match an fp32 reference exactly.
+    dtype: str = "float32"
 
     def engine_args(self) -> EngineArgs:
         kw = asdict(self)
@@ -96,7 +99,7 @@ class VLLMConfig:
             extra["structured_outputs_config"] = {"backend": "guidance",
                                                   "disable_any_whitespace": True}
         return EngineArgs(
-            model=kw.pop("model_dir"), skip_tokenizer_init=not has_tokenizer, dtype="float32",
+            model=kw.pop("model_dir"), skip_tokenizer_init=not has_tokenizer,
             enforce_eager=True, seed=DEFAULT_SEED, **kw, **extra,  # type: ignore[arg-type]
         )
 

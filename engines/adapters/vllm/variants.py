@@ -14,6 +14,7 @@ from __future__ import annotations
 from engines.adapters.vllm.adapter import VLLMEngine, vllm_cpu
 
 __all__ = [
+    "vllm_bf16",
     "vllm_chunked_prefill",
     "vllm_loras",
     "vllm_one_seq",
@@ -52,6 +53,14 @@ def vllm_preemption() -> VLLMEngine:
     recomputes it later."""
     return vllm_cpu(label="vllm_preemption", max_model_len=_SMALL_CONTEXT, block_size=_BLOCK,
                     num_blocks=_SMALL_CONTEXT // _BLOCK)
+
+
+def vllm_bf16() -> VLLMEngine:
+    """Deployment precision: bf16 weights, compute and KV cache (vLLM CPU's choice for a
+    bf16 checkpoint; ours are saved in fp32, so it is asked for), 8 sequences, blocks for all
+    of them at 512 tokens. Compare with the sequential reference in bf16, tie-aware."""
+    return vllm_cpu(label="vllm_bf16", dtype="bfloat16", block_size=_BLOCK,
+                    num_blocks=8 * 512 // _BLOCK)
 
 
 def vllm_one_seq() -> VLLMEngine:
