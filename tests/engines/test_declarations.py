@@ -118,6 +118,17 @@ def test_the_dtype_names_are_stated() -> None:
         KV_CACHE_DTYPES)
 
 
+def test_quantized_weights_are_declarable_and_have_a_tolerance() -> None:
+    # CTranslate2's int8 compute type and onnxruntime-genai's int4 model quantize the weights
+    # (engines.adapters.ct2.adapter.COMPUTE_TYPES, engines.adapters.ortgenai.adapter.PRECISIONS).
+    from engines.testing.precision import tolerance_for
+
+    assert Capabilities(dtype="int8").dtype == "int8"
+    assert Capabilities(dtype="i8", kv_cache_dtype="fp32").kv_dtype == "float32"
+    # --parity=auto derives a tolerance for every dtype an engine may declare.
+    assert all(tolerance_for(d) > 0 for d in KV_CACHE_DTYPES)
+
+
 def test_a_capabilities_that_is_not_one_is_refused() -> None:
     class Wrong:
         def capabilities(self) -> dict[str, object]:
