@@ -23,17 +23,17 @@ WARNING = "batching-engines: warning: "
 
 class StopWithoutTokenizer(ToyEngine):
     def capabilities(self) -> Capabilities:
-        return Capabilities(supported_sampling={"stop", "include_stop_str_in_output"})
+        return Capabilities(supported_sampling=frozenset({"stop", "include_stop_str_in_output"}))
 
 
 class StopAlone(ToyEngine):  # include_stop_str_in_output not declared
     def capabilities(self) -> Capabilities:
-        return Capabilities(supported_sampling={"stop"}, tokenizer=ROOT)
+        return Capabilities(supported_sampling=frozenset({"stop"}), tokenizer=ROOT)
 
 
 class TopK(ToyEngine):
     def capabilities(self) -> Capabilities:
-        return Capabilities(supported_sampling={"temperature", "top_k"})
+        return Capabilities(supported_sampling=frozenset({"temperature", "top_k"}))
 
 
 ENGINES = """
@@ -42,11 +42,11 @@ from examples.toy_engine import ToyEngine
 
 class StopWithoutTokenizer(ToyEngine):
     def capabilities(self):
-        return Capabilities(supported_sampling={"stop", "include_stop_str_in_output"})
+        return Capabilities(supported_sampling=frozenset({"stop", "include_stop_str_in_output"}))
 
 class Misspelt(ToyEngine):
     def capabilities(self):
-        return Capabilities(supported_sampling={"stop_strings"})
+        return Capabilities(supported_sampling=frozenset({"stop_strings"}))
 """
 
 
@@ -58,12 +58,12 @@ def importable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_misspelt_feature_names_its_fields_not_the_nearest_letters() -> None:
     with pytest.raises(ValueError) as caught:
-        Capabilities(supported_sampling={"stop_strings"})
+        Capabilities(supported_sampling=frozenset({"stop_strings"}))
     text = str(caught.value)
     assert "the fields that declare it: 'stop', 'include_stop_str_in_output'" in text, text
     assert "stop_token_ids" not in text
     with pytest.raises(ValueError, match=r"did you mean 'top_k'\?"):  # a typo: by its letters
-        Capabilities(supported_sampling={"top_kk"})
+        Capabilities(supported_sampling=frozenset({"top_kk"}))
 
 
 def test_every_feature_name_is_a_field_or_names_its_fields() -> None:
