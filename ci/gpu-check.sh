@@ -3,9 +3,12 @@
 #   1. attention: the continuous engine serves a mixed batch with SDPA's math backend disabled
 #      (every attention call hits a fused kernel), and the decode call is timed against the
 #      math fallback it replaces (ci/gpu_attention_check.py)
-#   2. the conformance suite, tie-aware (tolerance 0.125: two bf16 ulps at the logits' scale),
-#      in bf16, on the continuous engine against the sequential reference engine; then on the
-#      paged engine, where engines.paged exists; then the paged engine's decode steps as CUDA
+#   2. the conformance suite in bf16 under its default --parity=auto (tie-aware at 0.125, from
+#      the bfloat16 the engines declare), on the continuous engine against the sequential
+#      reference engine in bf16; then on the paged engine: CI's command on a CPU
+#      (--engine engines.paged.variants:bf16 --reference-engine
+#      engines.sequential:sequential_bf16), the engines built on this device through
+#      ci/gpu_engines.py; then the paged engine's decode steps as CUDA
 #      graphs (PagedEngine(compiled="graphs")): the same tokens as its eager forward in fp32
 #      and the decode step timed at each batch bucket (ci/gpu_paged_graphs.py)
 #   3. the bench's quick comparison on qwen2.5-1.5b in bf16 (python -m engines.bench --quick)
@@ -77,12 +80,13 @@ else
     skip attention "the fused-kernel check needs CUDA"
 fi
 
-# 2. the conformance suite, tie-aware in bf16, against the sequential reference
-suite_args=(--parity=tie-aware --parity-tolerance=0.125 --hypothesis-profile=batching-ci
-            -p no:cacheprovider -q --reference-engine ci.gpu_engines:sequential)
+# 2. the conformance suite in bf16, against the sequential reference in bf16: no parity flags,
+# so --parity=auto chooses from the dtype the engines declare, as in CI's run on a CPU
+suite_args=(--hypothesis-profile=batching-ci -p no:cacheprovider -q
+            --reference-engine ci.gpu_engines:sequential)
 reference="against engines.sequential in $GPU_CHECK_DTYPE"
 profile=batching-ci
-echo "suite: profile $profile, tie-aware 0.125, $reference"
+echo "suite: profile $profile, parity auto (from the declared $GPU_CHECK_DTYPE), $reference"
 part suite-continuous 90 "$PY" -m pytest --pyargs engines.testing.conformance \
     --engine ci.gpu_engines:continuous "${suite_args[@]}" --junitxml="$OUT/suite-continuous.xml"
 part suite-paged 60 "$PY" -m pytest --pyargs engines.testing.conformance \

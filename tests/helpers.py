@@ -118,23 +118,6 @@ def greedy(prompts: Iterable[tuple[int, ...]], budgets: Iterable[int]) -> list[R
     return [Request(p, SamplingParams(max_tokens=n)) for p, n in zip(prompts, budgets, strict=True)]
 
 
-def bf16_continuous() -> Engine:
-    """The continuous engine in bf16, 3 slots: a real engine whose logits batching perturbs."""
-    from engines.slot.continuous import ContinuousBatchEngine
-
-    return ContinuousBatchEngine(dtype="bfloat16", max_batch_size=3)
-
-
-def bf16_sequential() -> Engine:
-    """The reference engine in bf16: what bf16_continuous's tokens are compared with. An fp32
-    reference would count bf16's own rounding as batching's: a 225-token prompt alone gives
-    token 997 in bf16 (sequential and continuous alike) and 132 in fp32, 0.16 apart in fp32's
-    logprobs, past the suite's 0.125 tolerance for bf16's batching near-ties."""
-    from engines.sequential import SequentialEngine
-
-    return SequentialEngine(dtype="bfloat16")
-
-
 def one_slot_continuous() -> Engine:
     """The continuous engine with one slot: a config variant (--engine-variant) of the default
     engine, which must give every request the same tokens."""
