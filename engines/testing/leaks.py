@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from engines.testing import progress_lines as progress
 from engines.testing.shrink import shrink_workload
+from engines.testing.shrink_budget import out_of_time
 from engines.testing.workload import Workload
 
 T = TypeVar("T")
@@ -38,6 +40,7 @@ def minimal_leak(history: Sequence[Workload], w: Workload, fails_after: FailsAft
     """(earlier workloads, failing workload): served in order on one fresh engine, the last
     fails, and (after shrinking) it still passes alone. Returned unshrunk when the failure
     does not replay (a nondeterministic engine)."""
+    progress.doing("replaying a leak across requests, shrinking the history it needs")
     history = list(history)
     if not fails_after(history, w):
         return history, w
@@ -49,9 +52,10 @@ def minimal_leak(history: Sequence[Workload], w: Workload, fails_after: FailsAft
         def still_fails(c: Workload, i: int = i) -> bool:
             return fails_after([*shrunk[:i], c, *shrunk[i + 1:]], w)
 
-        shrunk[i] = shrink_workload(shrunk[i], still_fails, budget=budget)
+        shrunk[i] = shrink_workload(shrunk[i], still_fails, budget=budget,
+                                    out_of_time=out_of_time)
     last = shrink_workload(w, lambda c: fails_after(shrunk, c) and not fails_after([], c),
-                           budget=budget)
+                           budget=budget, out_of_time=out_of_time)
     # Shrinking renumbers request ids; a leak keyed on ids may not survive that: check.
     if fails_after(shrunk, last) and not fails_after([], last):
         return shrunk, last

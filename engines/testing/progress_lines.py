@@ -27,8 +27,8 @@ from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["DEFAULT_INTERVAL", "PREFIX", "CheckProgress", "example", "failure", "seed_workload",
-           "running", "tick", "watching", "writer"]
+__all__ = ["DEFAULT_INTERVAL", "PREFIX", "CheckProgress", "doing", "example", "failure",
+           "running", "seed_workload", "tick", "watching", "writer"]
 
 DEFAULT_INTERVAL = 30.0
 PREFIX = "batching-engines: "
@@ -50,6 +50,7 @@ class CheckProgress:
         self.seed: tuple[int, int] | None = None  # (index, count) of the seed workload running
         self.failed_at: float | None = None  # when the first failure was found
         self.examples_at_failure = 0
+        self.doing: str | None = None  # what the report's making is doing (after the search)
 
     def say(self, text: str) -> None:
         self._write(f"{PREFIX}{self.name}: {text}")
@@ -58,6 +59,8 @@ class CheckProgress:
     def status(self) -> str:
         now = self._clock()
         head = f"{now - self.started:.0f} s"
+        if self.doing is not None:
+            return f"{head}, {self.doing}"
         if self.failed_at is not None:
             tried = self.examples - self.examples_at_failure
             return (f"{head}, shrinking a failure for {now - self.failed_at:.0f} s "
@@ -90,6 +93,15 @@ def example() -> None:
     found = _current.get()
     if found is not None:
         found.examples += 1
+        found.tick()
+
+
+def doing(what: str) -> None:
+    """The running check's report is being made: `what` it is doing (replaying the failure,
+    shrinking a leak's history), said from now on instead of the search's state."""
+    found = _current.get()
+    if found is not None:
+        found.doing = what
         found.tick()
 
 

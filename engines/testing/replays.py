@@ -19,6 +19,7 @@ from collections.abc import Callable
 from hypothesis import currently_in_test_context
 from hypothesis.control import current_build_context
 
+from engines.testing import progress_lines as progress
 from engines.testing.checks import Check, catalogue
 from engines.testing.context import SuiteContext
 from engines.testing.crash import EngineCrashed, StepTimeout
@@ -68,6 +69,7 @@ def _replay_judge(ctx: SuiteContext, variant: str | None) -> Judge:
 def reproduces(ctx: SuiteContext, w: Workload, error: AssertionError) -> bool:
     """One replay: w on a fresh engine (and a fresh variant, for a variant's failure), judged
     by the check that failed; a crash counts where the failure was one."""
+    progress.doing("replaying the failure on freshly built engines")
     check = getattr(error, "prop", None)
     judged: Check | None = next((c for c in catalogue() if c.name == check
                                  and c.prop is not None), None)

@@ -54,6 +54,8 @@ def test_lines_come_each_interval_and_say_the_phase() -> None:
         progress.example()
         clock.now = 93.0
         progress.tick()
+        clock.now = 130.0
+        progress.doing("replaying the failure on freshly built engines")
     progress.example()  # outside a check: nothing, and no error
     assert said == [
         "batching-engines: E-parity: 31 s, seed workload 3 of 3",
@@ -62,6 +64,7 @@ def test_lines_come_each_interval_and_say_the_phase() -> None:
         "failure, shrinking it",
         "batching-engines: E-parity: 93 s, shrinking a failure for 31 s (1 smaller example(s) "
         "tried)",
+        "batching-engines: E-parity: 130 s, replaying the failure on freshly built engines",
     ]
 
 

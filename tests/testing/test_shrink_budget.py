@@ -5,6 +5,7 @@ minutes of shrinking run out, issue 51) never reaches the user."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis.internal.conjecture import engine as conjecture_engine
 from hypothesis.reporting import with_reporter
 
 from engines.protocol import Request, SamplingParams
+from engines.testing.leaks import minimal_leak
 from engines.testing.shrink import shrink_workload
 from engines.testing.shrink_budget import bounded_shrinking
 from engines.testing.workload import Workload
@@ -92,6 +94,22 @@ def test_the_seed_shrink_stops_when_out_of_time() -> None:
     calls = iter([False, True])
     cut = shrink_workload(w, fails, out_of_time=lambda: next(calls, True))
     assert len(tries) == 1 and len(cut.requests) == 4  # the first halving, then time was up
+
+
+def test_a_leaks_history_shrink_stops_at_the_budget() -> None:
+    """A leak's history is the suite's to shrink too: at a spent budget its workloads come back
+    as found (prompts of 3 tokens, which a full shrink cuts to 1), the budget marked cut."""
+    def w(n: int, tag: str) -> Workload:
+        return Workload(tuple(Request((1, 2, 3), SamplingParams(max_tokens=2),
+                                      request_id=f"{tag}{i}") for i in range(n)), (0,) * n)
+
+    def fails_after(earlier: Sequence[Workload], last: Workload) -> bool:  # 8 leaky blocks
+        return sum(len(e.requests) for e in earlier) + len(last.requests) > 8
+
+    with bounded_shrinking(0) as budget:
+        earlier, last = minimal_leak([w(3, "a"), w(6, "b")], w(3, "x"), fails_after, shrink=True)
+    assert budget.cut and fails_after(earlier, last)
+    assert all(len(r.prompt_token_ids) == 3 for e in earlier for r in e.requests)
 
 
 @pytest.mark.usefixtures("importable_tests")
