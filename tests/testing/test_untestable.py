@@ -127,6 +127,20 @@ def test_a_fixture_engine_says_it_at_its_first_check_once(pytester: pytest.Pytes
 
 
 @pytest.mark.usefixtures("importable")
+def test_an_xdist_worker_says_it_on_its_stderr(pytester: pytest.Pytester,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller builds no engine and a worker's header reaches no one: the worker says
+    it, once, on its stderr (the controller's), as its first check starts."""
+    pytester.makepyfile(toys=ENGINES)
+    monkeypatch.setenv("PYTHONPATH", f"{pytester.path}:{ROOT}")
+    result = pytester.runpytest_subprocess(*SUITE, "-n", "1", "--engine",
+                                           "toys:StopWithoutTokenizer", "-k", "parity or seeds")
+    result.assert_outcomes(passed=2, skipped=1)
+    said = [line for line in result.stderr.lines if line.startswith(f"[gw0] {WARNING}")]
+    assert len(said) == 1 and "but no tokenizer" in said[0], result.stderr.str()
+
+
+@pytest.mark.usefixtures("importable")
 def test_a_misspelt_declaration_stops_the_run_at_its_start(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(toys=ENGINES)
     result = pytester.runpytest(*SUITE, "--engine", "toys:Misspelt")
