@@ -213,6 +213,11 @@ def trace(steps: list[list[Out]], *, requests: tuple[Request, ...] = (R0, R1),
 GOOD: Steps = [[("r0", (5,), None), ("r1", (8,), None)],
                [("r0", (6,), None), ("r1", (9,), FinishReason.LENGTH)],
                [("r0", (7,), FinishReason.LENGTH)]]
+# GOOD as a speculating engine's steps carry it: step 1 gives r0 two tokens (one accepted
+# draft and the bonus) and r1 one (no draft), the ragged batch of rows with and without
+# drafts in one step.
+MULTI_TOKEN: Steps = [[("r0", (5,), None), ("r1", (8,), None)],
+                      [("r0", (6, 7), FinishReason.LENGTH), ("r1", (9,), FinishReason.LENGTH)]]
 
 
 def fails(check: Callable[[Trace, Judge], object], t: Trace, match: str,

@@ -527,3 +527,36 @@ def test_the_tests_mirror_the_package() -> None:
     folders = {str(p.parent.relative_to(tests)) for p in tests.rglob("test_*.py")} - {"."}
     assert folders <= allowed, sorted(folders - allowed)
     assert not [p for p in tests.rglob("*.py") if "wave" in p.name], "name tests by subject"
+
+
+def test_every_check_has_its_tests_and_they_run_its_planted_bugs() -> None:
+    """Each registered check has tests/testing/checks/test_<check>.py, and its tests run
+    exactly the planted bugs whose `caught_by` is that check (those that surface as a crash:
+    tests/testing/test_crash_reports.py), and the controls where they apply: a planted bug
+    or a check cannot be added and forgotten, nor a bug hunted in two files."""
+    from engines.testing.checks import CHECKS
+    from tests.planted.catalog import ALL_CONTROLS, controlled_checks
+    from tests.planted.coverage import collected, planted_bugs
+
+    home = ROOT / "tests" / "testing" / "checks"
+    files = {c: home / f"test_{c}.py" for c in CHECKS}
+    files["crash"] = ROOT / "tests" / "testing" / "test_crash_reports.py"
+    missing = sorted(c for c, path in files.items() if not path.is_file())
+    assert not missing, f"add tests/testing/checks/test_<check>.py for {missing}"
+    bugs, unimportable = planted_bugs()
+    assert len(bugs) > 50, bugs  # the enumeration has bite
+    unknown = {bug: check for bug, check in bugs.items() if check not in files}
+    assert not unknown, f"caught_by names no registered check: {unknown}"
+    found, tested = collected([home, files["crash"]])
+    controls = {f"{c.__module__}:{c.__name__}" for c in ALL_CONTROLS}
+    for check, path in sorted(files.items()):
+        runs = found[path.name] & bugs.keys()
+        want = {bug for bug, by in bugs.items() if by == check}
+        assert runs == want, (f"{path.relative_to(ROOT)}: runs {sorted(runs - want)} caught "
+                              f"by another check; misses {sorted(want - runs)} "
+                              f"(planted modules not importable here: {unimportable})")
+    for check in controlled_checks():
+        if files[check].name not in tested:  # skipped whole: its optional library is missing
+            continue
+        lacking = controls - found[files[check].name]
+        assert not lacking, f"test_{check}.py: no test that {sorted(lacking)} passes it"

@@ -1,7 +1,7 @@
 """Planted bugs in the reference ContinuousBatchEngine itself: one method overridden each.
 
-Slower than the toy ones (a real model runs), so tests/testing/test_planted_bugs.py checks them
-with the seed workloads only.
+Slower than the toy ones (a real model runs), so the tests of the check that catches each
+(tests/testing/checks/test_<check>.py) run them with the seed workloads only.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ its prefix cache (StepOutput.cached_prompt_tokens). The `isolation` check must c
 key that ignores the salt, and isolation had by caching nothing for salted tenants, from the
 counts alone (engines.testing.judging.tenant_counts), as it would over HTTP.
 
-COUNT_PLANTED: each factory -> the check that catches it; COUNT_CONTROL: the correct engine
-behind the same view.
+COUNT_PLANTED: the factories, each naming the check that catches it (`caught_by`, its bug's);
+COUNT_CONTROL: the correct engine behind the same view.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def _factory(cls: type[PagedEngine], name: str) -> Callable[[], Engine]:
         return CountsOnly(cls())
 
     make.__name__ = make.__qualname__ = name
+    make.caught_by = getattr(cls, "caught_by", None)  # type: ignore[attr-defined]
     return make
 
 
@@ -71,6 +72,5 @@ salt_ignored_counts = _factory(SaltIgnored, "salt_ignored_counts")
 tenants_never_cached_counts = _factory(TenantsNeverCached, "tenants_never_cached_counts")
 paged_counts = _factory(PagedEngine, "paged_counts")
 
-COUNT_PLANTED: dict[Callable[[], Engine], str] = {
-    salt_ignored_counts: "isolation", tenants_never_cached_counts: "isolation"}
+COUNT_PLANTED: list[Callable[[], Engine]] = [salt_ignored_counts, tenants_never_cached_counts]
 COUNT_CONTROL = paged_counts

@@ -3,9 +3,9 @@ applied twice, a base row given an adapter's delta, an adapter index kept per se
 key that ignores the adapter or the salt, tenants' blocks never shared (isolation by caching
 nothing), a removed adapter's slot reused with its weights.
 
-LORA_PLANTED names the suite check that catches each (tests/testing/features/test_tenants.py runs
-it on the engine built with the zoo's adapters); tests/engines/paged/test_lora_planted.py catches
-each with a hand-written probe as well.
+Each names the suite check that catches it (`caught_by`; its check's tests under
+tests/testing/checks/ run it on the engine built with the zoo's adapters);
+tests/engines/paged/test_lora_planted.py catches each with a hand-written probe as well.
 """
 
 from __future__ import annotations
@@ -43,18 +43,24 @@ class _StaleSlot(LoraStacks):
 
 
 class ScalingTwice(PagedEngine):
+    caught_by = "reference_parity"
+
     def _lora_stacks(self, device: torch.device, dtype: torch.dtype) -> LoraStacks:
         return _TwiceScaled(self.runner.lora_shapes(), max_loras=self.max_loras,
                             max_rank=self.max_lora_rank, device=device, dtype=dtype)
 
 
 class SlotReused(PagedEngine):
+    caught_by = "stateful"  # the state machine's swap_adapter rule (removes one, adds another)
+
     def _lora_stacks(self, device: torch.device, dtype: torch.dtype) -> LoraStacks:
         return _StaleSlot(self.runner.lora_shapes(), max_loras=self.max_loras,
                           max_rank=self.max_lora_rank, device=device, dtype=dtype)
 
 
 class BaseRowsGetADelta(PagedEngine):
+    caught_by = "parity"
+
     def _row(self, seq: PagedRequest, n: int) -> Row:
         row = super()._row(seq, n)
         # planted: a base row in a batch with adapters takes the first adapter's slot
@@ -65,6 +71,8 @@ class BaseRowsGetADelta(PagedEngine):
 
 
 class StaleIndex(PagedEngine):
+    caught_by = "parity"
+
     def _row(self, seq: PagedRequest, n: int) -> Row:
         # planted: the adapter index kept per seat, set when the seat is first taken and not
         # refreshed when another request takes it over
@@ -75,18 +83,24 @@ class StaleIndex(PagedEngine):
 
 
 class KeyIgnoresAdapter(PagedEngine):
+    caught_by = "isolation"
+
     def _key_root(self, request: Request) -> BlockKey | None:
         return super()._key_root(Request(request.prompt_token_ids, request.params,
                                          request.request_id, None, request.cache_salt))
 
 
 class SaltIgnored(PagedEngine):
+    caught_by = "isolation"
+
     def _key_root(self, request: Request) -> BlockKey | None:
         return super()._key_root(Request(request.prompt_token_ids, request.params,
                                          request.request_id, request.lora, None))
 
 
 class TenantsNeverCached(PagedEngine):
+    caught_by = "isolation"
+
     def _key_root(self, request: Request) -> BlockKey | None:
         root = super()._key_root(request)
         # planted: isolation by caching nothing: a request under an adapter or a salt keys its
@@ -94,9 +108,6 @@ class TenantsNeverCached(PagedEngine):
         return root if root is None else root + repr(request.request_id).encode()
 
 
-# Each bug -> the suite check that catches it ("stateful": the state machine, whose
-# swap_adapter rule removes an adapter and adds another).
-LORA_PLANTED: dict[type[PagedEngine], str] = {
-    ScalingTwice: "reference_parity", BaseRowsGetADelta: "parity", StaleIndex: "parity",
-    KeyIgnoresAdapter: "isolation", SaltIgnored: "isolation", TenantsNeverCached: "isolation",
-    SlotReused: "stateful"}
+LORA_PLANTED: list[type[PagedEngine]] = [ScalingTwice, BaseRowsGetADelta, StaleIndex,
+                                         KeyIgnoresAdapter, SaltIgnored, TenantsNeverCached,
+                                         SlotReused]

@@ -28,7 +28,7 @@ class PlantedServer:
         self.__name__ = self.__qualname__ = name
         self.__doc__ = doc
         self.leak = leak
-        self.caught_by = "drain"
+        self.caught_by = "drain" if leak else None  # the control is no planted bug
         self._url: str | None = None
         self.state: fake_server.State | None = None
         self._server: Any = None
@@ -74,7 +74,7 @@ class TenantServer:
         self.__name__ = self.__qualname__ = name
         self.__doc__ = doc
         self.bug = bug
-        self.caught_by = "isolation"
+        self.caught_by = "isolation" if bug else None  # the control is no planted bug
         self._url: str | None = None
         self._server: Any = None
 

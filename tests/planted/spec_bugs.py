@@ -11,7 +11,7 @@ tiny-draft model's about 4%). So the planted engines draft with the target itsel
 (`Speculation("draft", draft_model="tiny")`, the `speculative_self` variant): every greedy
 draft is accepted and a sampled one with the target's own probability, which puts accepted
 runs in every workload. `caught_by` names the suite check meant to catch each;
-tests/testing/test_spec_planted.py runs them.
+that check's tests (tests/testing/checks/test_<check>.py) run them.
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ class AcceptsOnAnotherRowsDraft(_Speculating):
     # Where the other row's draft is this row's target token and its own is not, the row
     # goes on past a token its own draft did not have, with logits computed after its own
     # draft. The suite's search found it with the n-gram drafter after ~400 s (with the
-    # self-draft, greedy rows' own drafts are always right); tests/testing/test_spec_planted.py
-    # plants that case with scripted drafts.
+    # self-draft, greedy rows' own drafts are always right); tests/testing/checks/
+    # test_reference_parity.py plants that case with scripted drafts.
     caught_by = "reference_parity"
     reference = SequentialEngine
 

@@ -2,7 +2,9 @@
 (the call, the step, the exception), the requests in flight, the engine's own frames (the
 suite's hidden) and a shrunk script that raises it, in a short pytest failure section; in the
 batched run, in the alone oracle's run and in the state machine. The suite's own exceptions
-are never dressed up as the engine's."""
+are never dressed up as the engine's. The planted bugs that surface as a crash (caught_by
+"crash", whatever check runs them: tests/planted/crash_bugs.py) are caught, here as the
+others are in their check's tests."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +24,9 @@ from engines.testing.judging import Violation
 from engines.testing.stateful import run_engine_machine
 from engines.testing.workload import Workload
 from examples.toy_engine import ToyEngine
-from tests.planted.crash_bugs import PadsToFirstRow, WaitingRingOverflow
+from tests.planted import expect
+from tests.planted.catalog import REFERENCE_ENGINES, TOY, name_of, planted
+from tests.planted.crash_bugs import CRASH_PLANTED, PadsToFirstRow, WaitingRingOverflow
 from tests.planted.harness import context_of, hunt, pinned
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,3 +213,48 @@ def test_the_oracles_own_exception_is_not_the_engines(monkeypatch: pytest.Monkey
     monkeypatch.setattr(oracle_module, "Alone", broken_alone)
     with pytest.raises(TypeError, match="a bug in the oracle"):
         hunt(ToyEngine, check="parity", settings=pinned(5, shrink=False))
+
+
+CRASH = "crash"
+
+
+@pytest.mark.parametrize("bug", planted(CRASH, TOY), ids=name_of)
+def test_suite_catches_planted_bug(bug: Any) -> None:
+    expect.caught_with_a_script(bug)
+
+
+@pytest.mark.parametrize("bug", planted(CRASH, TOY), ids=name_of)
+def test_search_alone_finds_planted_bug(bug: Any) -> None:
+    expect.found_by_the_search_alone(bug)
+
+
+@pytest.mark.parametrize("bug", planted(CRASH, CRASH_PLANTED), ids=name_of)
+def test_planted_bug_is_not_everywhere(bug: Any) -> None:
+    expect.not_everywhere(bug)
+
+
+@pytest.mark.parametrize("bug", planted(CRASH, REFERENCE_ENGINES), ids=name_of)
+def test_suite_catches_bugs_planted_in_the_reference_engines(bug: Any) -> None:
+    expect.caught_by_seed_workloads(bug)
+
+
+@pytest.mark.parametrize("bug", CRASH_PLANTED, ids=name_of)
+def test_a_crash_is_reported_with_a_script_that_raises_it(bug: Any) -> None:
+    """A planted bug that raises reads as a finding: the call, the step and the exception in
+    the first line, then the requests in flight and the engine's own frames (none of the
+    suite's); and the script, run as it stands, raises the same exception in the same call."""
+    caught = hunt(bug)
+    assert caught is not None and caught.prop == "crash", str(caught)
+    text = str(caught)
+    head = text.splitlines()[0]
+    assert head.startswith("crash: the engine raised IndexError in "), head
+    call = head.split(" in ", 1)[1].split(" at step ")[0]
+    assert call.startswith(("step()", "add_request(")), head
+    assert "In flight: " in text
+    frames = text.split("the suite's frames hidden):\n", 1)[1].split("\n\n", 1)[0]
+    assert "crash_bugs.py" in frames and "engines/testing" not in frames, frames
+    proc = subprocess.run([sys.executable, "-c", expect.script_of(text)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines()[-1] == frames.splitlines()[-1], proc.stderr
+    assert f"in {call.split('(')[0]}\n" in proc.stderr  # the same protocol method raised

@@ -500,3 +500,19 @@ def test_the_server_tokenizer_has_no_token_past_the_vocabulary(tmp_path: Path) -
     assert (len(tok), tok.eos_token_id, tok.bos_token_id, tok.pad_token_id) == (64, None, None,
                                                                                 None)
     assert tok.convert_ids_to_tokens([0, 63]) == ["t0", "t63"]
+
+
+def test_a_server_known_to_crash_on_seeds_refuses_them_and_declares_it() -> None:
+    server, state = fake_server.serve()
+    try:
+        eng = HTTPEngine(f"http://127.0.0.1:{server.server_address[1]}",
+                         vocab_size=fake_server.VOCAB, refuse_seeded="known crash")
+        assert capabilities_of(eng).expected_failed_checks == {"seeds": "known crash"}
+        with pytest.raises(ValueError, match="seed: 7 is not supported .*known crash"):
+            eng.add_request(Request((1,), SamplingParams(temperature=1.0, seed=7)))
+        assert not eng.has_work() and state.bodies == []  # refused before it was sent
+        eng.add_request(Request((1,), SamplingParams(temperature=0.0, seed=7)))  # greedy: fine
+        eng.close()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -111,7 +111,7 @@ def test_the_suite_runs_on_servers_named_by_url(launched: None) -> None:
     """Engine and reference both by URL (the reference is built at start-up, whichever checks
     run): a server leaving finished requests counted as running fails the drain check, by
     name, with a script that reaches the server the same way. (A correct fake server passing
-    the whole drain search: tests/adapters/http/test_drain.py, in-process, cheaper.)"""
+    the whole drain search: tests/testing/checks/test_drain.py, in-process, cheaper.)"""
     ref, leaky = _fake(), _fake("running")
     # A leaking server never drains: new adapters over it (the suite's fresh engines) wait
     # only briefly.

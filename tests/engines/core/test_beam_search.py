@@ -1,20 +1,18 @@
 """Beam search (engines.core.beams) in the sequential engine against an oracle nobody here
 wrote: transformers' generate with num_beams, num_return_sequences, length_penalty,
 do_sample=False, early_stopping="never" and eos_token_id = the request's stop
-ids, over the same model; and the beam_search check's bite."""
+ids, over the same model (the beam_search check's bite:
+tests/testing/checks/test_beam_search.py)."""
 
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import pytest
 
 from engines.protocol import FinishReason, InvalidRequest, Request, SamplingParams, StepOutput
 from engines.sequential import SequentialEngine
 from tests.helpers import abort_a_beam_search, beam_generate
-from tests.planted.beam_bugs import BEAM_PLANTED
-from tests.planted.harness import hunt_in_subprocess
 
 
 def _serve(engine: SequentialEngine, prompt: tuple[int, ...],
@@ -69,10 +67,3 @@ def test_beam_requests_refuse_what_the_search_does_not_do() -> None:
 
 def test_aborting_a_beam_search_ends_every_beam() -> None:
     abort_a_beam_search(SequentialEngine(), (1, 2), 2)
-
-
-@pytest.mark.parametrize("bug", BEAM_PLANTED, ids=lambda b: b.__name__)
-def test_suite_catches_beam_bugs(bug: Any) -> None:
-    prop, report = hunt_in_subprocess(bug, 60)
-    assert prop == bug.caught_by, report
-    assert "as a runnable script" in report

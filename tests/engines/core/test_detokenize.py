@@ -1,13 +1,12 @@
 """Streamed text and stop strings in our engines (engines.core.detokenize), against the
-tokenizer's plain decode; the text checks' planted bugs."""
+tokenizer's plain decode (the text checks' planted bugs: tests/testing/checks/test_stop_strings.py
+and test_streamed_text.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from hypothesis import Phase
-from hypothesis import settings as Settings
 
 from engines.core.detokenize import IncrementalText
 from engines.paged.engine import PagedEngine
@@ -18,8 +17,6 @@ from engines.slot.static import StaticBatchEngine
 from engines.testing.features.stop_strings import stop_string_workload
 from engines.testing.limits import EngineLimits
 from engines.testing.text import decode, stop_tokens, tokenizer
-from tests.planted.harness import hunt, pinned
-from tests.planted.text_bugs import TEXT_PLANTED
 
 
 def _byte_ids(tok: Any) -> dict[int, int]:
@@ -143,19 +140,3 @@ def test_batched_engines_stop_where_the_reference_does_alone(make: Any, tok: Any
             stopped += 1
             assert len(got[0]) == at.earliest
     assert stopped >= 3  # the spanning, the multi-byte and the last-token ones at least
-
-
-@pytest.mark.parametrize("bug", TEXT_PLANTED, ids=lambda b: b.__name__)
-def test_suite_catches_text_bugs(bug: Any) -> None:
-    """The seed workloads alone catch each, by the check meant for its class."""
-    caught = hunt(bug, settings=Settings(max_examples=1, phases=[Phase.explicit]))
-    assert caught is not None and caught.prop == bug.caught_by, str(caught)
-    assert "as a runnable script" in str(caught)
-
-
-@pytest.mark.parametrize("bug", TEXT_PLANTED, ids=lambda b: b.__name__)
-def test_the_search_alone_finds_text_bugs(bug: Any) -> None:
-    """Without the hand-picked workload the drawn stop strings and outputs find each too
-    (derandomized: a verdict must not be luck)."""
-    caught = hunt(bug, seeds=False, settings=pinned(60, shrink=False))
-    assert caught is not None and caught.prop == bug.caught_by, str(caught)

@@ -1,8 +1,7 @@
 """The `constraints` check and the constrained draws (issue 33): the property on hand-built
 traces (each promise kept passes, each broken one fails, an unsatisfiable position is not
-blamed); the draws give constraints only to engines that declare them; every planted
-constraint bug is caught by the check meant for it, from the constrained seed workloads;
-and the correct engines pass."""
+blamed); the draws give constraints only to engines that declare them; its planted
+bug is caught, from the constrained seed workloads; and the correct engines pass."""
 
 from __future__ import annotations
 
@@ -10,25 +9,26 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given
+from hypothesis import HealthCheck, given
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
 from engines.protocol import BASE_PARAMS, CONSTRAINT_PARAMS, FinishReason, Guided, Request
 from engines.protocol import SamplingParams as P
-from engines.sequential import SequentialEngine
 from engines.testing.checks import check_named
-from engines.testing.context import SuiteOptions, build_context
 from engines.testing.features.base import Drawing
 from engines.testing.features.constraints import constrained
 from engines.testing.limits import EngineLimits
 from engines.testing.recorder import Trace
 from engines.tokenizer import load, tokenizer_for
 from tests.helpers import JUDGE, Out, fails, trace
+from tests.planted import expect
+from tests.planted.catalog import ALL_CONTROLS, name_of, planted
 from tests.planted.constraint_bugs import CONSTRAINT_PLANTED, CONTROLS
-from tests.planted.harness import hunt, pinned
+from tests.planted.harness import pinned
 
-check_constraints = check_named("constraints")
+CHECK = "constraints"
+check_constraints = check_named(CHECK)
 check_budget_finish = check_named("budget_finish")
 S, L = FinishReason.STOP, FinishReason.LENGTH
 V = 1024  # the tiny preset's vocabulary
@@ -112,29 +112,20 @@ def test_constraints_are_drawn_only_where_declared() -> None:
     assert kinds == set(CONSTRAINT_PARAMS)
 
 
-@pytest.mark.parametrize("bug", CONSTRAINT_PLANTED, ids=lambda b: b.__name__)
-def test_planted_constraint_bug_is_declared(bug: Any) -> None:
-    assert bug.caught_by in {"parity", "reference_parity", "constraints"}
-    assert bug.__doc__ and "\n" not in bug.__doc__.strip()
-    assert issubclass(bug, tuple(CONTROLS.values()))
-
-
-@pytest.mark.parametrize("bug", CONSTRAINT_PLANTED, ids=lambda b: b.__name__)
+@pytest.mark.parametrize("bug", planted(CHECK, CONSTRAINT_PLANTED), ids=name_of)
 def test_suite_catches_planted_constraint_bug(bug: Any) -> None:
-    """The constrained seed workloads catch each, by the check meant for its class."""
-    seeds_only = Settings(max_examples=1, phases=[Phase.explicit])
-    caught = hunt(bug, settings=seeds_only)
-    assert caught is not None and caught.prop == bug.caught_by, str(caught)
-    assert "as a runnable script" in str(caught)
+    """The constrained seed workloads catch it (the constraint bugs other checks catch are
+    in those checks' tests)."""
+    expect.caught_by_seed_workloads(bug)
 
 
-@pytest.mark.parametrize("check", ["constraints", "parity", "reference_parity"])
 @pytest.mark.parametrize("name", sorted(CONTROLS))
-def test_correct_engines_pass(name: str, check: str) -> None:
+def test_correct_engines_pass(name: str) -> None:
     """No false alarm: the engines the bugs are planted in pass, seed workloads and a few
     derandomized draws (the constraints check's dense ones among them)."""
-    engine = CONTROLS[name]
-    ctx = build_context(engine, name=name, spec=f"{engine.__module__}:{engine.__name__}",
-                        options=SuiteOptions(reference=SequentialEngine))
-    found = hunt(engine, settings=pinned(6, shrink=False), ctx=ctx, check=check)
-    assert found is None, str(found)
+    expect.passes_beside_the_reference(CONTROLS[name], CHECK, pinned(6, shrink=False), name)
+
+
+@pytest.mark.parametrize("control", ALL_CONTROLS, ids=name_of)
+def test_a_correct_engine_passes(control: Any) -> None:
+    expect.passes(control, CHECK, pinned(30))

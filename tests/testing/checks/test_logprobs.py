@@ -1,17 +1,25 @@
-"""The logprobs check reads `logprobs_of`: an engine whose top logprobs are processed (and says
-so) is compared with a raw reference only where the request's processing is the identity."""
+"""logprobs: the check reads `logprobs_of`: an engine whose top logprobs are processed (and says
+so) is compared with a raw reference only where the request's processing is the identity;
+its planted bugs caught, a correct engine and a multi-token one passing."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
+
+import pytest
 
 from engines.protocol import Guided, SamplingParams
 from engines.testing.checks import check_named
 from engines.testing.processing import comparable_kinds, not_identity
 from engines.testing.search import search
+from tests.planted import expect
+from tests.planted.catalog import ALL_CONTROLS, name_of, planted
 from tests.planted.harness import context_of, hunt, pinned
+from tests.planted.sampling_bugs import SAMPLING_PLANTED
 from tests.planted.unseeded_bugs import ProcessedLogprobs, ProcessedLogprobsOff
 
+CHECK = "logprobs"
 KINDS = "logprobs: not compared with the reference's, of another kind"
 
 
@@ -57,3 +65,17 @@ def test_processed_logprobs_still_judged_where_processing_is_the_identity() -> N
     caught = hunt(ProcessedLogprobsOff, settings=pinned(60))
     assert caught is not None and caught.prop == "logprobs", caught
     assert "reference engine's" in str(caught)
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, SAMPLING_PLANTED), ids=name_of)
+def test_suite_catches_per_row_sampling_bugs(bug: Any) -> None:
+    expect.caught_by_the_search(bug, 150)
+
+
+@pytest.mark.parametrize("control", ALL_CONTROLS, ids=name_of)
+def test_a_correct_engine_passes(control: Any) -> None:
+    expect.passes(control, CHECK, pinned(30))
+
+
+def test_a_multi_token_engine_passes() -> None:
+    expect.a_multi_token_engine_passes(CHECK)

@@ -29,7 +29,6 @@ from tests.planted.harness import hunt, pinned
 from tests.planted.unseeded_bugs import (
     DoubleTemperatureUnseeded,
     GreedyWhenUnseeded,
-    TopKIgnored,
     WrongRowUnseeded,
 )
 
@@ -114,12 +113,6 @@ def test_distribution_check_catches(bug: Any) -> None:
     caught = hunt(bug)
     assert caught is not None and caught.prop == bug.caught_by, caught
     assert "do not follow the reference engine's distribution" in str(caught)
-
-
-def test_greedy_filters_catches_an_ignored_top_k() -> None:
-    caught = hunt(TopKIgnored, settings=pinned(40))
-    assert caught is not None and caught.prop == TopKIgnored.caught_by, caught
-    assert "top_k=1" in str(caught)
 
 
 def test_the_planted_distribution_bugs_pass_the_seeds_check() -> None:

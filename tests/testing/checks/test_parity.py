@@ -1,0 +1,116 @@
+"""parity: the property on hand-built traces (the batched tokens are the tokens served alone,
+an aborted request's prefix only forgiven, a wrong accepted draft caught at its position),
+its planted bugs caught (toy, reference engine, per-row sampling, constraint, LoRA and
+multi-token bugs), and the correct engines passing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engines.protocol import FinishReason
+from engines.testing.checks import check_named
+from engines.testing.workload import Abort
+from engines.zoo import paged_with_loras
+from tests.helpers import GOOD, JUDGE, MULTI_TOKEN, Steps, fails, trace
+from tests.planted import expect
+from tests.planted.catalog import ALL_CONTROLS, REFERENCE_ENGINES, TOY, name_of, planted
+from tests.planted.constraint_bugs import CONSTRAINT_PLANTED, CONTROLS
+from tests.planted.harness import hunt, pinned
+from tests.planted.lora_bugs import LORA_PLANTED
+from tests.planted.multitoken import DropsSecondOfRun
+from tests.planted.sampling_bugs import SAMPLING_PLANTED
+from tests.planted.tenants import caught_on_the_zoos_adapters, lora_context, settings_for
+from tests.planted.toy_bugs import PLANTED
+
+CHECK = "parity"
+check_parity = check_named(CHECK)
+L, A = FinishReason.LENGTH, FinishReason.ABORT
+
+
+def test_parity() -> None:
+    check_parity(trace(GOOD), JUDGE)
+    bad: Steps = [list(GOOD[0]), [("r0", (6,), None), ("r1", (4,), L)], list(GOOD[2])]
+    fails(check_parity, trace(bad), r"^parity: request 'r1' .* at generated position 1: "
+                                    r"alone gave 9, batched gave 4")
+
+
+def test_parity_forgives_an_aborted_prefix_only() -> None:
+    cut: Steps = [[("r0", (5,), None), ("r1", (8,), None)], [("r0", (), A), ("r1", (9,), L)]]
+    check_parity(trace(cut, aborts=(Abort(1, "r0"),)), JUDGE)
+    fails(check_parity, trace(cut), "alone gave 6, batched gave None")
+
+
+def test_multi_token_steps_pass() -> None:
+    check_parity(trace(MULTI_TOKEN), JUDGE)
+
+
+def test_a_wrong_accepted_draft_is_caught_at_its_position() -> None:
+    wrong: Steps = [[("r0", (5,), None), ("r1", (8,), None)],
+                    [("r0", (6, 4), L), ("r1", (9,), L)]]
+    fails(check_parity, trace(wrong),
+          r"request 'r0' .* at generated position 2: alone gave 7, batched gave 4")
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, TOY), ids=name_of)
+def test_suite_catches_planted_bug(bug: Any) -> None:
+    expect.caught_with_a_script(bug)
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, TOY), ids=name_of)
+def test_search_alone_finds_planted_bug(bug: Any) -> None:
+    expect.found_by_the_search_alone(bug)
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, PLANTED), ids=name_of)
+def test_planted_bug_is_not_everywhere(bug: Any) -> None:
+    expect.not_everywhere(bug)
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, REFERENCE_ENGINES), ids=name_of)
+def test_suite_catches_bugs_planted_in_the_reference_engines(bug: Any) -> None:
+    expect.caught_by_seed_workloads(bug)
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, SAMPLING_PLANTED), ids=name_of)
+def test_suite_catches_per_row_sampling_bugs(bug: Any) -> None:
+    """The seed workloads hold no logits processing: the search must find these
+    (derandomized; most are caught in the first 10-30 examples)."""
+    expect.caught_by_the_search(bug, 150)
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, CONSTRAINT_PLANTED), ids=name_of)
+def test_suite_catches_planted_constraint_bug(bug: Any) -> None:
+    """The constrained seed workloads catch each."""
+    expect.caught_by_seed_workloads(bug)
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, LORA_PLANTED), ids=name_of)
+def test_the_suite_catches_the_planted_lora_bug(bug: Any) -> None:
+    caught_on_the_zoos_adapters(bug)
+
+
+def test_a_dropped_token_in_a_run_is_caught() -> None:
+    found = hunt(DropsSecondOfRun, settings=pinned(30))
+    assert found is not None and "parity" in str(found)
+
+
+@pytest.mark.parametrize("control", ALL_CONTROLS, ids=name_of)
+def test_a_correct_engine_passes(control: Any) -> None:
+    expect.passes(control, CHECK, pinned(30))
+
+
+def test_a_multi_token_engine_passes() -> None:
+    expect.a_multi_token_engine_passes(CHECK)
+
+
+@pytest.mark.parametrize("name", sorted(CONTROLS))
+def test_correct_engines_pass_constraints(name: str) -> None:
+    """No false alarm: the engines the constraint bugs are planted in pass, seed workloads
+    and a few derandomized draws."""
+    expect.passes_beside_the_reference(CONTROLS[name], CHECK, pinned(6, shrink=False), name)
+
+
+def test_the_correct_engine_with_loras_passes() -> None:
+    expect.passes(paged_with_loras, CHECK, settings_for(CHECK), lora_context(paged_with_loras))

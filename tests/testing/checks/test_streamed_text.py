@@ -1,0 +1,27 @@
+"""streamed_text: its planted bug caught (a multi-byte character streamed twice), by the seed
+workloads and by the search alone. Our engines' streamed text against the tokenizer's
+decode: tests/engines/core/test_detokenize.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.planted import expect
+from tests.planted.catalog import name_of, planted
+from tests.planted.text_bugs import TEXT_PLANTED
+
+CHECK = "streamed_text"
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, TEXT_PLANTED), ids=name_of)
+def test_suite_catches_text_bugs(bug: Any) -> None:
+    """The seed workloads alone catch it."""
+    expect.caught_by_seed_workloads(bug)
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, TEXT_PLANTED), ids=name_of)
+def test_the_search_alone_finds_text_bugs(bug: Any) -> None:
+    """Without the hand-picked workload the drawn outputs find it too."""
+    expect.found_by_the_search_alone(bug, 60)
