@@ -197,7 +197,8 @@ class SequentialEngine(BaseEngine):
         # The constraint mask built id by id for its one row (engines.core.constraints): the
         # batched engines' builder is what parity with this reference tests.
         tokens, tops, logprobs = sample(
-            logits, [seq], masks=lambda seqs, vocab, device: row_mask(seqs[0], vocab, device))
+            logits, [seq], masks=lambda seqs, vocab, device: row_mask(seqs[0], vocab, device),
+            processed_tops=self.CAPABILITIES.logprobs_of == "processed")
         outputs.append(seq.append(tokens[0], tops[0], logprobs[0]))
         if seq.finished:
             self._finish(seq)
@@ -253,3 +254,18 @@ def sequential_fp16() -> SequentialEngine:
     """The reference engine in float16 (weights, compute and KV cache; torch runs it on a CPU
     too)."""
     return SequentialEngine(dtype="float16")
+
+
+class ProcessedSequentialEngine(SequentialEngine):
+    """The reference whose top logprobs are of the processed distribution (logprobs_of
+    "processed"): what tie-aware parity needs to judge a repetition-penalized choice at
+    reduced precision (engines.testing.judging.processed), as the penalty divides a positive
+    logit and multiplies a negative one, a sign raw logprobs do not carry."""
+
+    CAPABILITIES = dataclasses.replace(SequentialEngine.CAPABILITIES, logprobs_of="processed")
+
+
+def processed_bf16() -> ProcessedSequentialEngine:
+    """The processed-logprobs reference in bf16, for an engine run in bf16 under tie-aware
+    parity: `--reference-engine engines.sequential:processed_bf16`."""
+    return ProcessedSequentialEngine(dtype="bfloat16")

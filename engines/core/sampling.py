@@ -194,14 +194,19 @@ def argmax_rows(x: torch.Tensor) -> list[int]:
 
 def sample(
     logits: torch.Tensor, seqs: Sequence[RequestState], *, masks: MaskFn | None = None,
+    processed_tops: bool = False,
 ) -> tuple[list[int], list[Mapping[int, float] | None], list[float | None]]:
     """One token per row of `logits` ([n, vocab]) for the sequence in that row, its raw top
     logprobs and its own raw logprob (None where the request asked for no logprobs).
-    `masks`: the constraint mask's builder (default additive_mask)."""
+    `masks`: the constraint mask's builder (default additive_mask). `processed_tops`: the
+    logprobs are of the processed distribution instead (constraints, penalties; then the
+    temperature and filters where the row samples), as Capabilities.logprobs_of "processed"
+    says."""
     params = [seq.request.params for seq in seqs]
     mask = (masks or additive_mask)(seqs, logits.shape[-1], logits.device)
     chosen_from = logits if mask is None else logits.float() + mask
     tokens = argmax_rows(chosen_from)  # one host sync for greedy rows
+    basis = chosen_from.float().clone() if processed_tops else logits
     processed = [i for i, p in enumerate(params) if _processes(p)]
     drawn = [i for i, p in enumerate(params) if p.temperature > 0.0]
     if processed or drawn:
@@ -213,13 +218,18 @@ def sample(
                          [seqs[i].request.prompt_token_ids for i in rows],
                          [seqs[i].output for i in rows])
         greedy = [j for j, i in enumerate(rows) if params[i].temperature == 0.0]
+        if processed_tops:
+            basis[index] = x
         if greedy:
             best = argmax_rows(x[greedy])
             for j, token in zip(greedy, best, strict=True):
                 tokens[rows[j]] = token
         if drawn:
             at = [j for j, i in enumerate(rows) if params[i].temperature > 0.0]
-            probs = torch.softmax(filter_rows(x[at], [params[rows[j]] for j in at]), dim=-1)
+            kept = filter_rows(x[at], [params[rows[j]] for j in at])
+            if processed_tops:
+                basis[index[at]] = kept
+            probs = torch.softmax(kept, dim=-1)
             # torch.multinomial(row, 1, generator) is argmax(row / q), q ~ Exp(1) drawn from
             # the generator (its one-sample path): the same tokens and generator states, with
             # only the noise drawn per row, each from its request's own generator.
@@ -228,5 +238,5 @@ def sample(
                 row.exponential_(generator=seqs[rows[j]].generator)
             for j, token in zip(at, argmax_rows(probs / noise), strict=True):
                 tokens[rows[j]] = token
-    tops, chosen = _tops(logits, seqs, tokens)
+    tops, chosen = _tops(basis, seqs, tokens)
     return tokens, tops, chosen

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from engines.factories import EngineSpecError
 from engines.protocol import (
-    BASE_PARAMS,
     Engine,
     KVIntrospection,
     capabilities_of,
@@ -23,7 +22,7 @@ from engines.protocol import (
 from engines.testing.checks import Applicability, applicability, draws_sampling, known_checks
 from engines.testing.features.tenants import tenant_limits
 from engines.testing.judging import Judge
-from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
+from engines.testing.limits import EngineLimits
 from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
 from engines.testing.precision import ParityChoice, ParitySetting, choose_parity
@@ -114,14 +113,10 @@ def _probe(factory: Factory, source: str) -> tuple[EnginePool, Engine]:
     return pool, pool.fresh()
 
 
-def _sampling_fields(options: SuiteOptions, engines: list[Engine]) -> dict[str, object]:
-    """What every engine compared declares; under tie-aware parity the base fields only (a
-    tie it excused could be a bug, and a choice it did not could be a tie: false alarms)."""
-    declared = frozenset.intersection(*(capabilities_of(e).supported_sampling
-                                        for e in engines))
-    if options.parity == "tie-aware" and declared - BASE_PARAMS:
-        return {"sampling_fields": BASE_PARAMS, "sampling_withheld": TIE_AWARE_WITHHELD}
-    return {"sampling_fields": declared}
+def _sampling_fields(engines: list[Engine]) -> frozenset[str]:
+    """What every engine compared declares: drawn at any parity (under tie-aware parity a
+    processed choice has its own rule: engines.testing.judging.processed)."""
+    return frozenset.intersection(*(capabilities_of(e).supported_sampling for e in engines))
 
 
 def build_context(factory: Factory, *, name: str = "engine", spec: str | None = None,
@@ -164,7 +159,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
                                                                     others.values()))),
         logprobs=TOP_K if mode == "tie-aware" else 0,
         sampling=draws_sampling(declared),
-        **_sampling_fields(options, [engine, *(o for _, o in others.values())]),
+        sampling_fields=_sampling_fields([engine, *(o for _, o in others.values())]),
     )
     if not limits.thresholds:
         # The same weights (the vocabularies agree): a reference or variant that knows the

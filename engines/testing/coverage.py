@@ -24,11 +24,11 @@ from engines.protocol import (
     FinishReason,
     SamplingParams,
 )
-from engines.testing.limits import TIE_AWARE_WITHHELD, EngineLimits
+from engines.testing.limits import EngineLimits
 from engines.testing.recorder import Trace
 from engines.testing.strategies import is_near_miss
 
-__all__ = ["BEAMS_UNFIT", "GREEDY_ONLY", "UNDRAWN", "WITHHELD", "Coverage", "Tally", "noted"]
+__all__ = ["BEAMS_UNFIT", "GREEDY_ONLY", "UNDRAWN", "Coverage", "Tally", "noted"]
 
 ENGINE = "engine: "  # the engine's own counters: reported even at zero, which says a lot
 # The logits-processing fields of SamplingParams: requests drawn with each are counted, and
@@ -40,7 +40,6 @@ UNDRAWN = "sampling: not drawn, "
 # A check that replays its workloads on the KV variants drew no beam search: one of them has
 # a single seat (engines.testing.search.beam_width_cap).
 BEAMS_UNFIT = "beams: none fit every variant"
-WITHHELD = "sampling: withheld under tie-aware parity, "
 # Said once per engine where nothing could be counted: no threshold declared, or a KV pool
 # that the requests running at once cannot overflow (so the engine never preempts).
 NO_THRESHOLDS = "limits: no position thresholds declared"
@@ -105,8 +104,7 @@ class Coverage:
         if not limits.sampling:
             self.most[GREEDY_ONLY] = 1
         for name in sorted(DRAWN_FIELDS - limits.sampling_fields):  # said, not silently skipped
-            prefix = WITHHELD if limits.sampling_withheld else UNDRAWN
-            self.most[f"{prefix}{name}"] = 1
+            self.most[f"{UNDRAWN}{name}"] = 1
         for name, n in trace.exercised.items():  # the engine's own counters (Exercised)
             c[f"{ENGINE}{name.replace('_', ' ')}"] += n
 
@@ -144,13 +142,11 @@ class Coverage:
         the position thresholds and KV pools nothing could cross. Each check's own follow
         (its Tally's notes)."""
         out = []
-        for prefix, because in ((UNDRAWN, "as not every engine compared declares it in "
-                                          "supported_sampling"),
-                                (WITHHELD, f"as {TIE_AWARE_WITHHELD}")):
-            undrawn = sorted(k.removeprefix(f"max {prefix}") for k in data
-                             if k.startswith(f"max {prefix}"))
-            if undrawn:
-                out.append(f"sampling: not drawn, {because}: {', '.join(undrawn)}")
+        undrawn = sorted(k.removeprefix(f"max {UNDRAWN}") for k in data
+                         if k.startswith(f"max {UNDRAWN}"))
+        if undrawn:
+            out.append("sampling: not drawn, as not every engine compared declares it in "
+                       f"supported_sampling: {', '.join(undrawn)}")
         if data.get(f"max {NO_THRESHOLDS}"):
             out.append("limits: the engine declares no position thresholds (a sliding window, "
                        "a RoPE scaling threshold: `position_thresholds`), nor does an engine "

@@ -16,16 +16,13 @@ from engines.protocol import (
     capabilities_of,
 )
 
-__all__ = ["DEFAULT_BLOCK", "DEFAULT_CONCURRENCY", "TIE_AWARE_WITHHELD", "EngineLimits"]
+__all__ = ["DEFAULT_BLOCK", "DEFAULT_CONCURRENCY", "EngineLimits"]
 
 # For engines that do not say: the concurrency bursts must exceed (vLLM and transformers both
 # default to more than 8 running requests on a CPU, so bursts reach at least twice this), and
 # the KV block size that prompts and outputs are drawn to cross (16: vLLM's, transformers').
 DEFAULT_CONCURRENCY = 8
 DEFAULT_BLOCK = 16
-# Why tie-aware runs draw no logits processing (EngineLimits.sampling_withheld).
-TIE_AWARE_WITHHELD = ("tie-aware parity excuses near-ties of the raw distribution, and a "
-                      "penalized or filtered choice's ties are not those")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +42,6 @@ class EngineLimits:
     # SamplingParams fields drawn away from their defaults: those every engine compared
     # declares (Capabilities.supported_sampling); the rest are never sent.
     sampling_fields: frozenset[str] = BASE_PARAMS
-    # Why declared processing fields are not drawn either, where they are not ("": drawn).
-    sampling_withheld: str = ""
     # Positions past which the model computes differently (a sliding window, a RoPE scaling
     # threshold), by name, sorted: what the engine declares (Capabilities.
     # position_thresholds), else an engine compared with it over the same model.

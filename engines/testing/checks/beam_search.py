@@ -13,9 +13,9 @@ are then scored, the same way for both lists, from the reference engine's own ra
 (each beam token's logprob, served alone with every candidate asked for: logprobs =
 vocabulary size): cumulative logprob / generated length ** length_penalty. They are accepted
 if, rank by rank, the two lists' scores agree within the judge's tolerance (a near-tie, or
-a different search of equal worth); else the check fails. Without a vocabulary size or with
-a reference whose logprobs are not raw, beams that differ fail under exact parity and are
-left unjudged (counted) under tie-aware parity.
+a different search of equal worth); else the check fails (a reference returning processed
+logprobs gives raw ones for these unprocessed calls). Without a vocabulary size, beams
+that differ fail under exact parity and are left unjudged (counted) under tie-aware parity.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from engines.testing.coverage import Coverage, Tally
 from engines.testing.features.beams import FEATURE as BEAMS_FEATURE
 from engines.testing.judging.base import Judge, describe
 from engines.testing.oracle import Alone, AloneOracle
+from engines.testing.processing import comparable_kinds
 from engines.testing.recorder import Trace
 
 __all__ = ["CHECK", "TALLY", "check_beam_search", "is_beam_search"]
@@ -114,7 +115,9 @@ def _near_tie(judge: Judge, r: Request, got: list[tuple[int, ...]],
     """Why two beam lists are forgiven as a near-tie (None: they are not, or cannot be
     scored)."""
     reference = judge.reference
-    if reference is None or not judge.vocab_size or judge.reference_logprobs_of != "raw":
+    # The scores are asked with no processing (_score), where processed logprobs are raw.
+    if reference is None or not judge.vocab_size or not comparable_kinds(
+            "raw", judge.reference_logprobs_of, SamplingParams()):
         return None
     scores = []
     for beams in (got, want):

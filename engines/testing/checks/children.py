@@ -2,7 +2,11 @@
 0..n-1) with one finishing output and its own budget; each child equals the same child of
 the request served alone (greedy, or seeded under exact parity: the per-child seeds an
 engine derives are reproducible); greedy children agree; sampled children are not all
-identical, unless that is plausible by chance (below). Catches children overwriting each
+identical, unless that is plausible by chance (below). Under tie-aware parity (reduced
+precision) a greedy child is compared with its alone run and with child 0 by the judge's tie
+rule: a divergence forgiven only at a near-tie of the reference engine's distribution (a
+processed one where the request asks for processing: engines.testing.judging.processed).
+Catches children overwriting each
 other (vLLM PR #16863), the parent's seed copied to every child (vLLM PR #10980, llama.cpp
 PR #18700: identical samples), a child lost or finished twice.
 
@@ -15,7 +19,7 @@ chance below 1e-6 fails the check; without logprobs the children are not judged 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
 from engines.protocol import FinishReason, Request, StepOutput
 from engines.testing.checks.base import Check
@@ -85,22 +89,35 @@ def _chance_identical(streams: dict[int, list[tuple[int, StepOutput]]], n: int) 
     return (n - 1) * sum(logprobs)
 
 
-def _add(coverage: Coverage, judged: tuple[int, int, int], check: str) -> None:
+def _add(coverage: Coverage, judged: tuple[int, int, int, int, int], check: str) -> None:
     for key, n in zip(("with n > 1 judged", "with sampled children judged distinct",
-                       "with sampled children not judged distinct (no logprobs)"), judged,
-                      strict=True):
+                       "with sampled children not judged distinct (no logprobs)",
+                       "with greedy children judged by the tie rule",
+                       _UNCOMPARED), judged, strict=True):
         coverage.counts[key] += n
 
 
-TALLY = Tally(_add)
+_UNCOMPARED = "children: greedy families not compared, tie-aware without a reference"
 
 
-def check_children(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, int]:
-    """Every request with n > 1: its children's shapes; under exact parity each child as
-    served alone (greedy or seeded) and greedy children equal; sampled ones not all
-    identical unless plausible by chance."""
+def _notes(data: Mapping[str, int], check: str) -> list[str]:
+    n = data.get(_UNCOMPARED, 0)
+    return [f"{check}: {n} greedy or seeded famil{'ies' if n != 1 else 'y'} not compared with "
+            "its alone run or among its children: tie-aware parity forgives near-ties from the "
+            "reference engine's distribution, and none was given (--reference-engine)"] if n \
+        else []
+
+
+TALLY = Tally(_add, _notes)
+
+
+def check_children(check: Check, trace: Trace, judge: Judge
+                   ) -> tuple[int, int, int, int, int]:
+    """Every request with n > 1: its children's shapes; each child as served alone (greedy,
+    or seeded under exact parity) and greedy children equal, by the tie rule under tie-aware
+    parity; sampled ones not all identical unless plausible by chance."""
     __tracebackhide__ = True
-    judged = distinct = unknown = 0
+    judged = distinct = unknown = ties = unjudged = 0
     for r in trace.workload.requests:
         p, rid = r.params, r.request_id
         if not isinstance(p.n, int) or p.n < 2:
@@ -110,20 +127,30 @@ def check_children(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
         _shape(check, trace, r, streams)
         done = rid not in trace.aborted_at and not trace.stalled
         kids = [_tokens(streams, i) for i in range(p.n)]
-        exact = judge.parity == "exact"  # tie-aware: near-ties may part children and runs
-        if exact and judge.comparable(p):
+        exact = judge.parity == "exact"
+        # Tie-aware: a near-tie may part a child from its alone run or from its siblings, so
+        # they are compared by the tie rule (margins from the reference), or not at all
+        # without a reference (counted).
+        tied = not exact and judge.reference is not None
+        if not exact and not tied and judge.comparable(p):
+            unjudged += 1
+        if (exact or tied) and judge.comparable(p):
             alone = judge.oracle(r.prompt_token_ids, p)
             for i, got in enumerate(kids):
                 if alone.children is None or i >= len(alone.children):
                     break
                 want = list(alone.children[i])
-                if (got if done else want[:len(got)]) != (want if done else got):
+                how = _differ(judge, r, got, want, done)
+                if how is not None:
                     raise check.fail(
                         f"{describe(r, trace)} ({_about(r)}): child {i} got {got} in this "
                         f"workload but {want} served alone (the same request, the same "
-                        "derived seeds: children must be reproducible).")
+                        f"derived seeds: children must be reproducible): {how}.")
+            ties += tied
         if p.temperature == 0:
-            if exact and done and any(k != kids[0] for k in kids):
+            apart = [k for k in kids[1:] if (exact or tied) and done
+                     and _differ(judge, r, k, kids[0], True) is not None]
+            if apart:
                 raise check.fail(f"{describe(r, trace)} ({_about(r)}) is greedy, but its "
                                  f"children differ: {kids}.")
             continue
@@ -140,7 +167,18 @@ def check_children(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
                 f"the same tokens {kids[0]}; independent draws agree so with probability "
                 f"{math.exp(chance):.2g} (from the tokens' logprobs). Do the children share "
                 "one seed or one generator?")
-    return judged, distinct, unknown
+    return judged, distinct, unknown, ties, unjudged
+
+
+def _differ(judge: Judge, r: Request, got: list[int], want: list[int], done: bool) -> str | None:
+    """How a child's tokens differ from `want` (None: they agree): exactly under exact
+    parity, by the tie rule under tie-aware (the judge's, processed choices included);
+    a child cut short owes a prefix."""
+    expected = want if done else want[:len(got)]
+    if judge.parity == "exact":
+        return None if got == expected else "they differ"
+    return judge.diverges(r.prompt_token_ids, got, expected, observed_top=None,
+                          expected_top=None, params=r.params)
 
 
 CHECK = Check("children", check_children, needs=(CHILDREN,), draws=(CHILDREN_FEATURE.use(),),

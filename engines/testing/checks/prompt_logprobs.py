@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from engines.protocol import Request
 from engines.testing.checks.base import Check
-from engines.testing.checks.logprobs import BATCH_TOL, LOGPROBS, REFERENCE_TOL, _apart
+from engines.testing.checks.logprobs import LOGPROBS, _apart, tolerances
 from engines.testing.checks.needs import PROMPT_LOGPROBS
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.features.prompt_logprobs import FEATURE as PROMPT_LOGPROBS_FEATURE
@@ -67,7 +67,7 @@ def _compare(check: Check, trace: Trace, r: Request, got: Entries, expected: Ent
 
 def _add(coverage: Coverage, judged: tuple[int, int], check: str) -> None:
     coverage.counts["with prompt logprobs judged"] += judged[0]
-    coverage.counts["with prompt logprobs judged for shape only (tie-aware parity)"] += judged[1]
+    coverage.counts["with prompt logprobs judged within the tie-aware tolerance"] += judged[1]
 
 
 TALLY = Tally(_add)
@@ -75,12 +75,13 @@ TALLY = Tally(_add)
 
 def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int]:
     """Every request that asked for prompt logprobs and got a token: its first output (only)
-    carries them, well formed, and under exact parity equal to the request's served alone
-    (within BATCH_TOL) and to the reference engine's (within REFERENCE_TOL). Prompt logprobs
-    depend on the prompt alone, so sampled and unseeded requests are judged too."""
+    carries them, well formed, and equal to the request's served alone (within BATCH_TOL) and
+    to the reference engine's (within REFERENCE_TOL); under tie-aware parity both within the
+    parity tolerance. Prompt logprobs depend on the prompt alone, so sampled and unseeded
+    requests are judged too."""
     __tracebackhide__ = True
-    values = judge.parity == "exact"
-    judged = shape = 0
+    batch_tol, reference_tol = tolerances(judge)
+    judged = tied = 0
     for r in trace.workload.requests:
         if not r.params.prompt_logprobs:
             continue
@@ -95,21 +96,18 @@ def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int
         got = outs[0].prompt_logprobs
         assert got is not None
         _shape(check, trace, r, got)
-        if not values:
-            shape += 1
-            continue
-        judged += 1
+        judged, tied = (judged + 1, tied) if judge.parity == "exact" else (judged, tied + 1)
         path = trace.lora_paths.get(r.request_id)
         alone = judge.oracle(r.prompt_token_ids, r.params, lora_path=path)
         if alone.prompt_logprobs is not None:
-            _compare(check, trace, r, got, alone.prompt_logprobs, BATCH_TOL,
+            _compare(check, trace, r, got, alone.prompt_logprobs, batch_tol,
                      "the same request's, served alone")
         if judge.reference is not None:
             ref = served_by(judge.reference, r.prompt_token_ids, r.params, path)
             if ref is not None and ref.prompt_logprobs is not None:
-                _compare(check, trace, r, got, ref.prompt_logprobs, REFERENCE_TOL,
+                _compare(check, trace, r, got, ref.prompt_logprobs, reference_tol,
                          "the reference engine's")
-    return judged, shape
+    return judged, tied
 
 
 CHECK = Check("prompt_logprobs", check_prompt_logprobs, needs=(PROMPT_LOGPROBS,),

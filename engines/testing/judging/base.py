@@ -7,6 +7,14 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from engines.protocol import Request, SamplingParams
+from engines.testing.judging.processed import (
+    FILTERS,
+    Forced,
+    fields_of,
+    filters_hold,
+    judge_forced,
+    judged_forced,
+)
 from engines.testing.oracle import AloneOracle, ParityMode, TopAt, first_divergence
 from engines.testing.recorder import Trace
 from engines.testing.workload import Workload
@@ -75,13 +83,51 @@ class Judge:
 
     def diverges(self, prompt: Sequence[int], observed: Sequence[int],
                  expected: Sequence[int], *, observed_top: Sequence[Mapping[int, float]] | None,
-                 expected_top: Sequence[Mapping[int, float]] | None) -> str | None:
+                 expected_top: Sequence[Mapping[int, float]] | None,
+                 params: SamplingParams | None = None, forced: Forced | None = None
+                 ) -> str | None:
         """None if observed agrees with expected (or diverges at a forgiven near-tie), else
-        where and how they diverge."""
+        where and how they diverge. A greedy request under logits processing (`params`) in
+        tie-aware mode is judged by engines.testing.judging.processed from its first
+        divergence on, counted into `forced`."""
+        if params is not None and judged_forced(params, self.parity == "tie-aware"):
+            return self._forced(prompt, params, observed, expected, forced or Forced())
         d = first_divergence(observed, expected, observed_top=observed_top,
                              expected_top=expected_top, top_at=self.top_at(prompt, observed),
                              mode=self.parity, tolerance=self.tolerance)
         return None if d is None or d.accepted else d.describe()
+
+    def filtered(self, prompt: Sequence[int], params: SamplingParams,
+                 observed: Sequence[int], forced: Forced) -> str | None:
+        """Under tie-aware parity with a reference, a sampled request with a filter (top_k,
+        top_p, min_p): where one of its tokens is one the filters forbid at the engine's
+        context (engines.testing.judging.processed.filters_hold), else None. Its tokens are
+        not compared with another run's there (a near-tie may move a draw), but what a filter
+        forbids is forbidden at any precision."""
+        if (self.parity != "tie-aware" or self.reference is None or params.temperature == 0
+                or not any(n in fields_of(params) for n in FILTERS)):
+            return None
+        return filters_hold(self.reference, prompt, params, observed, tolerance=self.tolerance,
+                            vocab=self.vocab_size, counts=forced,
+                            kind=self.reference_logprobs_of)
+
+    def _forced(self, prompt: Sequence[int], params: SamplingParams, observed: Sequence[int],
+                expected: Sequence[int], forced: Forced) -> str | None:
+        at = next((i for i, (a, b) in enumerate(zip(observed, expected, strict=False))
+                   if a != b), min(len(observed), len(expected)))
+        for _ in range(at):  # the same context as the run compared: equal tokens judged
+            forced.count(params, forced.judged)
+        if at == len(observed) == len(expected):
+            return None
+        if self.reference is None:  # no whole distribution to judge the gap with
+            forced.count(params, forced.unjudged)
+            return None
+        if at == len(observed):
+            return (f"at generated position {at}: the run compared gave {expected[at]}, this "
+                    "run ended")
+        return judge_forced(self.reference, prompt, params, observed, at,
+                            tolerance=self.tolerance, vocab=self.vocab_size, counts=forced,
+                            kind=self.reference_logprobs_of)
 
 
 def describe(r: Request, trace: Trace) -> str:
