@@ -484,6 +484,93 @@ def test_declarations_are_read_through_capabilities_of_only() -> None:
                        f"capabilities_of(engine).<field>, not getattr nor the old readers: {found}")
 
 
+def _attribute_declarations(trees: dict[str, ast.Module], names: set[str]) -> list[str]:
+    """Where an engine class (one that has add_request, step or capabilities, a subclass of
+    one, or a class one inherits from, by name across `trees`) defines a member named in
+    `names` (a class attribute, a property, `self.<name> = ...`), and where any code assigns
+    `<name>.<attr> = ...` to an object: what capabilities_of would no longer read there."""
+    classes: dict[str, list[tuple[str, ast.ClassDef]]] = {}
+    for where, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append((where, node))
+
+    def bases(node: ast.ClassDef) -> set[str]:
+        return {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+                if isinstance(b, ast.Name | ast.Attribute)}
+
+    engines = {name for name, found in classes.items() for _, node in found
+               if any(isinstance(s, ast.FunctionDef) and s.name in ("add_request", "step",
+                                                                    "capabilities")
+                      for s in node.body)}
+    while True:  # their subclasses, and what they inherit from
+        more = {name for name, found in classes.items() for _, node in found
+                if bases(node) & engines}
+        more |= {b for name in engines for _, node in classes[name] for b in bases(node)
+                 if b in classes}
+        if more <= engines:
+            break
+        engines |= more
+    found = []
+    for name in sorted(engines):
+        for where, node in classes[name]:
+            for stmt in node.body:
+                targets = (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                           if isinstance(stmt, ast.AnnAssign) else [])
+                defined = [t.id for t in targets if isinstance(t, ast.Name)]
+                if isinstance(stmt, ast.FunctionDef):
+                    defined.append(stmt.name)
+                found += [f"{where}:{stmt.lineno} {name}.{d}" for d in defined if d in names]
+            found += [f"{where}:{sub.lineno} {name}: self.{t.attr} = ..."
+                      for sub in ast.walk(node)
+                      if isinstance(sub, ast.Assign | ast.AnnAssign | ast.AugAssign)
+                      for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+                      if isinstance(t, ast.Attribute) and t.attr in names
+                      and isinstance(t.value, ast.Name) and t.value.id == "self"]
+    for where, tree in trees.items():
+        found += [f"{where}:{sub.lineno} {ast.unparse(t)} = ..." for sub in ast.walk(tree)
+                  if isinstance(sub, ast.Assign | ast.AnnAssign | ast.AugAssign)
+                  for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+                  if isinstance(t, ast.Attribute) and t.attr in names
+                  and isinstance(t.value, ast.Name) and t.value.id != "self"]
+    return sorted(set(found))
+
+
+def test_no_engine_declares_through_plain_attributes() -> None:
+    """Every engine in the repo (ours, the adapters, the zoo's, the planted and toy engines)
+    declares through capabilities() only: a plain attribute of a deprecated declaration's name
+    is read only where an engine has no capabilities(), and silently ignored where it has."""
+    import engines.protocol as protocol
+
+    names = set(protocol._ATTRIBUTE_DECLARATIONS)  # what the deprecated path reads
+    assert names and names <= {f.name for f in dataclasses.fields(protocol.Capabilities)}
+    toy = ast.parse("class A:\n    def step(self): self.tokenizer = 'd'\n"
+                    "class B(A):\n    logprobs_of = 'raw'\n"
+                    "class C:\n    @property\n    def kv_extra_blocks(self): return 1\n"
+                    "class D(C):\n    def capabilities(self): pass\n"
+                    "class E:\n    logprobs_of = 'raw'\n"  # not an engine: a record of its own
+                    "e.max_concurrency = 2\n")
+    assert _attribute_declarations({"t": toy}, names) == [
+        "t:12 e.max_concurrency = ...", "t:2 A: self.tokenizer = ...", "t:4 B.logprobs_of",
+        "t:7 C.kv_extra_blocks"]
+    allowed = {
+        # The deprecated path's own test: a third party's engine written before Capabilities.
+        "tests/engines/test_declarations.py",
+        # Capabilities itself, and the Protocols beside it.
+        "engines/protocol.py",
+    }
+    trees = {str(path.relative_to(ROOT)): ast.parse(path.read_text())
+             for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
+                                 *(ROOT / "examples").rglob("*.py")])}
+    found = [f for f in _attribute_declarations(
+        {k: v for k, v in trees.items() if k not in allowed}, names)
+             # engines.zoo declares a preset's thresholds on a third party's engine that has
+             # no capabilities() the deprecated way, as that engine declares the rest.
+             if not f.startswith("engines/zoo.py:") or "engine.position_thresholds" not in f]
+    assert not found, ("declare in capabilities() (a Capabilities, a class's CAPABILITIES "
+                       f"widened with dataclasses.replace), not as plain attributes: {found}")
+
+
 def test_no_test_module_imports_another() -> None:
     """What tests share lives in tests/helpers.py (or a helper package), never in a test
     module: importing one runs its module-level set-up and ties two test files together."""

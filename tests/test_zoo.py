@@ -18,7 +18,7 @@ from engines.models import (
     load_model,
 )
 from engines.paged import PagedEngine
-from engines.protocol import Request, SamplingParams
+from engines.protocol import Request, SamplingParams, capabilities_of
 from engines.sequential import SequentialEngine
 from engines.slot.continuous import ContinuousBatchEngine
 from engines.slot.static import StaticBatchEngine
@@ -140,8 +140,8 @@ def test_the_transformers_kv_view_reads_each_cache_allocator(preset: str, blocks
     assert engine.kv_cached_tokens()[request.request_id] == cached
     # The suite's upper bound (kv_accounting): the merged table's ring blocks are declared.
     size = engine.kv_block_size
-    assert engine.kv_extra_blocks == (0 if preset == "tiny-mistral-swa" else 2)
-    assert len(table) <= -(-cached // size) + engine.kv_extra_blocks
+    assert capabilities_of(engine).kv_extra_blocks == (0 if preset == "tiny-mistral-swa" else 2)
+    assert len(table) <= -(-cached // size) + capabilities_of(engine).kv_extra_blocks
     assert engine.kv_free_blocks() + blocks == engine.kv_total_blocks
     drain(engine, [])
     assert engine.kv_free_blocks() == engine.kv_total_blocks
@@ -159,6 +159,6 @@ def test_the_transformers_adapter_declares_its_libraries_bugs(preset: str, decla
     # (a declared check that passes is a strict XPASS: the suite fails it).
     from engines.adapters.hf.adapter import hf_continuous
 
-    known = hf_continuous(preset).expected_failed_checks
+    known = capabilities_of(hf_continuous(preset)).expected_failed_checks
     assert set(known) == declared
     assert all(report in reason for reason in known.values())

@@ -189,9 +189,8 @@ class CT2Engine:
         self.vocab_size = len(self._words)
         self.max_model_len = max_model_len
         self.max_batch_size = max_batch_size
-        self.max_concurrency = max_batch_size  # requests one batch runs at once
-        self.supported_sampling = SUPPORTED_SAMPLING
-        self.expected_failed_checks: dict[str, str] = {"seeds": SEEDS_LIMIT}
+        # Capabilities.expected_failed_checks (ctranslate2_engine adds its model's).
+        self._failures: dict[str, str] = {"seeds": SEEDS_LIMIT}
         # The threads this process may use (taskset) or the bench's --threads
         # (engines.threads), not the library's default of 4.
         self.compute_threads = engine_threads()
@@ -205,17 +204,17 @@ class CT2Engine:
         self._thread: threading.Thread | None = None
 
     def capabilities(self) -> Capabilities:
-        """What it supports (engines.protocol.Capabilities), and its compute type's precision
-        (COMPUTE_TYPES: float32 by default)."""
-        return Capabilities(supported_sampling=self.supported_sampling,
-                            expected_failed_checks=self.expected_failed_checks,
-                            max_concurrency=self.max_concurrency, dtype=self.dtype,
+        """What it supports (engines.protocol.Capabilities), as many requests at once as one
+        batch runs, and its compute type's precision (COMPUTE_TYPES: float32 by default)."""
+        return Capabilities(supported_sampling=SUPPORTED_SAMPLING,
+                            expected_failed_checks=self._failures,
+                            max_concurrency=self.max_batch_size, dtype=self.dtype,
                             kv_cache_dtype=self.kv_cache_dtype)
 
     # -- the protocol --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size,
-                             max_model_len=self.max_model_len, supported=self.supported_sampling)
+                             max_model_len=self.max_model_len, supported=SUPPORTED_SAMPLING)
         live = self._book.get(key)
         assert live is not None
         self._waiting.append(live)
@@ -374,8 +373,8 @@ def ctranslate2_engine(
     engine = CT2Engine(path, max_batch_size=max_batch_size, max_model_len=max_model_len,
                        label=label, compute_type=compute_type)
     config = _source_config(str(model))
-    engine.expected_failed_checks.update(converter_losses(config))
-    engine.expected_failed_checks.update(chunked_prefill_fails(config, max_model_len))
+    engine._failures.update(converter_losses(config))
+    engine._failures.update(chunked_prefill_fails(config, max_model_len))
     return engine
 
 

@@ -90,7 +90,7 @@ class HFContinuousEngine(KVMixin):
     # top-k/top-p/min-p or min_tokens would be this adapter's sampling (engines/adapters/hf/
     # sampler.py), not transformers': the protocol's base fields only, the rest refused;
     # and n > 1 (below), the library's own fork.
-    supported_sampling = BASE_PARAMS | {"n"}
+    SUPPORTED_SAMPLING = BASE_PARAMS | {"n"}
 
     def __init__(
         self,
@@ -108,12 +108,11 @@ class HFContinuousEngine(KVMixin):
         self.vocab_size: int = model.config.vocab_size
         self.max_model_len = max_model_len
         self.max_batch_size = max_batch_size
-        self.max_concurrency = max_batch_size  # requests in one batch at most
         self._model = model
         # The model's (its paged cache takes it too), read once: capabilities() is read
         # every step.
         self.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        self.expected_failed_checks: dict[str, str] = _known_failures(model)
+        self._failures = _known_failures(model)  # Capabilities.expected_failed_checks
         self._book = RequestBook()
         self._tally = Tally(label)
         # Sized explicitly: the library's defaults probe memory and cost ~10 s per call on a CPU.
@@ -154,17 +153,18 @@ class HFContinuousEngine(KVMixin):
         self._families: dict[str, Family] = {}
 
     def capabilities(self) -> Capabilities:
-        """What it supports (engines.protocol.Capabilities); kv_extra_blocks as it is now (one
-        more while a fork is in flight: KVMixin.kv_extra_blocks)."""
-        return Capabilities(supported_sampling=self.supported_sampling,
-                            expected_failed_checks=self.expected_failed_checks,
-                            max_concurrency=self.max_concurrency,
-                            kv_extra_blocks=self.kv_extra_blocks, dtype=self.dtype)
+        """What it supports (engines.protocol.Capabilities): as many requests at once as one
+        batch holds; kv_extra_blocks as it is now (one more while a fork is in flight:
+        KVMixin._extra_blocks)."""
+        return Capabilities(supported_sampling=self.SUPPORTED_SAMPLING,
+                            expected_failed_checks=self._failures,
+                            max_concurrency=self.max_batch_size,
+                            kv_extra_blocks=self._extra_blocks(), dtype=self.dtype)
 
     def add_request(self, request: Request) -> None:
         params = request.params
         key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len,
-                             supported=self.supported_sampling)
+                             supported=self.SUPPORTED_SAMPLING)
         live = self._book.get(key)
         assert live is not None
         self._sampler.add(self._row(live, 0, key))

@@ -25,14 +25,14 @@ __all__ = ["HFAssistedEngine", "hf_assisted_draft", "hf_assisted_lookup"]
 
 class HFAssistedEngine(HFGenerateEngine):
     name = "hf-assisted"
-    supported_sampling = frozenset({"max_tokens", "stop_token_ids"})
     # Greedy only: seeded sampling is refused (the suite then draws no seeded requests).
-    expected_failed_checks = {"seeds": "greedy only: sampled requests are refused"}
+    CAPABILITIES = Capabilities(
+        supported_sampling=frozenset({"max_tokens", "stop_token_ids"}),
+        expected_failed_checks={"seeds": "greedy only: sampled requests are refused"})
 
     def capabilities(self) -> Capabilities:
         """What it supports (engines.protocol.Capabilities): greedy requests only."""
-        return Capabilities(supported_sampling=self.supported_sampling,
-                            expected_failed_checks=self.expected_failed_checks)
+        return self.CAPABILITIES
 
     def __init__(self, model: str | Path = "tiny", *, assistant: str | None = None,
                  prompt_lookup: int = 0, seed: int = 0, device: str = "cpu",

@@ -154,14 +154,14 @@ class KVMixin:
     def kv_total_blocks(self) -> int:
         return self._kv.total_blocks
 
-    @property
-    def kv_extra_blocks(self) -> int:
-        """The view's own extra (KVView.extra_blocks), and one more while a request with
-        children is in flight: the library (checked on 5.25.0) sizes a request's allocation
-        for its whole remaining prompt before holding the last prompt token back for the fork
-        (scheduler.py, _process_candidates then _schedule_request), so for the fork's step the
-        request and each forked child (a copy) hold that token's block, not yet computed
-        (measured: 2 blocks of 4 for 4 cached tokens of a 5-token prompt)."""
+    def _extra_blocks(self) -> int:
+        """Capabilities.kv_extra_blocks now: the view's own extra (KVView.extra_blocks), and one
+        more while a request with children is in flight: the library (checked on 5.25.0)
+        sizes a request's allocation for its whole remaining prompt before holding the last
+        prompt token back for the fork (scheduler.py, _process_candidates then
+        _schedule_request), so for the fork's step the request and each forked child (a copy)
+        hold that token's block, not yet computed (measured: 2 blocks of 4 for 4 cached
+        tokens of a 5-token prompt)."""
         return self._kv.extra_blocks + (1 if self._children else 0)
 
     def kv_free_blocks(self) -> int:

@@ -151,17 +151,19 @@ class MistralRsEngine:
         self.label = label
         self.vocab_size = int(config["vocab_size"])
         self.max_model_len = max_model_len
-        self.max_concurrency = max_seqs
-        # Its repetition penalty misses the prompt tokens a prefix-cache hit reused
-        # (docs/findings.md report 25): only served where the cache is off.
-        self.supported_sampling = (SUPPORTED_SAMPLING if prefix_cache_n == 0
-                                   else SUPPORTED_SAMPLING - {"repetition_penalty"})
-        self.expected_failed_checks: dict[str, str] = {"seeds": SEEDS_LIMIT}
-        # Processed (after its penalties: 1.8e-3 off the raw ones for a presence_penalty of
-        # 0.5): the logprobs check compares them with a raw reference only where the
-        # request's processing is the identity.
-        self.logprobs_of = "processed"
         self.kv_cache_dtype = kv_cache_dtype
+        self._capabilities = Capabilities(
+            # Its repetition penalty misses the prompt tokens a prefix-cache hit reused
+            # (docs/findings.md report 25): only served where the cache is off.
+            supported_sampling=(SUPPORTED_SAMPLING if prefix_cache_n == 0
+                                else SUPPORTED_SAMPLING - {"repetition_penalty"}),
+            expected_failed_checks={"seeds": SEEDS_LIMIT},
+            # Processed (after its penalties: 1.8e-3 off the raw ones for a presence_penalty
+            # of 0.5): the logprobs check compares them with a raw reference only where the
+            # request's processing is the identity.
+            logprobs_of="processed",
+            max_concurrency=max_seqs,
+            kv_cache_dtype=kv_cache_dtype)
         kv = "F32" if kv_cache_dtype == "float32" else "F16"
         self.execution = (f"mistral.rs {mistralrs_version()} on CPU (F32, {kv} KV cache, "
                           f"max_seqs {max_seqs}, prefix_cache_n {prefix_cache_n}; its own threads)")
@@ -185,14 +187,12 @@ class MistralRsEngine:
     def capabilities(self) -> Capabilities:
         """What it supports (engines.protocol.Capabilities): F32 weights, and its KV cache's
         dtype (F32 unless asked for the library's f16)."""
-        return Capabilities(supported_sampling=self.supported_sampling,
-                            expected_failed_checks=self.expected_failed_checks,
-                            logprobs_of=self.logprobs_of, max_concurrency=self.max_concurrency,
-                            kv_cache_dtype=self.kv_cache_dtype)
+        return self._capabilities
 
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size,
-                             max_model_len=self.max_model_len, supported=self.supported_sampling)
+                             max_model_len=self.max_model_len,
+                             supported=self._capabilities.supported_sampling)
         live = self._book.get(key)
         assert live is not None
         text = encode(request.prompt_token_ids)

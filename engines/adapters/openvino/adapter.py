@@ -251,9 +251,10 @@ def _children(p: SamplingParams) -> Sequences | None:
 class OpenVINOEngine:
     """One `ContinuousBatchingPipeline`, stepped from the caller's thread."""
 
-    supported_sampling = SUPPORTED_SAMPLING
-    logprobs_of = "raw"  # the library snapshots the logits before any processing
-    tokenizer: str | None = None  # a variant that maps text declares its directory
+    # What it declares whatever its configuration: raw logprobs (the library snapshots the
+    # logits before any processing). A variant narrows or widens what an engine declares
+    # with declare(): one that maps text declares its tokenizer.
+    CAPABILITIES = Capabilities(supported_sampling=SUPPORTED_SAMPLING, logprobs_of="raw")
 
     def __init__(self, model_dir: str | Path, config: OpenVINOConfig, *, max_model_len: int,
                  vocab_size: int, label: str = "openvino_genai",
@@ -264,12 +265,13 @@ class OpenVINOEngine:
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.max_batch_size = config.max_num_seqs
-        self.max_concurrency = config.max_num_seqs  # requests the scheduler runs at once
-        self.expected_failed_checks: dict[str, str] = known_differences(
-            Path(model_dir), max_model_len)
+        self._capabilities = replace(
+            self.CAPABILITIES, expected_failed_checks=known_differences(Path(model_dir),
+                                                                         max_model_len),
+            max_concurrency=config.max_num_seqs)  # requests the scheduler runs at once
         # The presets' BPE the IR's tokenizer was converted from (engines.adapters.openvino
-        # .convert), declared (`tokenizer`) where guided decoding is: a grammar is text. The
-        # library's step loop gives no text, so StepOutput.text is None throughout.
+        # .convert), declared (Capabilities.tokenizer) where guided decoding is: a grammar is
+        # text. The library's step loop gives no text, so StepOutput.text is None throughout.
         self.tokenizer_path = str(tokenizer_dir(Path(model_dir)))
         # Stated, not the plugin's default (every core the process sees): engines.threads.
         self.compute_threads = threads or engine_threads()
@@ -299,15 +301,16 @@ class OpenVINOEngine:
         """What it supports (engines.protocol.Capabilities): the inference and KV-cache
         precision it was compiled with (f32 and f32 unless a variant says otherwise:
         PROPERTIES); a tokenizer where a variant declares one."""
-        return Capabilities(supported_sampling=self.supported_sampling,
-                            expected_failed_checks=self.expected_failed_checks,
-                            logprobs_of=self.logprobs_of, max_concurrency=self.max_concurrency,
-                            tokenizer=self.tokenizer, dtype=self.dtype,
-                            kv_cache_dtype=self.kv_cache_dtype)
+        return replace(self._capabilities, dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype)
+
+    def declare(self, **changes: Any) -> None:
+        """Change what capabilities() says (Capabilities' fields by name): a variant narrows
+        the fields its configuration cannot serve, or declares what it knowingly breaks."""
+        self._capabilities = replace(self._capabilities, **changes)
 
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len,
-                             supported=self.supported_sampling)
+                             supported=self._capabilities.supported_sampling)
         prompt = openvino.Tensor(np.array([request.prompt_token_ids], dtype=np.int64))
         try:
             handle = self._pipe.add_request(
@@ -433,7 +436,7 @@ class SpeculativeOpenVINOEngine(OpenVINOEngine):
     """The pipeline with a drafter (engines.adapters.openvino.speculation): the same protocol,
     and the accepted drafts counted (`exercised()`; the library gives no count of drafts)."""
 
-    supported_sampling = SPECULATIVE_SAMPLING
+    CAPABILITIES = replace(OpenVINOEngine.CAPABILITIES, supported_sampling=SPECULATIVE_SAMPLING)
 
     def exercised(self) -> dict[str, int]:
         return {ACCEPTED: self._accepted}

@@ -48,7 +48,7 @@ _NO_BEAMS = frozenset({"beam_width", "length_penalty"})
 
 
 def _small_pool(engine: OpenVINOEngine) -> OpenVINOEngine:
-    engine.supported_sampling = engine.supported_sampling - _NO_BEAMS
+    engine.declare(supported_sampling=engine.capabilities().supported_sampling - _NO_BEAMS)
     return engine
 
 
@@ -66,7 +66,7 @@ def openvino_split_fuse() -> OpenVINOEngine:
     prefilled in chunks (docs/findings.md report 46), which this budget makes of nearly every
     prompt; the summary says min_p was not drawn."""
     engine = openvino_genai_engine(label="openvino_split_fuse", max_num_batched_tokens=16)
-    engine.supported_sampling = engine.supported_sampling - {"min_p"}
+    engine.declare(supported_sampling=engine.capabilities().supported_sampling - {"min_p"})
     return engine
 
 
@@ -116,8 +116,8 @@ def openvino_draft_model() -> OpenVINOEngine:
     report 33, report 39): `seeds` and `greedy_filters` declared."""
     engine = openvino_genai_engine(label="openvino_draft_model",
                                    speculation=Speculation("draft", num_assistant_tokens=3))
-    engine.expected_failed_checks = {**engine.expected_failed_checks, "seeds": DRAFT_SEEDS,
-                                     "greedy_filters": DRAFT_FILTERS}
+    engine.declare(expected_failed_checks={**engine.capabilities().expected_failed_checks,
+                                           "seeds": DRAFT_SEEDS, "greedy_filters": DRAFT_FILTERS})
     return engine
 
 
@@ -137,10 +137,9 @@ def openvino_structured_output() -> OpenVINOEngine:
     reference_parity is declared broken here (and here only: the default engine declares no
     guided decoding)."""
     engine = openvino_genai_engine(label="openvino_structured_output")
-    engine.supported_sampling = STRUCTURED_SAMPLING
-    engine.tokenizer = engine.tokenizer_path  # type: ignore[attr-defined]
-    engine.expected_failed_checks = {**engine.expected_failed_checks,
-                                     "reference_parity": GUIDED_ENDS}
+    engine.declare(supported_sampling=STRUCTURED_SAMPLING, tokenizer=engine.tokenizer_path,
+                   expected_failed_checks={**engine.capabilities().expected_failed_checks,
+                                           "reference_parity": GUIDED_ENDS})
     return engine
 
 

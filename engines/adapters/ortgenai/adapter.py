@@ -182,9 +182,9 @@ class OrtGenaiEngine:
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.eos_token_id = eos_id(vocab_size)
-        self.expected_failed_checks: dict[str, str] = {"seeds": SEEDS_UNSUPPORTED}
+        failures = {"seeds": SEEDS_UNSUPPORTED}  # Capabilities.expected_failed_checks
         if tokenizer is not None:
-            self.expected_failed_checks["streamed_text"] = STREAM_LOSES_TEXT
+            failures["streamed_text"] = STREAM_LOSES_TEXT
         config = og.Config(str(model_dir))
         # The threads this process may use (taskset) or the bench's --threads
         # (engines.threads), not onnxruntime's default of every core: a stated count, as the
@@ -197,17 +197,19 @@ class OrtGenaiEngine:
                 {"engine": {"static_batching": {"max_batch_size": int(max_batch_size)}}}))
         model = og.Model(config)
         self._engine = og.Engine(model)
-        # The directory of the tokenizer the model directory carries (with_tokenizer): text,
-        # guidance and the suite's decode all read the same one.
-        self.tokenizer = tokenizer
         self._tokenizer = og.Tokenizer(model) if tokenizer is not None else None
         self._grammars = Grammars(tokenizer, vocab_size) if tokenizer is not None else None
-        # Guidance needs the tokenizer that gives the grammar its meaning.
-        self.supported_sampling = (SUPPORTED_SAMPLING if tokenizer is not None and guided
-                                   else SUPPORTED_SAMPLING - {"guided"})
-        # What the library says it is configured for (see docs/findings.md on whether its
-        # scheduler keeps to it).
-        self.max_concurrency = int(self._engine.get_capabilities().configured_max_batch_size)
+        self._capabilities = Capabilities(
+            # Guidance needs the tokenizer that gives the grammar its meaning.
+            supported_sampling=(SUPPORTED_SAMPLING if tokenizer is not None and guided
+                                else SUPPORTED_SAMPLING - {"guided"}),
+            expected_failed_checks=failures,
+            # What the library says it is configured for (see docs/findings.md on whether
+            # its scheduler keeps to it).
+            max_concurrency=int(self._engine.get_capabilities().configured_max_batch_size),
+            # The directory of the tokenizer the model directory carries (with_tokenizer):
+            # text, guidance and the suite's decode all read the same one.
+            tokenizer=tokenizer, dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype)
         self._buffer = self._engine.create_event_buffer(_EVENTS)
         self._book = RequestBook()
         self._turns: dict[str, _Turn] = {}  # our key -> its current library request
@@ -218,14 +220,12 @@ class OrtGenaiEngine:
     def capabilities(self) -> Capabilities:
         """What it supports (engines.protocol.Capabilities), and the precision the builder made
         its model at (PRECISIONS: float32 by default)."""
-        return Capabilities(supported_sampling=self.supported_sampling,
-                            expected_failed_checks=self.expected_failed_checks,
-                            max_concurrency=self.max_concurrency, tokenizer=self.tokenizer,
-                            dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype)
+        return self._capabilities
 
     def add_request(self, request: Request) -> None:
         key = self._book.add(request, vocab_size=self.vocab_size,
-                             max_model_len=self.max_model_len, supported=self.supported_sampling)
+                             max_model_len=self.max_model_len,
+                             supported=self._capabilities.supported_sampling)
         live = self._book.get(key)
         assert live is not None
         try:

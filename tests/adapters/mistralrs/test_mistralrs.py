@@ -25,6 +25,7 @@ from engines.protocol import (
     Request,
     SamplingParams,
     StepOutput,
+    capabilities_of,
 )
 from tests.helpers import (
     alone,
@@ -112,13 +113,13 @@ def test_factory_declares_what_the_library_has(engine: Engine) -> None:
 
     assert isinstance(engine, Engine) and isinstance(engine, Abortable)
     assert (engine.vocab_size, engine.max_model_len) == (1024, 512)
-    assert engine.max_concurrency == 32  # type: ignore[attr-defined]
-    assert set(engine.expected_failed_checks) == {"seeds"}  # type: ignore[attr-defined]
-    assert engine.logprobs_of == "processed"  # type: ignore[attr-defined]
-    supported = engine.supported_sampling  # type: ignore[attr-defined]
+    assert capabilities_of(engine).max_concurrency == 32
+    assert set(capabilities_of(engine).expected_failed_checks) == {"seeds"}
+    assert capabilities_of(engine).logprobs_of == "processed"
+    supported = capabilities_of(engine).supported_sampling
     assert not {"seed", "min_tokens", "repetition_penalty"} & supported
-    assert "repetition_penalty" in mistralrs_no_prefix_cache().supported_sampling
-    assert mistralrs_one_seq().max_concurrency == 1
+    assert "repetition_penalty" in capabilities_of(mistralrs_no_prefix_cache()).supported_sampling
+    assert capabilities_of(mistralrs_one_seq()).max_concurrency == 1
     assert not isinstance(engine, SlotIntrospection | KVIntrospection)
     assert not hasattr(engine, "exercised")
 

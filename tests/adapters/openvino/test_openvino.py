@@ -22,6 +22,7 @@ from engines.protocol import (
     KVIntrospection,
     Request,
     SamplingParams,
+    capabilities_of,
 )
 from tests.helpers import (
     alone,
@@ -62,14 +63,14 @@ def test_factory_declares_what_the_library_has(engine: Engine) -> None:
 
     assert isinstance(engine, Engine) and isinstance(engine, Abortable)
     assert (engine.vocab_size, engine.max_model_len) == (1024, 512)
-    assert engine.max_concurrency == 8  # type: ignore[attr-defined]
-    assert engine.expected_failed_checks == {}  # type: ignore[attr-defined]
+    assert capabilities_of(engine).max_concurrency == 8
+    assert capabilities_of(engine).expected_failed_checks == {}
     # No block tables in the library's Python API: KV introspection is absent, not faked.
     assert not isinstance(engine, KVIntrospection)
     assert not hasattr(engine, "exercised")
     one, stress = openvino_one_seq(), openvino_stress()
-    assert one.max_concurrency == 1 and one.config.max_num_seqs == 1
-    assert (stress.max_concurrency, stress.max_model_len) == (4, 64)
+    assert capabilities_of(one).max_concurrency == 1 and one.config.max_num_seqs == 1
+    assert (capabilities_of(stress).max_concurrency, stress.max_model_len) == (4, 64)
     assert stress.config.num_kv_blocks == 2 and stress.config.enable_prefix_caching
 
 
@@ -184,7 +185,7 @@ def test_unseeded_and_distinct_seeds_sample_apart(engine: Engine) -> None:
 def test_processing_is_declared_and_the_rest_refused(engine: Engine) -> None:
     from engines.protocol import BASE_PARAMS, PROCESSING_PARAMS
 
-    declared = engine.supported_sampling  # type: ignore[attr-defined]
+    declared = capabilities_of(engine).supported_sampling
     # Wave 4 adds the children and beams (tests/adapters/openvino/test_request_fields.py).
     assert declared == (BASE_PARAMS | PROCESSING_PARAMS
                         - {"presence_penalty", "frequency_penalty"}
@@ -398,7 +399,7 @@ def test_long_rope_matches_generate_alone_on_either_side_of_the_threshold(
         assert [v[0] for v in got.values()] == [preset_generate(LONGROPE, prompt, n)]
     from engines.adapters.openvino.adapter import LONGROPE_FAILS
 
-    assert set(longrope.expected_failed_checks) == set(LONGROPE_FAILS)  # type: ignore[attr-defined]
+    assert set(capabilities_of(longrope).expected_failed_checks) == set(LONGROPE_FAILS)
 
 
 @pytest.mark.xfail(strict=True, reason=REPORT_21)

@@ -218,7 +218,7 @@ def test_a_beam_search_wider_than_a_small_pool_is_dropped_so_beams_are_not_decla
     for name in ("openvino_preemption", "openvino_stress", "openvino_pressure"):
         assert "beam_width" not in capabilities_of(getattr(variants, name)()).supported_sampling
     engine = variants.openvino_preemption()
-    engine.supported_sampling = engine.supported_sampling | {"beam_width"}
+    engine.declare(supported_sampling=capabilities_of(engine).supported_sampling | {"beam_width"})
     with pytest.raises(RequestDropped):
         _children(engine, Request((0,), SamplingParams(max_tokens=2, beam_width=3)))
 

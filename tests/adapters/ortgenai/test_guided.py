@@ -16,7 +16,15 @@ from collections.abc import Hashable, Iterator
 
 import pytest
 
-from engines.protocol import Engine, FinishReason, Guided, InvalidRequest, Request, SamplingParams
+from engines.protocol import (
+    Engine,
+    FinishReason,
+    Guided,
+    InvalidRequest,
+    Request,
+    SamplingParams,
+    capabilities_of,
+)
 from tests.helpers import make_prompts
 
 HAS_OG = importlib.util.find_spec("onnxruntime_genai") is not None
@@ -65,8 +73,9 @@ def test_guided_batch_equals_the_reference(engine: Engine, seed: int) -> None:
     from engines.sequential import SequentialEngine
     from engines.testing.text import decode, tokenizer
 
-    assert engine.tokenizer is not None  # type: ignore[attr-defined]
-    tok = tokenizer(engine.tokenizer)  # type: ignore[attr-defined]
+    directory = capabilities_of(engine).tokenizer
+    assert directory is not None
+    tok = tokenizer(directory)
     got, want = _run(engine, _requests(seed)), _run(SequentialEngine(), _requests(seed))
     for rid in want:
         assert got[rid][:2] == want[rid][:2], (rid, got[rid], want[rid])
@@ -95,7 +104,8 @@ def test_the_default_factory_leaves_guided_out() -> None:
 
     assert "report 29" in GUIDANCE_LOSES_BYTES
     eng = make_engine()
-    assert "guided" not in eng.supported_sampling and eng.tokenizer is not None
+    declared = capabilities_of(eng)
+    assert "guided" not in declared.supported_sampling and declared.tokenizer is not None
     with pytest.raises(InvalidRequest, match="guided"):
         eng.add_request(Request((1, 2), SamplingParams(guided=Guided("regex", "a"))))
 

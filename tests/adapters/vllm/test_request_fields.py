@@ -5,6 +5,7 @@ reference serves adapters through it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -188,9 +189,11 @@ def test_stop_strings_and_streamed_text() -> None:
     from tokenizers import Tokenizer
 
     engine = make_engine()
-    assert "stop" not in engine.supported_sampling
-    assert "report 41" in engine.expected_failed_checks["streamed_text"]
-    engine.supported_sampling |= TEXT_PARAMS
+    assert "stop" not in capabilities_of(engine).supported_sampling
+    assert "report 41" in capabilities_of(engine).expected_failed_checks["streamed_text"]
+    own = engine.capabilities  # declared here only: add_request takes what it declares
+    engine.capabilities = lambda: dataclasses.replace(  # type: ignore[method-assign]
+        own(), supported_sampling=own().supported_sampling | TEXT_PARAMS)
     directory = capabilities_of(engine).tokenizer
     assert directory is not None
     tok = Tokenizer.from_file(f"{directory}/tokenizer.json")
@@ -223,7 +226,7 @@ def test_stop_strings_and_streamed_text() -> None:
 def test_guided_logprobs_are_declared_after_the_mask() -> None:
     # Report 42: vLLM's raw logprobs of a guided request are after its grammar's mask.
     engine = make_engine()
-    assert "report 42" in engine.expected_failed_checks["logprobs"]
+    assert "report 42" in capabilities_of(engine).expected_failed_checks["logprobs"]
     tops = {}
     for name, params in (("g", SamplingParams(max_tokens=1, logprobs=2,
                                                guided=Guided("choice", ("yes", "no")))),
@@ -269,7 +272,7 @@ def test_cache_salts_part_the_prefix_cache() -> None:
 
 def test_beam_search_is_refused_with_the_reason() -> None:
     engine = make_engine()
-    assert "beam_width" not in engine.supported_sampling
+    assert "beam_width" not in capabilities_of(engine).supported_sampling
     with pytest.raises(InvalidRequest, match="^beam_width: 2 is not supported: vLLM .* "
                                              "LLM.beam_search"):
         engine.add_request(Request((1, 2), SamplingParams(beam_width=2)))
@@ -283,7 +286,7 @@ def test_loras_serve_the_zoo_adapters_as_peft_does() -> None:
 
     engine = vllm_loras()
     names = sorted(engine.loras)
-    assert len(names) == 3 and "lora" in engine.supported_sampling
+    assert len(names) == 3 and "lora" in capabilities_of(engine).supported_sampling
     prompts = make_prompts([9, 40, 5], seed=3)
     # Base rows beside three adapters (the batch that shows report 37 without the spare
     # slot), then each request alone on the reference.

@@ -20,6 +20,7 @@ from engines.protocol import (  # noqa: E402
     InvalidRequest,
     Request,
     SamplingParams,
+    capabilities_of,
 )
 from tests.helpers import drain, hf_generate, make_prompts, preset_generate  # noqa: E402
 
@@ -188,7 +189,8 @@ def test_the_kv_view_on_sliding_windows_and_two_cache_groups(preset: str) -> Non
         for rid, table in tables.items():
             assert len(table) == len(set(table)) and len(table) * size >= cached[rid]
             # The suite's upper bound: beside the full layers, the window's blocks declared.
-            assert len(table) <= -(-cached[rid] // size) + engine.kv_extra_blocks, tables
+            extra = capabilities_of(engine).kv_extra_blocks
+            assert len(table) <= -(-cached[rid] // size) + extra, tables
         if long.request_id in tables:
             seen.append((len(tables[long.request_id]), cached[long.request_id]))
 
@@ -199,7 +201,7 @@ def test_the_kv_view_on_sliding_windows_and_two_cache_groups(preset: str) -> Non
         assert got[r.request_id][0] == preset_generate(preset, r.prompt_token_ids, 6)
     assert engine.kv_free_blocks() == engine.kv_total_blocks
     # The sliding group's blocks, freed lazily: up to a context's worth (512 / 128).
-    assert engine.kv_extra_blocks == (0 if sliding_only else 4)
+    assert capabilities_of(engine).kv_extra_blocks == (0 if sliding_only else 4)
     blocks, cached = seen[-1]
     if sliding_only:  # only the window's last block is kept: its tokens are what is cached
         assert blocks == 1 and ZOO_WINDOW <= cached <= size, seen
@@ -259,9 +261,9 @@ def test_long_rope_uses_the_long_factors_below_the_threshold_when_the_context_is
         ref = torch.log_softmax(model(torch.tensor([prompt])).logits[0, -1], -1)  # type: ignore[operator]
     engine = vllm_cpu(preset)
     # (and streamed_text, report 41, for every vLLM engine with a tokenizer)
-    assert set(engine.expected_failed_checks) - {"streamed_text"} == {"reference_parity",
-                                                                     "logprobs"}
-    assert "report 17" in engine.expected_failed_checks["logprobs"]
+    failures = capabilities_of(engine).expected_failed_checks
+    assert set(failures) - {"streamed_text"} == {"reference_parity", "logprobs"}
+    assert "report 17" in failures["logprobs"]
     tops: list[Mapping[int, float]] = []
     drain(engine, [Request(prompt, SamplingParams(max_tokens=1, logprobs=5))],
           on_step=lambda _, outs: tops.extend(m for o in outs for m in o.top_logprobs or ()))
