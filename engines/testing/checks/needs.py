@@ -40,12 +40,12 @@ GREEDY_FILTER = Need("a filter that can leave one token",
                      lambda g: bool(declared_greedy_filters(g.limits)),
                      "{check} needs temperature and one of top_k, min_p, top_p in "
                      "supported_sampling (of the engine and of every engine it is compared "
-                     "with; under tie-aware parity they are not drawn)")
+                     "with)")
 CONSTRAINTS = Need("constraint params",
                    lambda g: bool(CONSTRAINT_PARAMS & g.limits.sampling_fields),
                    "{check} needs allowed_token_ids, logit_bias, bad_words or guided in "
                    "supported_sampling (of the engine and of every engine it is compared "
-                   "with; none is drawn under tie-aware parity)")
+                   "with)")
 TOKENIZER = Need("a tokenizer", lambda g: g.limits.tokenizer is not None,
                  "{check} needs a declared tokenizer (Capabilities.tokenizer): text is "
                  "its decode")
