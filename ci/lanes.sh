@@ -18,8 +18,16 @@ LANES=${LANES:-2}
 # convention for OpenVINO GenAI and CTranslate2 (engines/threads.py), rayon (mistral.rs).
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 BATCHING_ENGINES_THREADS=1 RAYON_NUM_THREADS=1
 logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
 declare -A name_of start_of
+# Each job is a session of its own (setsid), so that a stopped CI run (a timeout, ^C) stops
+# every process a job started, not only its shell.
+stop_jobs() {
+    local pid
+    for pid in "${!name_of[@]}"; do kill -- "-$pid" 2>/dev/null; done
+    rm -rf "$logs"
+}
+trap stop_jobs EXIT
+trap 'exit 130' INT TERM
 failed=()
 running=0
 
@@ -31,6 +39,7 @@ finish() {  # wait for any job; print its log and time
     echo "== [lane job] $name (exit $rc, $((SECONDS - start_of[$pid])) s; $SECONDS s since the lanes started)"
     cat "$logs/$name.log"
     ((rc == 0)) || failed+=("$name (exit $rc)")
+    unset "name_of[$pid]"
     running=$((running - 1))
 }
 
@@ -38,7 +47,7 @@ for job in "$@"; do
     name=${job%%=*}
     command=${job#*=}
     ((running < LANES)) || finish
-    bash -c "$command" >"$logs/$name.log" 2>&1 &
+    setsid bash -c "$command" >"$logs/$name.log" 2>&1 &
     name_of[$!]=$name
     start_of[$!]=$SECONDS
     running=$((running + 1))
