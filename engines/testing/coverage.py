@@ -22,6 +22,7 @@ from engines.protocol import (
     CONSTRAINT_PARAMS,
     PROCESSING_PARAMS,
     FinishReason,
+    Request,
     SamplingParams,
 )
 from engines.testing.limits import EngineLimits
@@ -89,6 +90,7 @@ class Coverage:
                     c[f"past the {name} ({at})"] += 1
                     if n <= at:
                         c[f"across the {name} ({at}) while decoding"] += 1
+            _composed(c, trace, r)
             reason = trace.finish_reason(r.request_id)
             if reason == FinishReason.STOP:
                 c["stopped" + (" at the last budgeted token"
@@ -185,6 +187,21 @@ class Tally:
 
     add: Callable[[Coverage, Any, str], None]  # (summary, what the property returned, name)
     notes: Callable[[Mapping[str, int], str], list[str]] = _no_notes  # (summary, name)
+
+
+def _composed(c: Counter[str], trace: Trace, r: Request) -> None:
+    """Counts of features drawn together (engines.testing.composition), so that a passing run
+    says composition ran: families with stop strings, aborted after a child finished, and
+    aborts that flushed text the stream held back (a stop string's start, a cut character)."""
+    p, outs = r.params, [o for _, o in trace.outputs.get(r.request_id, [])]
+    if isinstance(p.n, int) and p.n > 1 and p.beam_width <= 1:
+        if p.stop:
+            c["families with stop strings"] += 1
+        if r.request_id in trace.aborted_at and any(
+                o.finished and o.finish_reason != FinishReason.ABORT for o in outs):
+            c["families aborted after a child finished"] += 1
+    if any(o.finish_reason == FinishReason.ABORT and o.text for o in outs):
+        c["aborted while text was held back"] += 1
 
 
 def _in_flight(trace: Trace) -> int:

@@ -52,12 +52,14 @@ def checks_block() -> str:
 
 
 def features_block() -> str:
-    lines = ["| feature | drawn in | needs declared |", "| --- | --- | --- |"]
+    lines = ["| feature | drawn in | needs declared | its requests composed with |",
+             "| --- | --- | --- | --- |"]
     for feature in FEATURES:
         where = "every check's workloads" if feature.everywhere else ", ".join(
             f"`{c.name}`" for c in REGISTRY if any(u.feature == feature.name for u in c.draws)
         ) or "no check"
-        lines.append(f"| `{feature.name}` | {where} | {feature.needs} |")
+        composes = ", ".join(f"`{name}`" for name in sorted(feature.composes)) or "-"
+        lines.append(f"| `{feature.name}` | {where} | {feature.needs} | {composes} |")
     return "\n".join(lines)
 
 

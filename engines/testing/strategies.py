@@ -20,8 +20,9 @@ Public API, for use in your own tests:
   stop strings, tenants on some requests, for engines that declare them).
 - `arrival_schedules`, `aborts_for`: a burst at step 0, staggered arrivals, arrivals after the
   engine has drained and idled; aborts while waiting, running or already done.
-- `workloads`: all of it, the features' extra requests (seed groups, n > 1 families, beams)
-  and bad requests (engines.testing.features.bad_requests), as one Workload.
+- `workloads`: all of it, the features' extra requests (seed groups, n > 1 families, beams),
+  composed with the features they compose with (engines.testing.composition), and bad
+  requests (engines.testing.features.bad_requests), as one Workload.
 
 Everything shrinks toward fewer, shorter, greedy requests arriving together at step 0.
 """
@@ -34,6 +35,7 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
+from engines.testing.composition import composed, late_aborts
 from engines.testing.features import FEATURES, Drawing, default_drawing
 from engines.testing.features.bad_requests import bad_requests_for
 from engines.testing.features.base import AloneFn, prompts, pseudo_tokens
@@ -373,12 +375,20 @@ def workloads(
     drawing = default_drawing(limits)
     reqs = draw(request_mixes(drawing, alone=alone, min_size=min_requests,
                               max_size=max_requests))
+    late: list[tuple[str, int]] = []
     for feature in FEATURES:
         if feature.extra is not None and drawing.draws(feature):
-            reqs += draw(feature.extra(drawing, len(reqs)), label=feature.name)
+            extra = draw(feature.extra(drawing, len(reqs)), label=feature.name)
+            # The features it composes with, on its requests (engines.testing.composition).
+            both = draw(composed(drawing, feature, extra, alone), label=f"{feature.name}+")
+            reqs += both.requests
+            late += both.aborts
     idle = drawing.max_tokens + 2
     arrivals = draw(arrival_schedules(len(reqs), idle_gap=idle))
     plan = draw(aborts_for(reqs, arrivals)) if aborts and drawing.abortable else ()
+    if aborts and late:
+        plan = tuple(sorted({*plan, *late_aborts(reqs, arrivals, late)},
+                            key=lambda a: (a.step, str(a.request_id))))
     low, high = drawing.bad
     bad = draw(bad_requests_for(drawing, reqs, arrivals, min_bad=low, max_bad=high))
     return Workload(tuple(reqs), arrivals, plan, bad)

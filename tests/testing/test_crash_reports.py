@@ -26,6 +26,7 @@ from engines.testing.workload import Workload
 from examples.toy_engine import ToyEngine
 from tests.planted import expect
 from tests.planted.catalog import REFERENCE_ENGINES, TOY, name_of, planted
+from tests.planted.composition_bugs import COMPOSITION_PLANTED
 from tests.planted.crash_bugs import CRASH_PLANTED, PadsToFirstRow, WaitingRingOverflow
 from tests.planted.harness import context_of, hunt, pinned
 
@@ -258,3 +259,10 @@ def test_a_crash_is_reported_with_a_script_that_raises_it(bug: Any) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.splitlines()[-1] == frames.splitlines()[-1], proc.stderr
     assert f"in {call.split('(')[0]}\n" in proc.stderr  # the same protocol method raised
+
+
+@pytest.mark.parametrize("bug", planted(CRASH, COMPOSITION_PLANTED), ids=name_of)
+def test_suite_catches_a_crash_aborting_a_family_after_a_child_finished(bug: Any) -> None:
+    """Only a family aborted after a child finished raises (the user's crash of issue 51):
+    the children feature's seed workload holds two."""
+    expect.caught_by_seed_workloads(bug)

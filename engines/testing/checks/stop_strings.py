@@ -19,7 +19,9 @@ from engines.testing.checks.base import Check
 from engines.testing.checks.needs import STOP_STRINGS, TOKENIZER
 from engines.testing.checks.streamed_text import _mismatch, streamed
 from engines.testing.coverage import Coverage, Tally
+from engines.testing.features.children import FEATURE as CHILDREN_FEATURE
 from engines.testing.judging.base import Judge, describe, step_of_token
+from engines.testing.judging.streams import streams_of
 from engines.testing.recorder import Trace
 from engines.testing.text import StopAt, cuts, decode, stop_tokens, tokenizer, visible
 
@@ -29,9 +31,9 @@ if TYPE_CHECKING:
 __all__ = ["CHECK", "TALLY", "check_stop_strings"]
 
 
-def _about(r: Request) -> str:
+def _about(r: Request, child: str = "") -> str:
     p = r.params
-    return (f"stop strings {list(p.stop)}"
+    return (f"{child.strip()}{', ' if child else ''}stop strings {list(p.stop)}"
             + (" (include_stop_str_in_output)" if p.include_stop_str_in_output else "")
             + (f", min_tokens {p.min_tokens}" if p.min_tokens else ""))
 
@@ -43,7 +45,8 @@ def _spans(tok: Tokenizer, toks: Sequence[int], at: StopAt, stop: Sequence[str])
     return not any(s in last for s in stop)
 
 
-def _tokens(check: Check, trace: Trace, r: Request, tok: Tokenizer, at: StopAt | None) -> bool:
+def _tokens(check: Check, trace: Trace, r: Request, tok: Tokenizer, at: StopAt | None,
+            child: str = "") -> bool:
     """Judge where the tokens end; True if a stop string ended the request."""
     __tracebackhide__ = True
     rid, p = r.request_id, r.params
@@ -53,7 +56,7 @@ def _tokens(check: Check, trace: Trace, r: Request, tok: Tokenizer, at: StopAt |
     if at is not None and len(toks) > max(ends):
         k = at.earliest
         raise check.fail(
-            f"{describe(r, trace)} with {_about(r)}: its text "
+            f"{describe(r, trace)} with {_about(r, child)}: its text "
             f"{visible(decode(tok, toks[:k]))!r} holds a stop string once its token {k - 1} "
             f"(step {step_of_token(trace, rid, k - 1)}) is out, but it went on to "
             f"{len(toks)} tokens {toks}, finishing {reason}. Expected it to end there "
@@ -62,13 +65,13 @@ def _tokens(check: Check, trace: Trace, r: Request, tok: Tokenizer, at: StopAt |
     by_id = bool(toks) and toks[-1] in p.stop_token_ids
     if reason == FinishReason.STOP and not by_id and p.guided is None and len(toks) not in ends:
         raise check.fail(
-            f"{describe(r, trace)} with {_about(r)} finished STOP after {len(toks)} tokens "
+            f"{describe(r, trace)} with {_about(r, child)} finished STOP after {len(toks)} tokens "
             f"{toks}, whose generated text {decode(tok, toks)!r} completes no stop string "
             "there and whose last token is no stop id. (Was the prompt searched, or text "
             "from another request?)")
     if len(toks) in ends and reason not in (FinishReason.STOP, FinishReason.ABORT):
         raise check.fail(
-            f"{describe(r, trace)} with {_about(r)} completed a stop string with its last "
+            f"{describe(r, trace)} with {_about(r, child)} completed a stop string with its last "
             f"token {len(toks) - 1} but finished {reason}. Expected STOP (a stop string "
             "wins over LENGTH at the last budgeted token, as a stop id does).")
     return len(toks) in ends and reason == FinishReason.STOP
@@ -84,6 +87,51 @@ def _add(coverage: Coverage, judged: tuple[int, int, int, int], check: str) -> N
 TALLY = Tally(_add)
 
 
+def _judge_stream(check: Check, trace: Trace, judge: Judge, r: Request, tok: Tokenizer,
+                  child: str) -> tuple[int, int, int, int]:
+    """One stream of a request with stop strings (the request's, or one child's: `child`
+    names it): (hit, spanning, missed, no text), each 0 or 1."""
+    __tracebackhide__ = True
+    rid, p = r.request_id, r.params
+    hit = spanning = missed = no_text = 0
+    toks = trace.tokens(rid)
+    at = stop_tokens(tok, toks, p.stop, min_tokens=p.min_tokens)
+    stopped = _tokens(check, trace, r, tok, at, child)
+    if stopped and at is not None:
+        hit += 1
+        spanning += _spans(tok, toks, at, p.stop)
+    elif rid in trace.finished_at:
+        missed += 1
+    got = streamed(trace, rid)
+    if got is None:
+        return hit, spanning, missed, 1
+    full = decode(tok, toks)
+    by_id = bool(toks) and toks[-1] in p.stop_token_ids
+    # A stop id on the same token may win (the whole decode, or vLLM's, without it).
+    allowed = {full, decode(tok, toks[:-1])} if by_id else set()
+    if stopped and at is not None:
+        before = len(visible(decode(tok, toks[:at.earliest - 1])))
+        allowed |= cuts(full, before, p.stop, p.include_stop_str_in_output)
+    elif not by_id:
+        allowed.add(full)
+    if rid in trace.aborted_at or rid not in trace.finished_at:
+        if not full.startswith(got):
+            raise check.fail(_mismatch(r, trace, got, full, "a prefix of the decode of "
+                                       f"its tokens (it was aborted or cut off){child}"))
+        return hit, spanning, missed, no_text
+    if got not in allowed:
+        expected = min(allowed, key=len) if stopped else full
+        raise check.fail(_mismatch(r, trace, got, expected, (
+            f"the decode of its tokens cut at the stop string ({_about(r, child)})" if stopped
+            else f"the decode of its tokens ({_about(r, child)}, none completed)")))
+    if judge.parity == "exact" and judge.comparable(p) and not child:
+        alone = judge.oracle(r.prompt_token_ids, p)
+        if alone.text is not None and alone.tokens == tuple(toks) and alone.text != got:
+            raise check.fail(_mismatch(r, trace, got, alone.text,
+                                       f"its text served alone ({_about(r, child)})"))
+    return hit, spanning, missed, no_text
+
+
 def check_stop_strings(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, int, int]:
     """Every request with stop strings: its tokens end where the first one completed (or
     where the text settles after it: engines.testing.text), finish STOP; its text is the
@@ -95,46 +143,16 @@ def check_stop_strings(check: Check, trace: Trace, judge: Judge) -> tuple[int, i
     tok = tokenizer(trace.tokenizer)
     hit = spanning = missed = no_text = 0
     for r in trace.workload.requests:
-        rid, p = r.request_id, r.params
-        if not p.stop:
+        if not r.params.stop:
             continue
-        toks = trace.tokens(rid)
-        at = stop_tokens(tok, toks, p.stop, min_tokens=p.min_tokens)
-        stopped = _tokens(check, trace, r, tok, at)
-        if stopped and at is not None:
-            hit += 1
-            spanning += _spans(tok, toks, at, p.stop)
-        elif rid in trace.finished_at:
-            missed += 1
-        got = streamed(trace, rid)
-        if got is None:
-            no_text += 1
-            continue
-        full = decode(tok, toks)
-        by_id = bool(toks) and toks[-1] in p.stop_token_ids
-        # A stop id on the same token may win (the whole decode, or vLLM's, without it).
-        allowed = {full, decode(tok, toks[:-1])} if by_id else set()
-        if stopped and at is not None:
-            before = len(visible(decode(tok, toks[:at.earliest - 1])))
-            allowed |= cuts(full, before, p.stop, p.include_stop_str_in_output)
-        elif not by_id:
-            allowed.add(full)
-        if rid in trace.aborted_at or rid not in trace.finished_at:
-            if not full.startswith(got):
-                raise check.fail(_mismatch(r, trace, got, full, "a prefix of the decode of "
-                                           "its tokens (it was aborted or cut off)"))
-            continue
-        if got not in allowed:
-            expected = min(allowed, key=len) if stopped else full
-            raise check.fail(_mismatch(r, trace, got, expected, (
-                f"the decode of its tokens cut at the stop string ({_about(r)})" if stopped
-                else f"the decode of its tokens ({_about(r)}, none completed)")))
-        if judge.parity == "exact" and judge.comparable(p):
-            alone = judge.oracle(r.prompt_token_ids, p)
-            if alone.text is not None and alone.tokens == tuple(toks) and alone.text != got:
-                raise check.fail(_mismatch(r, trace, got, alone.text,
-                                           f"its text served alone ({_about(r)})"))
+        for child, view in streams_of(trace, r):  # each child of an n > 1 family alone
+            counts = _judge_stream(check, view, judge, r, tok, child)
+            hit, spanning, missed, no_text = (a + b for a, b in zip(
+                (hit, spanning, missed, no_text), counts, strict=True))
     return hit, spanning, missed, no_text
 
 
-CHECK = Check("stop_strings", check_stop_strings, needs=(TOKENIZER, STOP_STRINGS), tally=TALLY)
+# n > 1 families where every engine compared declares `n`: they carry stop strings drawn from
+# one child's text (engines.testing.composition), each child judged as a stream of its own.
+CHECK = Check("stop_strings", check_stop_strings, needs=(TOKENIZER, STOP_STRINGS),
+              draws=(CHILDREN_FEATURE.use(),), tally=TALLY)

@@ -13,6 +13,11 @@ A feature's hooks are called at fixed points of a draw, in the registry's order
 - `extra`: requests added to a workload after the mix (seed groups, n > 1 families, beams);
 - `seeds`: the feature's hand-picked seed workloads, run before any search.
 
+Features compose: a feature's `extra` requests (an n > 1 family) pass, drawn request by
+request, through the `params` and `stops` hooks of the features named in its `composes`
+(stop strings drawn from one child's text), where those are drawn too
+(engines.testing.composition).
+
 A hook is only called where the Drawing draws its feature: every engine compared declares what
 it needs, and the feature is drawn everywhere (`everywhere`) or the check names it.
 """
@@ -132,6 +137,9 @@ class Feature:
     mix: MixHook | None = None
     extra: ExtraHook | None = None
     seeds: SeedsHook | None = None
+    # The features whose per-request hooks (params, stops) this feature's extra requests may
+    # be drawn with: those the feature's requests can carry on every engine that declares both.
+    composes: frozenset[str] = frozenset()
 
     def use(self, setting: int = 1) -> Use:
         return Use(self.name, setting)

@@ -2,6 +2,10 @@
 declare `n`: seeded and unseeded sampled families (whose children must differ), greedy ones
 (whose children must agree), half of them with stop ids, each asking for the sampled tokens'
 logprobs (which bound how likely identical children are by chance: properties/children.py).
+
+Families compose with stop strings (engines.testing.composition): drawn from child 0's text
+served alone, so one child completes one and its siblings most often do not; and are aborted
+late, after a child has finished. The seed workloads hold both, hand-picked (`family_workloads`).
 """
 
 from __future__ import annotations
@@ -9,10 +13,13 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
-from engines.testing.features.base import Drawing, Feature
+from engines.testing.features.base import AloneFn, Drawing, Feature, Make
+from engines.testing.features.stop_strings import FEATURE as STOP_STRINGS
+from engines.testing.features.stop_strings import completed_by
 from engines.testing.limits import EngineLimits
+from engines.testing.workload import Abort, Workload
 
-__all__ = ["CHILD_BUDGET", "FEATURE", "draws_children", "families"]
+__all__ = ["CHILD_BUDGET", "FEATURE", "draws_children", "families", "family_workloads"]
 
 # Tokens per child: enough that identical sampled children are implausible for a correct
 # engine (the property computes how implausible from the logprobs).
@@ -53,5 +60,41 @@ def families(draw: st.DrawFn, limits: Drawing, start: int) -> list[Request]:
     return out
 
 
+def family_workloads(limits: Drawing, req: Make, alone: AloneFn) -> list[Workload]:
+    """Sampled families under fixed seeds (so the same every run), where seeded sampling is
+    drawn: one whose stop string child 0 completes (taken from child 0's text served alone,
+    across a token boundary where it has one; its siblings, under other seeds, most often
+    complete it elsewhere or not at all), where the engine takes stop strings; and two aborted
+    after child 0 finished (its first token is a stop id), while their siblings run."""
+    if not limits.sampling or "temperature" not in limits.sampling_fields:
+        return []
+    budget = max(2, min(CHILD_BUDGET, limits.max_model_len - 4))
+    out: list[Workload] = []
+
+    def family(i: int, prompt: tuple[int, ...], seed: int, **kw: object) -> Request:
+        return req(i, prompt, budget, n=3, temperature=1.0, seed=seed, **kw)
+
+    prompt = (3, 1, 4)
+    own = alone(prompt, family(0, prompt, 7).params)
+    stop = completed_by(limits, own) if limits.draws(STOP_STRINGS) else None
+    if stop is not None:
+        hit = family(0, prompt, 7, stop=(stop,))
+        out.append(Workload((hit, req(1, (2, 7), budget)), (0, 0),
+                            label="a family whose stop string one child completes"))
+    if limits.abortable:
+        aborted = []
+        for i, (p, seed) in enumerate((((5, 9, 2), 11), ((6, 5), 12))):
+            first = alone(p, family(i, p, seed).params)[:1]  # child 0 stops at its first token
+            aborted.append(family(i, p, seed, stop_token_ids=tuple(first)))
+        out.append(Workload(tuple(aborted), (0, 0), (Abort(3, "r0"), Abort(5, "r1")),
+                            label="families aborted after a child finished"))
+    return out
+
+
+def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
+    return [] if alone is None else family_workloads(drawing, req, alone)
+
+
 FEATURE = Feature("children", needs="n in supported_sampling (of the engine and of every engine "
-                  "it is compared with)", declared=draws_children, extra=families)
+                  "it is compared with)", declared=draws_children, extra=families,
+                  seeds=_seeds, composes=frozenset({STOP_STRINGS.name}))

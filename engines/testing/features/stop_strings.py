@@ -22,7 +22,8 @@ from engines.testing.workload import Workload
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["FEATURE", "MISSES", "draws_stop_strings", "stop_string_params", "stop_string_workload"]
+__all__ = ["FEATURE", "MISSES", "completed_by", "draws_stop_strings", "stop_string_params",
+           "stop_string_workload"]
 
 # Text no preset's output is likely to hold, ASCII and multi-byte alike; a drawn one that the
 # output does hold is simply a hit.
@@ -96,6 +97,19 @@ def _spanning(texts: Sequence[str]) -> tuple[int, str] | None:
             if REPLACEMENT not in s and after.find(s) == len(before) - 1:
                 return k, s
     return None
+
+
+def completed_by(limits: EngineLimits, own: Sequence[int]) -> str | None:
+    """A stop string `own` (an output) completes: two characters across a token boundary, the
+    first such; else its last visible character; None where its text has none."""
+    assert limits.tokenizer is not None
+    tok = tokenizer(limits.tokenizer)
+    texts = [visible(decode(tok, own[:k])) for k in range(len(own) + 1)]
+    span = _spanning(texts)
+    if span is not None:
+        return span[1]
+    last = texts[-1].rstrip(REPLACEMENT)
+    return last[-1] if last else None
 
 
 def stop_string_workload(limits: EngineLimits, alone: AloneFn) -> Workload | None:

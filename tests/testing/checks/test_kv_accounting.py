@@ -16,6 +16,7 @@ from tests.planted import expect
 from tests.planted.beam_bugs import BEAM_PLANTED
 from tests.planted.catalog import REFERENCE_ENGINES, name_of, planted
 from tests.planted.children_bugs import CHILDREN_PLANTED
+from tests.planted.composition_bugs import COMPOSITION_PLANTED
 from tests.planted.spec_bugs import SPEC_SEARCHED
 
 CHECK = "kv_accounting"
@@ -78,3 +79,11 @@ def test_suite_catches_speculation_bug(bug: Any) -> None:
 
 def test_the_correct_speculating_engine_passes() -> None:
     expect.the_speculating_control_passes(CHECK)
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, COMPOSITION_PLANTED), ids=name_of)
+def test_suite_catches_blocks_leaked_by_aborting_a_family_after_a_child_finished(
+        bug: Any) -> None:
+    """Only a family aborted after a child finished shows it: the children feature's seed
+    workload holds two."""
+    expect.caught_by_seed_workloads(bug)
