@@ -202,6 +202,13 @@ def _composed(c: Counter[str], trace: Trace, r: Request) -> None:
             c["families aborted after a child finished"] += 1
     if any(o.finish_reason == FinishReason.ABORT and o.text for o in outs):
         c["aborted while text was held back"] += 1
+    # Drawn together on the mix's requests already: a tenant's request with a constraint;
+    # prompt logprobs over a prefix-cache hit (where the engine reports its hits).
+    if r.lora is not None and any(getattr(p, f) != getattr(_DEFAULT, f)
+                                  for f in CONSTRAINT_PARAMS):
+        c["under a LoRA adapter with constraints"] += 1
+    if p.prompt_logprobs and any(o.cached_prompt_tokens for o in outs):
+        c["with prompt logprobs over a prefix-cache hit"] += 1
 
 
 def _in_flight(trace: Trace) -> int:

@@ -16,6 +16,7 @@ from hypothesis import settings as Settings
 from engines.protocol import Request, SamplingParams
 from engines.slot.continuous import ContinuousBatchEngine
 from engines.testing.context import SuiteContext, build_context
+from engines.testing.coverage import Coverage
 from engines.testing.features.children import family_workloads
 from engines.testing.search import drawing_of
 from engines.testing.strategies import workloads
@@ -69,9 +70,14 @@ def test_the_seed_workloads_hold_the_compositions(correct: SuiteContext) -> None
                       "families aborted after a child finished"], labels
     stopped = made[0].requests[0]
     assert stopped.params.n == 3 and stopped.params.stop
-    for w in made:  # a correct engine passes them
+    summary = Coverage()
+    for w in made:  # a correct engine passes them, and the summary counts what they compose
         for check in ("stop_strings", "children"):
-            assert verify(correct, w, check).ok, (w.label, check)
+            outcome = verify(correct, w, check)
+            assert outcome.ok and outcome.trace is not None, (w.label, check)
+        summary.record(outcome.trace, correct.limits)
+    assert summary.counts["families with stop strings"] == 1, summary.counts
+    assert summary.counts["families aborted after a child finished"] == 2, summary.counts
 
 
 @pytest.mark.parametrize("bug", COMPOSITION_PLANTED, ids=lambda b: b.__name__)
