@@ -10,8 +10,15 @@ from collections.abc import Sequence
 import pytest
 
 from engines.protocol import FinishReason, SamplingParams
+from engines.testing.coverage import Coverage
 from engines.testing.judging import Judge
-from engines.testing.judging.processed import Forced, judge_forced, processed_logits
+from engines.testing.judging.processed import (
+    Forced,
+    add_forced,
+    forced_notes,
+    judge_forced,
+    processed_logits,
+)
 from engines.testing.oracle import Alone
 
 VOCAB = 4
@@ -139,3 +146,29 @@ def test_a_draw_its_filters_forbid_fails_and_a_near_tie_at_the_edge_does_not() -
     assert "top_p=0.5" in (drawn(1, top_p=0.5) or "")
     assert "min_p=0.5" in (drawn(3, min_p=0.5) or "")
     assert drawn(0, top_k=1, top_p=0.5, min_p=0.5) is None
+
+
+class TopScores(Scores):
+    """Scores with the oracle's top candidates at a context (the raw tie rule's margins)."""
+
+    def top_at(self, context: Sequence[int]) -> dict[int, float] | None:
+        tops = self(context, SamplingParams(max_tokens=1, logprobs=VOCAB)).top_logprobs
+        return dict(tops[0]) if tops else None
+
+
+def test_a_raw_near_tie_forgiven_is_counted_and_said() -> None:
+    ref = TopScores({9: [-5.0, -1.0, -1.05, -4.0]})
+    judge = Judge(ref, "tie-aware", 0.1, reference=ref, vocab_size=VOCAB)  # type: ignore[arg-type]
+    forced = Forced()
+    assert judge.diverges((9,), [2, 0], [1, 3], observed_top=None, expected_top=None,
+                          params=SamplingParams(max_tokens=2), forced=forced) is None
+    assert forced.ties == 1 and not forced.judged  # an unprocessed request: the raw rule
+    coverage = Coverage()
+    add_forced(coverage, forced, "parity")
+    notes = forced_notes(coverage.as_dict(), "parity")
+    assert len(notes) == 1 and notes[0].startswith("parity: 1 greedy divergence(s) forgiven")
+    far = TopScores({9: [-5.0, -1.0, -1.5, -4.0]})  # 0.5 apart: reported, not counted
+    judge = Judge(far, "tie-aware", 0.1, reference=far, vocab_size=VOCAB)  # type: ignore[arg-type]
+    assert judge.diverges((9,), [2, 0], [1, 3], observed_top=None, expected_top=None,
+                          params=SamplingParams(max_tokens=2), forced=forced) is not None
+    assert forced.ties == 1

@@ -95,6 +95,8 @@ class Judge:
         d = first_divergence(observed, expected, observed_top=observed_top,
                              expected_top=expected_top, top_at=self.top_at(prompt, observed),
                              mode=self.parity, tolerance=self.tolerance)
+        if d is not None and d.accepted and forced is not None:
+            forced.ties += 1
         return None if d is None or d.accepted else d.describe()
 
     def filtered(self, prompt: Sequence[int], params: SamplingParams,

@@ -55,11 +55,14 @@ FILTERS = ("top_k", "top_p", "min_p")
 @dataclass(slots=True)
 class Forced:
     """Positions judged teacher-forced, forgiven (within tolerance, not the best) and not
-    judged (the gap unknown), each counted once per processing field the request sets."""
+    judged (the gap unknown), each counted once per processing field the request sets; and
+    the requests whose raw greedy divergence was forgiven at a near-tie (their comparison
+    ends there), so that a tie-aware pass says how much it forgave."""
 
     judged: Counter[str] = field(default_factory=Counter)
     forgiven: Counter[str] = field(default_factory=Counter)
     unjudged: Counter[str] = field(default_factory=Counter)
+    ties: int = 0
 
     def count(self, params: SamplingParams, into: Counter[str]) -> None:
         for name in fields_of(params):
@@ -224,6 +227,8 @@ def add_forced(coverage: Coverage, forced: Forced, check: str) -> None:
     for key, got in zip(_KEYS, (forced.judged, forced.forgiven, forced.unjudged), strict=True):
         for name, n in got.items():
             coverage.counts[f"processed: {check} {key} {name}"] += n
+    if forced.ties:
+        coverage.counts[f"ties: {check}"] += forced.ties
 
 
 def forced_notes(data: Mapping[str, int], check: str) -> list[str]:
@@ -233,9 +238,12 @@ def forced_notes(data: Mapping[str, int], check: str) -> list[str]:
         listed = ", ".join(f"{name} {n}" for name, n in found if n)
         return f"{sum(n for _, n in found)}" + (f" ({listed})" if listed else "")
 
+    out = [f"{check}: {data[f'ties: {check}']} greedy divergence(s) forgiven at a raw near-tie "
+           "(within the tolerance, by the reference's margins where one is given; the "
+           "request's comparison ends there)"] if data.get(f"ties: {check}") else []
     if not any(k.startswith(f"processed: {check} ") for k in data):
-        return []
-    out = [f"{check}: choices under logits processing, tie-aware: {by_field('judged')} "
+        return out
+    out += [f"{check}: choices under logits processing, tie-aware: {by_field('judged')} "
            "position(s) judged (a greedy token equal to the run compared's, or teacher-forced "
            "against the reference's processed distribution at the engine's context; a drawn "
            "token kept by its filters there), "
