@@ -75,7 +75,8 @@ def test_the_seed_workloads_hold_the_compositions(correct: SuiteContext) -> None
         for check in ("stop_strings", "children"):
             outcome = verify(correct, w, check)
             assert outcome.ok and outcome.trace is not None, (w.label, check)
-        summary.record(outcome.trace, correct.limits)
+            trace = outcome.trace
+        summary.record(trace, correct.limits)
     assert summary.counts["families with stop strings"] == 1, summary.counts
     assert summary.counts["families aborted after a child finished"] == 2, summary.counts
 
