@@ -17,3 +17,29 @@ CHECK = "children"
 @pytest.mark.parametrize("bug", planted(CHECK, CHILDREN_PLANTED), ids=name_of)
 def test_suite_catches_children_bugs(bug: Any) -> None:
     expect.caught_in_a_fresh_process(bug)
+
+
+def test_tie_aware_greedy_children_part_only_at_a_near_tie() -> None:
+    # Two greedy children that part: forgiven where the reference's candidates there tie
+    # (the table's flat top 50), a failure where they do not (ids past its candidates).
+    import dataclasses
+
+    from engines.protocol import FinishReason, Request, SamplingParams
+    from engines.testing.checks import check_named
+    from engines.testing.judging import Violation
+    from tests.helpers import Table, judge, trace
+
+    r = Request((1, 2), SamplingParams(max_tokens=2, n=2), request_id="r0")
+
+    def run(kid1: tuple[int, ...]) -> object:
+        t = trace([[("r0", (5,), None), ("r0", (5,), None)],
+                   [("r0", (6,), FinishReason.LENGTH), ("r0", kid1[1:], FinishReason.LENGTH)]],
+                  requests=(r,))
+        t.outputs["r0"] = [(k, dataclasses.replace(o, index=i % 2))
+                           for i, (k, o) in enumerate(t.outputs["r0"])]
+        return check_named(CHECK)(t, judge(parity="tie-aware", tolerance=0.1,
+                                           reference=Table()))
+
+    assert run((5, 7)) == (1, 0, 0, 1, 0)
+    with pytest.raises(Violation, match="children differ"):
+        run((5, 70))

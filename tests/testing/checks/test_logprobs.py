@@ -79,3 +79,30 @@ def test_a_correct_engine_passes(control: Any) -> None:
 
 def test_a_multi_token_engine_passes() -> None:
     expect.a_multi_token_engine_passes(CHECK)
+
+
+def test_tie_aware_values_are_judged_within_the_parity_tolerance() -> None:
+    # bf16 moves a batched logprob by a few hundredths: within the parity tolerance it
+    # passes, past it it fails, as 1e-4 does at fp32.
+    from engines.protocol import FinishReason, Request
+    from engines.testing.judging import Judge, Violation
+    from engines.testing.oracle import Alone
+    from tests.helpers import trace
+
+    r = Request((1, 2), SamplingParams(max_tokens=1, logprobs=2), request_id="r0")
+    alone_top = {5: -0.5, 6: -1.0}
+
+    class Oracle:
+        def __call__(self, prompt: Any, params: Any, *, lora_path: Any = None) -> Alone:
+            return Alone((5,), FinishReason.LENGTH, (alone_top,))
+
+    def judged(top: dict[int, float], tolerance: float) -> object:
+        t = trace([[("r0", (5,), FinishReason.LENGTH)]], requests=(r,))
+        step, out = t.outputs["r0"][0]
+        t.outputs["r0"][0] = (step, dataclasses.replace(out, top_logprobs=(top,)))
+        judge = Judge(Oracle(), "tie-aware", tolerance)  # type: ignore[arg-type]
+        return check_named(CHECK)(t, judge)
+
+    assert judged({5: -0.53, 6: -0.97}, 0.125) == (0, 1, 0, 0)
+    with pytest.raises(Violation, match="tolerance 0.01"):
+        judged({5: -0.53, 6: -0.97}, 0.01)
