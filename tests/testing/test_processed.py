@@ -172,3 +172,12 @@ def test_a_raw_near_tie_forgiven_is_counted_and_said() -> None:
     assert judge.diverges((9,), [2, 0], [1, 3], observed_top=None, expected_top=None,
                           params=SamplingParams(max_tokens=2), forced=forced) is not None
     assert forced.ties == 1
+
+
+def test_a_position_the_constraints_leave_no_token_is_not_judged() -> None:
+    # The only allowed id is a stop id min_tokens holds back: a correct engine emits anything.
+    ref = Scores({9: [-0.1, -5.0, -5.0, -5.0]})
+    params = SamplingParams(max_tokens=2, min_tokens=2, stop_token_ids=(0,),
+                            allowed_token_ids=(0,))
+    how, forced = _judge(ref, params, [3])
+    assert how is None and forced.unjudged["allowed_token_ids"] == 1

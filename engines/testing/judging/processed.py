@@ -138,9 +138,9 @@ def judge_forced(reference: AloneOracle, prompt: Sequence[int], params: Sampling
         raw = served.top_logprobs[0] if served.top_logprobs else None
         z = (processed_logits(raw, params, before, kind)
              if raw is not None and len(raw) >= vocab else None)
-        if z is None:
-            if (params.guided is None and not _output_only(params) and served.tokens
-                    and served.tokens[0] == o):
+        if not z:  # unknown, or the constraints leave no token (the constraints check's)
+            if (z is None and params.guided is None and not _output_only(params)
+                    and served.tokens and served.tokens[0] == o):
                 counts.count(params, counts.judged)
             else:
                 counts.count(params, counts.unjudged)
@@ -177,7 +177,7 @@ def filters_hold(reference: AloneOracle, prompt: Sequence[int], params: Sampling
         raw = served.top_logprobs[0] if served.top_logprobs else None
         z = (processed_logits(raw, params, before, kind)
              if raw is not None and len(raw) >= vocab else None)
-        if z is None:
+        if not z:  # unknown, or the constraints leave no token (the constraints check's)
             counts.count(params, counts.unjudged)
             continue
         if o not in z:
