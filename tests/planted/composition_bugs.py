@@ -80,9 +80,14 @@ class AbortedFamilyLeaksBlocks(PagedEngine):
         super().__init__(*args, **kwargs)
         self._child_done: set[Hashable] = set()
 
+    def add_request(self, request: Request) -> None:
+        super().add_request(request)
+        self._child_done.discard(request.request_id)  # an id used again is a new family
+
     def _release_blocks(self, seq: PagedRequest) -> None:
         rid = seq.request.request_id
-        if seq.finish_reason == FinishReason.ABORT and rid in self._child_done:
+        if (seq.family > 1 and seq.finish_reason == FinishReason.ABORT
+                and rid in self._child_done):
             seq.blocks = []  # never freed
             return
         if seq.family > 1 and seq.finish_reason in (FinishReason.STOP, FinishReason.LENGTH):

@@ -10,6 +10,8 @@ late, after a child has finished. The seed workloads hold both, hand-picked (`fa
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
@@ -72,7 +74,11 @@ def family_workloads(limits: Drawing, req: Make, alone: AloneFn) -> list[Workloa
     out: list[Workload] = []
 
     def family(i: int, prompt: tuple[int, ...], seed: int, **kw: object) -> Request:
-        return req(i, prompt, budget, n=3, temperature=1.0, seed=seed, **kw)
+        r = req(i, prompt, budget, n=3, temperature=1.0, seed=seed, **kw)
+        # The sampled tokens' logprobs, as drawn families ask: the children check's bound on
+        # identical children needs them.
+        return dataclasses.replace(r, params=dataclasses.replace(
+            r.params, logprobs=max(1, limits.logprobs)))
 
     prompt = (3, 1, 4)
     own = alone(prompt, family(0, prompt, 7).params)
