@@ -27,7 +27,11 @@ jobs=(
 --engine engines.slot.continuous:ContinuousBatchEngine \
 --reference-engine engines.sequential:SequentialEngine \
 --engine-variant one_slot=tests.helpers:one_slot_continuous $PROFILE $THREADS$extra"
+    # At deployment precision, under --parity=auto: our paged engine in bf16, OpenVINO GenAI
+    # at its CPU defaults (bf16, u8 KV cache).
+    "paged-bf16=bash ci/test-precision.sh paged$extra"
     "$(third_party openvino openvino)"
+    "openvino-cpu-defaults=bash ci/test-precision.sh openvino$extra"
     "$(third_party ct2 ct2)"
     "$(third_party mistralrs mistralrs)"
     "$(third_party ortgenai ortgenai)"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The suite at deployment precision (issue 50): under the default --parity=auto, which reads
+# each engine's declared dtype and KV-cache dtype and judges tie-aware with the tolerance of
+# the coarsest format (docs/usage.md, "Parity at the precision an engine runs at").
+#   paged:    our paged engine in bf16 against the processed-logprobs reference in bf16;
+#   openvino: OpenVINO GenAI at its CPU defaults (bf16 inference and a u8 KV cache on a CPU
+#             with AVX512_BF16), against the same reference.
+# Each under batching-dev with a fixed seed (reproducible, and within CI's budget: the paged
+# run took 225 s at load 3-9, OpenVINO's 36 s); extra arguments go to the suite and win.
+# OpenVINO's run under batching-ci is not in CI: it still meets false alarms of precision
+# (docs/engines.md, "At deployment precision").
+# usage: bash ci/test-precision.sh paged|openvino [PYTEST ARGS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which=${1:?usage: test-precision.sh paged|openvino [PYTEST ARGS]}
+shift
+args=(--pyargs engines.testing.conformance -p no:cacheprovider -q
+      --reference-engine engines.sequential:processed_bf16
+      --hypothesis-profile=batching-dev --hypothesis-seed=1 --torch-threads=1)
+case $which in
+    paged)
+        python -m pytest "${args[@]}" --engine engines.paged.variants:bf16 "$@" ;;
+    openvino)
+        bash ci/envs.sh wait openvino >&2
+        python=$(bash ci/openvino-env.sh | tail -n 1)
+        if [[ -z $python ]]; then
+            echo "SKIP: OpenVINO GenAI at its CPU defaults (its venv could not be built: see above)"
+            exit 0
+        fi
+        "$python" -m pytest "${args[@]}" \
+            --engine engines.adapters.openvino.variants:openvino_cpu_defaults "$@" ;;
+    *)
+        echo "test-precision.sh: unknown run $which; expected paged or openvino" >&2
+        exit 2 ;;
+esac
