@@ -56,7 +56,8 @@ def test_auto_parity_on_a_real_bf16_engine(pytester: pytest.Pytester) -> None:
         "*parity tie-aware, tolerance 0.125 (auto: engine declares bfloat16; margins from the "
         "reference engine)*",
         "parity: tie-aware, tolerance 0.125 (auto: engine declares bfloat16)"])
-    assert "warning" not in result.stdout.str()
+    # The suite's own warning line (pytest's warnings summary depends on the environment).
+    assert "batching-engines: warning" not in result.stdout.str()
 
 
 def test_a_reference_at_another_precision_is_a_header_warning(pytester: pytest.Pytester) -> None:

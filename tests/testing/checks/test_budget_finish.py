@@ -93,7 +93,11 @@ def test_suite_catches_bugs_planted_in_the_reference_engines(bug: Any) -> None:
 
 @pytest.mark.parametrize("bug", planted(CHECK, SAMPLING_PLANTED), ids=name_of)
 def test_suite_catches_per_row_sampling_bugs(bug: Any) -> None:
-    expect.caught_by_the_search(bug, 150)
+    # In a fresh interpreter: MinTokensIgnoredMidBatch's symptom needs an early stop id, which
+    # the unseeded requests' draws reach or not with the process's RNG state; in a long
+    # `pytest -n auto` worker the same derandomized search missed it (a fresh-clone CI run),
+    # while alone it found it.
+    expect.caught_in_a_fresh_process(bug, 150)
 
 
 @pytest.mark.parametrize("bug", planted(CHECK, SPEC_SEARCHED), ids=name_of)
