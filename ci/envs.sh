@@ -5,6 +5,8 @@
 #   bash ci/envs.sh start NAME...   start ci/NAME-env.sh for each NAME (vllm openvino ...)
 #   bash ci/envs.sh wait NAME       block until NAME's background build ended (a no-op if
 #                                   none was started), then print its log
+#   bash ci/envs.sh python NAME     `wait` (its log to stderr), then print the python of the
+#                                   venv ci/NAME-env.sh gives ("" where it cannot be built)
 #   bash ci/envs.sh stop            kill the builds still running (CI's exit trap)
 # After `wait`, calling ci/NAME-env.sh reuses the venv it built (or, where it failed, fails or
 # SKIPs visibly again), so a caller never uses a half-built venv.
@@ -12,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=.ci-envs
 
-case ${1:?usage: envs.sh start NAME... | wait NAME | stop} in
+case ${1:?usage: envs.sh start NAME... | wait NAME | python NAME | stop} in
     start)
         shift
         mkdir -p "$DIR"
@@ -32,6 +34,11 @@ case ${1:?usage: envs.sh start NAME... | wait NAME | stop} in
         echo "envs: $name's background build ended (waited $((SECONDS - start)) s for it); its log:"
         sed 's/^/    /' "$DIR/$name.log"
         rm -f "$DIR/$name.pid"
+        ;;
+    python)
+        name=${2:?usage: envs.sh python NAME}
+        bash ci/envs.sh wait "$name" >&2
+        bash "ci/$name-env.sh" | tail -n 1
         ;;
     stop)
         for file in "$DIR"/*.pid; do

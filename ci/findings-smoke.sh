@@ -32,8 +32,7 @@ status=0
 for lib in "$@"; do
     # A background build of this venv (ci/envs.sh start, in .ci/run) is waited for first:
     # calling its env script while it runs would start a second build of the same venv.
-    bash ci/envs.sh wait "$lib" >&2
-    python=$(bash "ci/$lib-env.sh" | tail -n 1)
+    python=$(bash ci/envs.sh python "$lib")
     if [[ -z $python ]]; then
         echo "findings-smoke: SKIP $lib (its venv cannot be built here; see above)"
         continue

@@ -21,8 +21,7 @@ case $which in
     paged)
         python -m pytest "${args[@]}" --engine engines.paged.variants:bf16 "$@" ;;
     openvino)
-        bash ci/envs.sh wait openvino >&2
-        python=$(bash ci/openvino-env.sh | tail -n 1)
+        python=$(bash ci/envs.sh python openvino)
         if [[ -z $python ]]; then
             echo "SKIP: OpenVINO GenAI at its CPU defaults (its venv could not be built: see above)"
             exit 0

@@ -156,8 +156,7 @@ suites() {  # python, extra pytest args... -- factories...
 
 venv() {  # name: the python of the venv ci/NAME-env.sh builds ("" where it cannot be built)
     local start=$SECONDS python
-    bash ci/envs.sh wait "$1" >&2
-    python=$(bash "ci/$1-env.sh" | tail -n 1)
+    python=$(bash ci/envs.sh python "$1")
     echo "   (ci/$1-env.sh: $((SECONDS - start)) s)" >&2
     echo "$python"
 }
