@@ -49,7 +49,8 @@ __all__ = ["BEAMS", "CHECKS", "CHILDREN", "KV", "LOAD", "ORDER", "PROMPT_LOGPROB
 # first, the slot and KV views after, the state machine last.
 ORDER: tuple[str, ...] = (
     "parity", "reference_parity", "prefill_decode", "variants", "seeds", "logprobs",
-    "prompt_logprobs", "greedy_filters", "sampling_distribution", "sequence_distribution",
+    "prompt_logprobs", "greedy_filters", "low_temperature", "sampling_distribution",
+    "sequence_distribution",
     "constraints", "streamed_text", "stop_strings", "children", "beam_search", "token_range",
     "budget_finish", "liveness", "bad_input", "compaction", "slot_lengths", "zero_waste",
     "work_conservation", "kv_accounting", "drain", "isolation", "stateful",
