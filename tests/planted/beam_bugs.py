@@ -3,6 +3,7 @@ SequentialEngine, and the paged engine's beam groups (engines.paged.beams)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -28,6 +29,29 @@ class BeamScoresNotLengthNormalised(SequentialEngine):
     reference = SequentialEngine  # the suite harness compares with it
 
     beam_search = _RawScores
+
+
+class _StopsGoOn(BeamSearch):
+    def advance(self, logprobs: torch.Tensor) -> list[int]:
+        params = self.params
+        self.params = dataclasses.replace(params, stop_token_ids=())  # planted
+        try:
+            return super().advance(logprobs)
+        finally:
+            self.params = params
+
+
+class PagedBeamStopDoesNotFinish(PagedEngine):
+    """A candidate whose token is a stop id goes on as a running beam instead of ending its
+    hypothesis: the search runs to max_tokens, and a beam holding a stop id before its end,
+    or ending on one with LENGTH, comes back. Caught in one run of two at the default profile
+    before the beams feature had a seed workload whose stop ids come from the search's own
+    best beam (issue 52)."""
+
+    caught_by = "beam_search"
+    reference = SequentialEngine
+
+    beam_search = _StopsGoOn
 
 
 class PagedBeamKeepsOldTable(PagedEngine):
@@ -76,4 +100,5 @@ class PagedBeamLeaksOldTables(PagedEngine):
 
 
 BEAM_PLANTED: list[Any] = [BeamScoresNotLengthNormalised, PagedBeamKeepsOldTable,
-                           PagedBeamWritesSharedBlock, PagedBeamLeaksOldTables]
+                           PagedBeamWritesSharedBlock, PagedBeamLeaksOldTables,
+                           PagedBeamStopDoesNotFinish]

@@ -125,6 +125,42 @@ class AllowedIdsLeakInSlot(SamplerEngine):
         return sampling.sample(logits, rows)
 
 
+def _bans_one_early(bad_words: Sequence[Sequence[int]], output: Sequence[int]) -> list[int]:
+    """engines.core.constraints.ending_bans with each word's earlier tokens compared one
+    position early (output[n - k + j - 1] for output[n - k + j])."""
+    n, banned = len(output), []
+    for word in bad_words:
+        k = len(word) - 1
+        if k == 0 or (k + 1 <= n and all(output[n - k + j - 1] == word[j] for j in range(k))):
+            banned.append(word[-1])
+    return banned
+
+
+class BadWordPrefixOneEarly(SamplerEngine):
+    """A bad word's last token is banned where the output ends with its other tokens and
+    one more: its prefix compared one position early."""
+
+    # A word of two or more tokens the request would complete is completed, alone as in a
+    # batch (a reference sharing the engine's mask code would complete it too): only the
+    # constraints check, which reads the tokens, sees it.
+    caught_by = "constraints"
+
+    def _sample(self, logits: torch.Tensor, seqs: list[RequestState]) -> Sampled:
+        def early(rows: Sequence[RequestState], vocab: int, device: torch.device
+                  ) -> torch.Tensor | None:
+            plain: list[Any] = [_Params(s, bad_words=()) if s.request.params.bad_words else s
+                                for s in rows]
+            mask = batch_mask(plain, vocab, device)
+            for r, seq in enumerate(rows):
+                bans = _bans_one_early(seq.request.params.bad_words, seq.output)
+                if bans:
+                    mask = mask if mask is not None else torch.zeros(len(rows), vocab,
+                                                                     device=device)
+                    mask[r, bans] = float("-inf")
+            return mask
+        return sampling.sample(logits, seqs, masks=early)
+
+
 class MatcherNotResetOnRecompute(SmallPool):
     """A preempted request's grammar is replayed over its tokens without a reset first."""
 
@@ -142,6 +178,6 @@ class MatcherNotResetOnRecompute(SmallPool):
 
 CONSTRAINT_PLANTED: list[Any] = [MaskRowStaleAfterCompaction, UnguidedRowsMasked,
                                  BiasAfterTemperature, AllowedIdsLeakInSlot,
-                                 MatcherNotResetOnRecompute]
+                                 MatcherNotResetOnRecompute, BadWordPrefixOneEarly]
 # The correct engines these are planted in, for the no-false-alarm half of the tests.
 CONTROLS: dict[str, Any] = {"continuous": ContinuousBatchEngine, "paged": PagedEngine}

@@ -16,6 +16,8 @@ from engines.protocol import Request, SamplingParams
 from engines.sequential import SequentialEngine
 from engines.testing.checks import check_named
 from engines.testing.context import SuiteContext, SuiteOptions, build_context
+from engines.testing.search import drawing_of
+from engines.testing.seed_workloads import seed_workloads
 from engines.testing.stateful import run_engine_machine
 from engines.testing.verdict import verify
 from engines.testing.workload import Workload
@@ -30,6 +32,7 @@ from tests.planted.multitoken import MultiTokenSteps
 from tests.planted.spec_bugs import SpeculatingControl
 
 __all__ = ["SEEDS_ONLY", "a_multi_token_engine_passes", "caught_by_seed_workloads",
+           "caught_by_the_hard_case",
            "caught_by_the_search", "caught_in_a_fresh_process", "caught_with_a_script",
            "found_by_the_search_alone", "not_everywhere", "passes", "passes_beside_the_reference",
            "run_script", "script_of", "SPEC_EXAMPLES", "a_speculation_bug_is_caught",
@@ -45,22 +48,28 @@ def script_of(report: str) -> str:
     return report.split("as a runnable script:\n\n", 1)[1]
 
 
-def run_script(script: str) -> list[str]:
-    """The script's printed lines, run as a user would run it."""
-    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=True).stdout.splitlines()
+def run_script(script: str, *, exits: int = 1) -> list[str]:
+    """The script's printed lines, run as a user would run it with --steps (every step's
+    outputs, then its verdict); it must exit `exits` (1: the bug is there)."""
+    proc = subprocess.run([sys.executable, "-c", script, "--steps"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == exits, proc.stdout + proc.stderr
+    return (proc.stdout + proc.stderr).splitlines()
 
 
 def caught_with_a_script(bug: Any) -> None:
     """The whole search (seed workloads, then drawn ones) catches a toy engine's bug by the
     check meant for it, and the report names that check and ends with a script that builds
-    the engine."""
+    the engine and judges the workload by that check (tests/testing/test_replay.py runs such
+    scripts)."""
     caught = hunt(bug)
     assert caught is not None, f"{bug.__name__} was not caught by {check_of(bug)}"
     assert caught.prop == bug.caught_by, str(caught)
     text = str(caught)
     assert text.startswith(f"{bug.caught_by}: "), text
-    assert "engine = make_engine()" in script_of(text)
+    script = script_of(text)
+    assert "as make_engine" in script and f"main({caught.prop!r}, workload, make_engine" \
+        in script, script
 
 
 def found_by_the_search_alone(bug: Any, examples: int = 150) -> None:
@@ -82,6 +91,22 @@ def caught_by_seed_workloads(bug: Any) -> None:
     caught = hunt(bug, settings=SEEDS_ONLY)
     assert caught is not None and caught.prop == bug.caught_by, str(caught)
     assert "as a runnable script" in str(caught)
+
+
+def caught_by_the_hard_case(bug: Any, label: str, ctx: SuiteContext | None = None) -> None:
+    """The seed workload of the bug's check whose label holds `label` (a feature's hard
+    case, issue 52) fails the bug's engine by the check meant for it, on a fresh engine: the
+    default profile reaches it every run, whatever the Hypothesis seed. (A hunt through every
+    seed workload may catch the bug elsewhere first; this names the case that always does.)"""
+    ctx = ctx or context_of(bug)
+    check = check_of(bug)
+    seeds = seed_workloads(drawing_of(ctx, check), alone=ctx.oracle.tokens)
+    found = [w for w in seeds if label in w.label]
+    assert found, f"no seed workload of {check} is labelled {label!r}: {[w.label for w in seeds]}"
+    outcomes = [verify(ctx, w, check) for w in found]
+    failures = [o.failure.error for o in outcomes if o.failure is not None]
+    assert failures, f"{bug.__name__}: the {label!r} seed workload passed {check}"
+    assert any(str(e).startswith(f"{bug.caught_by}: ") for e in failures), str(failures[0])
 
 
 def caught_by_the_search(bug: Any, examples: int) -> None:

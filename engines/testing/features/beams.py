@@ -4,6 +4,12 @@ draws beams): greedy only, as beams are; widths 2..4; n up to the width where `n
 declared; length penalties around generate's default (where `length_penalty` is declared);
 half of them with many stop ids, so that beams end at different lengths and the length
 normalisation decides between them.
+
+The seed workload (`beam_stop_workload`), from each prompt's best beam served alone without
+stop ids: the same search with that beam's first token a stop id (the best candidate of the
+first step ends its hypothesis), and with its third token one (the best beam ends there
+while the others go on, every beam returned). A search in which a stop id does not end a
+hypothesis returns a beam holding it before its end, or ending on it with LENGTH.
 """
 
 from __future__ import annotations
@@ -11,11 +17,12 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
-from engines.testing.features.base import Drawing, Feature
+from engines.testing.features.base import AloneFn, Drawing, Feature, Make
 from engines.testing.limits import EngineLimits
+from engines.testing.workload import Workload
 
-__all__ = ["FEATURE", "FIT_VARIANTS", "MAX_BEAM_WIDTH", "beam_requests", "beam_width_cap",
-           "draws_beams"]
+__all__ = ["BEAM_STOPS", "FEATURE", "FIT_VARIANTS", "MAX_BEAM_WIDTH", "beam_requests",
+           "beam_stop_workload", "beam_width_cap", "draws_beams"]
 
 MAX_BEAM_WIDTH = 4  # widths drawn: 2 to this
 # Tokens per beam at most: long enough for beams of different lengths to compete.
@@ -82,8 +89,41 @@ def _extra(drawing: Drawing, start: int) -> st.SearchStrategy[list[Request]]:
     return beam_requests(drawing, start, drawing.beam_width)
 
 
+BEAM_STOPS = "beams ended by a stop id while others go on"
+_STOP_PROMPTS = ((2, 7, 1, 8), (3, 3, 9))
+
+
+def beam_stop_workload(limits: Drawing, alone: AloneFn) -> Workload | None:
+    """Per prompt, two searches of the widest width drawn (3 at most) and budget BEAM_BUDGET:
+    one whose stop id is its best beam's first token, one whose stop id is its best beam's
+    third token (n = the width: every beam returned), beside a search without stop ids.
+    None where no width fits or the context is too short."""
+    width = min(limits.beam_width, 3)
+    budget = min(BEAM_BUDGET, limits.max_model_len - 5)
+    if width < 2 or budget < 4:
+        return None
+    n = width if "n" in limits.sampling_fields else 1
+    reqs: list[Request] = []
+    for raw in _STOP_PROMPTS:
+        prompt = tuple(t % limits.vocab_size for t in raw)
+        plain = SamplingParams(max_tokens=budget, beam_width=width)
+        best = alone(prompt, plain)
+        reqs.append(Request(prompt, plain, request_id=f"r{len(reqs)}"))
+        for at in (0, 2):
+            if at < len(best):
+                params = SamplingParams(max_tokens=budget, beam_width=width,
+                                        n=n if at else 1, stop_token_ids=(best[at],))
+                reqs.append(Request(prompt, params, request_id=f"r{len(reqs)}"))
+    return Workload(tuple(reqs), tuple(i % 2 for i in range(len(reqs))), label=BEAM_STOPS)
+
+
+def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
+    found = beam_stop_workload(drawing, alone) if alone is not None else None
+    return [] if found is None else [found]
+
+
 FEATURE = Feature("beams", needs="beam_width in supported_sampling (of the engine and of every "
                   "engine it is compared with)", declared=draws_beams,
                   configure=lambda limits, setting: {
                       "beam_width": beam_width_cap(limits, setting == FIT_VARIANTS)},
-                  extra=_extra)
+                  extra=_extra, seeds=_seeds)

@@ -28,7 +28,11 @@ bug classes of constrained decoding under batching are met every run, not by luc
   a bias added anywhere else in the order of steps changes what a greedy row chooses, which
   a reference engine can judge);
 - guided requests past the KV pool, for an engine whose pool the requests it runs at once
-  can overflow: preempted while decoding, their grammars must resume where they were.
+  can overflow: preempted while decoding, their grammars must resume where they were;
+- each mask's hard case, from the request's own greedy continuation served alone (`_hard_cases`):
+  bad words of two and three tokens it would otherwise complete (a word's earlier tokens
+  compared one position off lets it through), and allowed ids that leave out the token it
+  would choose first (a mask not applied, or applied to another row, lets it through).
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ from engines.testing.features.base import AloneFn, Drawing, Feature, Make, pseud
 from engines.testing.limits import EngineLimits
 from engines.testing.workload import Workload
 
-__all__ = ["CHOICES", "DENSE", "FEATURE", "GRAMMARS", "JSON_SCHEMAS", "LONG_REGEX", "REGEXES",
+__all__ = ["CHOICES", "DENSE", "FEATURE", "GRAMMARS", "HARD_CASES", "JSON_SCHEMAS", "LONG_REGEX",
+           "REGEXES",
            "constrained", "constraint_workloads", "guided_specs",
            "satisfiable"]
 
@@ -226,6 +231,8 @@ def constraint_workloads(limits: Drawing, alone: AloneFn | None) -> list[Workloa
                        request_id=f"r{i}")
 
     out = [_mid_batch(limits, req, declared, guided)]
+    if alone is not None and {"bad_words", "allowed_token_ids"} & declared:
+        out.append(_hard_cases(limits, req, declared, alone))
     if "logit_bias" in declared and "repetition_penalty" in limits.sampling_fields:
         out.append(_bias_beside_penalty(limits, req, alone))
     if guided and limits.kv_blocks is not None:
@@ -266,6 +273,38 @@ def _mid_batch(limits: EngineLimits, req: Make, declared: frozenset[str],
         arrivals.append(0 if i < limits.slots else 1 + (i - limits.slots))
     return Workload(tuple(reqs), tuple(arrivals),
                     label="constraints joining and leaving mid-batch")
+
+
+# The hard cases' label, and their prompts and how many tokens of each one's greedy
+# continuation are read.
+HARD_CASES = "bad words the request would complete, allowed ids without its greedy token"
+_HARD_PROMPTS = ((3, 1, 4, 1), (5, 9, 2), (6, 5, 3, 5), (8, 9, 7))
+_HARD_BUDGET = 8
+
+
+def _hard_cases(limits: EngineLimits, req: Make, declared: frozenset[str],
+                alone: AloneFn) -> Workload:
+    """Per prompt, its greedy continuation `own` served alone, then the same prompt under
+    bad words of 2 and 3 tokens of `own` (own[1:3], own[2:5]: the request would complete
+    them, and must not) and under allowed ids without own[0] (what it would choose first),
+    beside an unconstrained neighbour, arriving together."""
+    v = limits.vocab_size
+    budget = max(1, min(_HARD_BUDGET, limits.max_model_len // 2))
+    reqs: list[Request] = []
+    for raw in _HARD_PROMPTS:
+        prompt = tuple(t % v for t in raw)
+        own = list(alone(prompt, SamplingParams(max_tokens=budget)))
+        if "bad_words" in declared:
+            words = tuple(dict.fromkeys(w for w in (tuple(own[1:3]), tuple(own[2:5]))
+                                        if len(w) >= 2))
+            if words:
+                reqs.append(req(len(reqs), prompt, budget, bad_words=words))
+        if "allowed_token_ids" in declared and own:
+            others = tuple(t for t in (own[1:4] if len(own) > 1 else ()) if t != own[0])
+            allowed = tuple(dict.fromkeys((*others, (own[0] + 1) % v, (own[0] + 7) % v)))
+            reqs.append(req(len(reqs), prompt, budget, allowed_token_ids=allowed))
+        reqs.append(req(len(reqs), prompt[::-1], budget))
+    return Workload(tuple(reqs), tuple(i // 4 for i in range(len(reqs))), label=HARD_CASES)
 
 
 def _bias_beside_penalty(limits: EngineLimits, req: Make, alone: AloneFn | None

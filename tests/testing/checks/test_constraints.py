@@ -17,14 +17,14 @@ from engines.protocol import BASE_PARAMS, CONSTRAINT_PARAMS, FinishReason, Guide
 from engines.protocol import SamplingParams as P
 from engines.testing.checks import check_named
 from engines.testing.features.base import Drawing
-from engines.testing.features.constraints import constrained
+from engines.testing.features.constraints import HARD_CASES, constrained
 from engines.testing.limits import EngineLimits
 from engines.testing.recorder import Trace
 from engines.tokenizer import load, tokenizer_for
 from tests.helpers import JUDGE, Out, fails, trace
 from tests.planted import expect
 from tests.planted.catalog import ALL_CONTROLS, name_of, planted
-from tests.planted.constraint_bugs import CONSTRAINT_PLANTED, CONTROLS
+from tests.planted.constraint_bugs import CONSTRAINT_PLANTED, CONTROLS, BadWordPrefixOneEarly
 from tests.planted.harness import pinned
 
 CHECK = "constraints"
@@ -117,6 +117,13 @@ def test_suite_catches_planted_constraint_bug(bug: Any) -> None:
     """The constrained seed workloads catch it (the constraint bugs other checks catch are
     in those checks' tests)."""
     expect.caught_by_seed_workloads(bug)
+
+
+def test_the_hard_case_catches_a_bad_word_compared_one_early() -> None:
+    """Issue 52: a bad word's prefix compared one position early was caught in one run of two
+    at the default profile; the hard-case seed workload (words of the request's own greedy
+    continuation) catches it every run."""
+    expect.caught_by_the_hard_case(BadWordPrefixOneEarly, HARD_CASES)
 
 
 @pytest.mark.parametrize("name", sorted(CONTROLS))
