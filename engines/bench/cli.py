@@ -1,7 +1,8 @@
 """`python -m engines.bench` / `batching-bench`: compare engines and write tables and plots.
 
   batching-bench [compare] [--quick] [--engine [label=]module:callable ...] [--out DIR]
-  batching-bench closed [--preset tiny]     # the 32-request closed mix, incl. HF generate
+  batching-bench closed [--preset tiny]     # the 32-request closed mix, incl. HF generate,
+                                            # each engine's share of this core's ceiling
   batching-bench replay --engine ... --rates 1,2  # each engine alone at given rates (servers)
   batching-bench render [--out DIR]  # the table, CSVs and plots again from DIR/report.json
 
@@ -36,6 +37,7 @@ from engines.bench.progress import progress
 from engines.bench.record import ClosedRow
 from engines.bench.record import rows as record_rows
 from engines.bench.run_report import FILE, Report, publish, records
+from engines.bench.shares import CeilingRun
 from engines.bench.streaming import streams
 from engines.factories import EngineSpecError, load_factory, load_labeled
 from engines.models import PRESETS
@@ -129,6 +131,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="output directory")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-hf", action="store_true", help="closed: skip the HF generate baseline")
+    p.add_argument("--no-ceiling", action="store_true",
+                   help="closed: skip the ceiling (the batch's arithmetic at the best GEMM rate "
+                        "measured here before and after the runs, engines/bench/shares.py) and "
+                        "each engine's share of it")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--exact-prompts", action="store_true",
                    help="send every run the trace's prompts as drawn: a prefix cache then keeps "
@@ -266,13 +272,17 @@ def cmd_closed(args: argparse.Namespace) -> int:
     trace = traces.closed(items, tag="cmp")
     print(f"closed: {draws.describe(items)}; preset {config.preset}, "
           f"{config.warmup} warm-up + {config.runs} recorded runs", file=sys.stderr)
+    ceiling = CeilingRun.plan(engines, items, preset=config.preset, device=config.device,
+                              dtype=config.dtype, enabled=not args.no_ceiling)
     with (progress(not args.no_progress) as bar,
           priority.stepping_priority(args.priority, config.clock) as scheduling):
         print(f"  scheduling: {scheduling.note}\n  {fresh.note(config.fresh_prompts)}",
               file=sys.stderr)
         kit = host_kit.build(config, comparison.scale(engines)[0])
         ctx = comparison.context(config, vocab_size, bar=bar, kit=kit)
+        ceiling.measure()  # just before the runs and just after: the same minutes' speed
         results = comparison.closed_stage(ctx, engines, trace, config)
+        ceiling.measure()
     rows = []
     for name, result in results.items():
         rates = [s.output_tokens_per_s for s in result.closed_summaries]
@@ -288,11 +298,24 @@ def cmd_closed(args: argparse.Namespace) -> int:
     if base is not None:  # numpy's division, as a frame's: a zero base gives inf
         rows = [replace(row, vs_hf_generate=float(np.float64(row.output_tokens_per_s) / base))
                 for row in rows]
+    rows = [_with_share(row, ceiling) for row in rows]
+    notes = [fresh.note(config.fresh_prompts),
+             *ceiling.notes({row.engine: row.output_tokens_per_s for row in rows})]
+    if not config.fresh_prompts and ceiling.config is not None:
+        notes.append("ceiling: counts every prompt token, which a prefix cache warm from "
+                     "earlier runs (--exact-prompts) skips: a share above 100% is possible")
     table = pd.DataFrame(record_rows(rows))
-    publish(Report(config=asdict(config), slo={}, summary=records(table),
-                   notes=[fresh.note(config.fresh_prompts)],
+    publish(Report(config=asdict(config), slo={}, summary=records(table), notes=notes,
                    kind="closed"), args.out, plots=False)
     return 0
+
+
+def _with_share(row: ClosedRow, ceiling: CeilingRun) -> ClosedRow:
+    found = ceiling.share(row.engine, row.output_tokens_per_s)
+    if found is None:
+        return row
+    return replace(row, ceiling_dtype=found.dtype,
+                   ceiling_tokens_per_s=found.ceiling_tokens_per_s, ceiling_share=found.share)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

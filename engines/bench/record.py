@@ -187,6 +187,10 @@ class ClosedRow:
     compute_threads: int | None
     execution: str
     vs_hf_generate: float | None = optional()  # tok/s over HF generate's, when it ran
+    # The ceiling of the engine's dtype (engines.bench.shares), when one was measured for it
+    ceiling_dtype: str | None = optional()
+    ceiling_tokens_per_s: float | None = optional()
+    ceiling_share: float | None = optional()  # output_tokens_per_s over ceiling_tokens_per_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -137,7 +137,9 @@ def test_parts_and_optional_fields_are_columns_in_place_or_none() -> None:
                        driver_overhead_pct=0.5, compute_threads=None, execution="")
     assert COLUMN.vs_hf_generate not in row(closed)
     assert row(closed)[COLUMN.compute_threads] is None  # a None value of a plain field stays
-    assert list(row(dataclasses.replace(closed, vs_hf_generate=1.5))) == list(columns(ClosedRow))
+    assert list(row(dataclasses.replace(closed, vs_hf_generate=1.5, ceiling_dtype="float32",
+                                        ceiling_tokens_per_s=4.0, ceiling_share=0.5))
+                ) == list(columns(ClosedRow))
     with pytest.raises(dataclasses.FrozenInstanceError):
         closed.min = 0.0  # type: ignore[misc]
 
