@@ -124,6 +124,9 @@ FLOW: dict[str, set[str]] = {
     "engines.slot": _ENGINE_BASE,
     "engines.paged": _ENGINE_BASE,
     "engines.sequential": _ENGINE_BASE,
+    # The independent reference: engines/core only for bad input and LoRA names
+    # (test_the_independent_reference_shares_no_processing holds it to that).
+    "engines.independent": _ENGINE_BASE,
     # Factories over the zoo presets: the engines and adapters are imported by name, when a
     # factory is called (engines.zoo.ENGINES), so importing it pulls in no library; and our
     # engines built with the zoo's LoRA adapters, imported when those factories are called.
@@ -194,6 +197,45 @@ def test_the_flow_is_checked_where_it_matters() -> None:
     assert not {"engines.slot", "engines.paged"} & FLOW["engines.adapters.hf"]
     for consumer in ("engines.testing", "engines.bench"):
         assert not {"engines.core", "engines.slot", "engines.paged"} & FLOW[consumer]
+
+
+# engines/core modules the independent reference may reach: neither turns logits into tokens.
+INDEPENDENT_CORE = {"engines.core", "engines.core.validation", "engines.core.lora"}
+
+
+def _reached(start: str) -> set[str]:
+    """Every module of engines/ that `start`'s package reaches, transitively, with the
+    packages above each (they run first)."""
+    seen: set[str] = set()
+    todo = [m for m in MODULES if m == start or m.startswith(start + ".")]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(2, len(parts))]
+        todo += sorted(GRAPH.get(name, set()) - seen)
+    return seen
+
+
+def test_the_independent_reference_shares_no_processing() -> None:
+    """engines.independent judges engines/core's processing (sampling, constraints, beams,
+    prompt logprobs, guided decoding, request state, detokenization) only if it runs none of
+    it: it reaches no engines/core module but the bad-input checks and LoRA names, and no
+    engine or suite of ours."""
+    reached = _reached("engines.independent")
+    assert "engines.independent.engine" in reached and "engines.core.validation" in reached
+    core = sorted(m for m in reached if m.startswith("engines.core") and
+                  m not in INDEPENDENT_CORE)
+    assert not core, f"engines.independent reaches engines/core's {core}"
+    ours = sorted(m for m in reached if _part(m) in {
+        "engines.sequential", "engines.slot", "engines.paged", "engines.testing",
+        "engines.bench", "engines.zoo"} or m.startswith("engines.adapters"))
+    assert not ours, f"engines.independent reaches {ours}"
+    # The same walk from the sequential reference finds the shared processing: it has bite.
+    assert {"engines.core.sampling", "engines.core.constraints",
+            "engines.core.beams"} <= _reached("engines.sequential")
 
 
 def _body(name: str) -> list[ast.stmt]:
