@@ -1,5 +1,6 @@
 """The preset in the formats the servers load, written once into the conversions' cache:
-for vLLM's server a checkpoint directory with a tokenizer, for llama-server a GGUF F32 file.
+for vLLM's server a checkpoint directory with a tokenizer, for llama-server a GGUF file (F32;
+F16 or Q8_0 for the deployment-precision variants).
 
 Servers take a directory or a file, not a model object. The tokenizer is a WordLevel
 vocabulary `t0 .. t{V-1}`: prompts and outputs stay token ids, but vLLM's server returns
@@ -7,7 +8,8 @@ logprobs only where a tokenizer is served (it refuses them with --skip-tokenizer
 
 The GGUF file is made by convert_hf_to_gguf.py of the llama.cpp source tree llama-server was
 built from (ci/llama-server-env.sh keeps it beside the binary as ../src), run as a child
-process (engines.adapters.http.gguf_convert), once per preset, seed and llama.cpp build.
+process (engines.adapters.http.gguf_convert), once per preset, seed, outtype and llama.cpp
+build.
 """
 
 from __future__ import annotations
@@ -56,9 +58,11 @@ def binary_digest(binary: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def gguf_model(preset: str = "tiny", *, seed: int = 0, binary: Path, bpe: bool = False) -> Path:
-    """The preset's seeded weights as GGUF F32 for this llama-server binary's llama.cpp,
-    converted once per build. `bpe`: with the presets' byte-level BPE as its vocabulary and
+def gguf_model(preset: str = "tiny", *, seed: int = 0, binary: Path, bpe: bool = False,
+               outtype: str = "f32") -> Path:
+    """The preset's seeded weights as GGUF for this llama-server binary's llama.cpp, converted
+    once per build and outtype (the converter's --outtype: gguf_convert.OUTTYPES; f32, the
+    default, is exact). `bpe`: with the presets' byte-level BPE as its vocabulary and
     `<|endoftext|>` its EOS (engines.adapters.http.gguf_convert), not the "test" one."""
     from engines.adapters.common.checkpoints import (
         ConversionError,
@@ -67,12 +71,16 @@ def gguf_model(preset: str = "tiny", *, seed: int = 0, binary: Path, bpe: bool =
         preset_digest,
         publish,
     )
+    from engines.adapters.http.gguf_convert import OUTTYPES
     from engines.tokenizer import TOKENIZER_VERSION, tokenizer_for
 
+    if outtype not in OUTTYPES:
+        raise ValueError(f"outtype: {outtype!r}; expected one of {', '.join(OUTTYPES)}")
     src = llama_cpp_source(binary)
     vocab = f"-{TOKENIZER_VERSION}" if bpe else ""
-    path = (cache_root() / "llama.cpp" /
-            f"{preset}-seed{seed}-{preset_digest(preset)}{vocab}-llama{binary_digest(binary)}")
+    fmt = "" if outtype == "f32" else f"-{outtype}"  # F32's cache paths as they were
+    path = (cache_root() / "llama.cpp" / f"{preset}-seed{seed}-{preset_digest(preset)}{vocab}"
+            f"{fmt}-llama{binary_digest(binary)}")
     model = path / "model.gguf"
     if model.is_file():
         return model
@@ -81,7 +89,8 @@ def gguf_model(preset: str = "tiny", *, seed: int = 0, binary: Path, bpe: bool =
     def convert(tmp: Path) -> None:
         out = subprocess.run(
             [sys.executable, "-m", "engines.adapters.http.gguf_convert", str(src), str(ckpt),
-             str(tmp / "model.gguf"), *([str(tokenizer_for(preset))] if bpe else [])],
+             str(tmp / "model.gguf"), *([str(tokenizer_for(preset))] if bpe else []),
+             "--outtype", outtype],
             capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise ConversionError(f"convert_hf_to_gguf ({src}) failed on {ckpt}:\n"

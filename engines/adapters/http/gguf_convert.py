@@ -1,6 +1,11 @@
-"""Child process: a checkpoint directory to a GGUF F32 file, with llama.cpp's own converter.
+"""Child process: a checkpoint directory to a GGUF file, with llama.cpp's own converter.
 
     python -m engines.adapters.http.gguf_convert LLAMA_CPP_SRC CHECKPOINT OUT.gguf [TOKENIZER]
+        [--outtype f32|f16|bf16|q8_0]
+
+--outtype is the converter's own (default f32, the adapters' exact configuration): f16 and
+bf16 store the matrices in that format, q8_0 quantizes them in blocks of 32 (an f16 scale per
+block); norms and biases stay F32 in each.
 
 LLAMA_CPP_SRC is a llama.cpp source tree (its convert_hf_to_gguf.py, conversion/ and
 gguf-py/). Run as a process of its own because the converter is a script: it parses argv,
@@ -66,7 +71,13 @@ def _bpe_vocab(tokenizer: str) -> Any:
     return set_vocab
 
 
-def main(src: str, checkpoint: str, out: str, tokenizer: str | None = None) -> None:
+OUTTYPES = ("f32", "f16", "bf16", "q8_0")  # the converter's, less its ternary and "auto" ones
+
+
+def main(src: str, checkpoint: str, out: str, tokenizer: str | None = None, *,
+         outtype: str = "f32") -> None:
+    if outtype not in OUTTYPES:
+        raise SystemExit(f"--outtype: {outtype!r}; expected one of {', '.join(OUTTYPES)}")
     sys.path.insert(0, src)
     import convert_hf_to_gguf as cli  # type: ignore[import-not-found]
 
@@ -80,13 +91,24 @@ def main(src: str, checkpoint: str, out: str, tokenizer: str | None = None) -> N
                                            "model_arch": cls.model_arch})
 
     cli.get_model_class = with_test_vocab
-    sys.argv = ["convert_hf_to_gguf.py", checkpoint, "--outtype", "f32", "--outfile", out]
+    sys.argv = ["convert_hf_to_gguf.py", checkpoint, "--outtype", outtype, "--outfile", out]
     cli.main()
     if not Path(out).is_file():
         raise SystemExit(f"convert_hf_to_gguf wrote no {out}")
 
 
-if __name__ == "__main__":
-    if len(sys.argv) not in (4, 5):
+def _cli(argv: list[str]) -> None:
+    outtype = "f32"
+    if "--outtype" in argv:
+        at = argv.index("--outtype")
+        if at + 1 == len(argv):
+            raise SystemExit(__doc__)
+        outtype = argv[at + 1]
+        argv = argv[:at] + argv[at + 2:]
+    if len(argv) not in (3, 4):
         raise SystemExit(__doc__)
-    main(*sys.argv[1:])
+    main(*argv, outtype=outtype)
+
+
+if __name__ == "__main__":
+    _cli(sys.argv[1:])

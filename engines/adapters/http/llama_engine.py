@@ -1,7 +1,7 @@
 """The HTTP adapter over a llama-server, with what the plain HTTPEngine cannot say: the
 LoRA adapters the server was launched with (`loras`, for the reference), the checks its
-configuration knowingly fails, and a stream per child for n > 1 (llama-server's n_cmpl sends
-every child over the request's one response)."""
+configuration knowingly fails, the precision it was launched at, and a stream per child for
+n > 1 (llama-server's n_cmpl sends every child over the request's one response)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,10 @@ class _Child:
 class LlamaEngine(HTTPEngine):
     """HTTPEngine over a llama-server, declaring what the server was launched with beside
     what its dialect says: `loras` (adapter name -> the PEFT directory its GGUF was converted
-    from, which a reference engine loads) where it serves adapters, and the checks the
-    configuration knowingly fails (`known_failures`, check name -> why).
+    from, which a reference engine loads) where it serves adapters, the checks the
+    configuration knowingly fails (`known_failures`, check name -> why), and the precision
+    its GGUF and KV cache hold (`dtype`, `kv_cache_dtype`: Capabilities' own; the server
+    does not say its cache's, so the one who launched it does).
 
     n > 1 (where the dialect declares `n`): llama-server's n_cmpl streams every child over
     the request's one response, each message naming its child (`index`); each child gets
@@ -39,19 +41,24 @@ class LlamaEngine(HTTPEngine):
     engines end them."""
 
     def __init__(self, url: str, *, loras: Mapping[str, str] | None = None,
-                 known_failures: Mapping[str, str] | None = None, **kw: Any) -> None:
+                 known_failures: Mapping[str, str] | None = None, dtype: str = "float32",
+                 kv_cache_dtype: str | None = None, **kw: Any) -> None:
         super().__init__(url, **kw)
         if loras:
             self.loras = dict(loras)
         self._known_failures = dict(known_failures or {})
+        # Checked now (a ValueError naming the field), not at the suite's first capabilities().
+        self._precision = Capabilities(dtype=dtype, kv_cache_dtype=kv_cache_dtype)
         self._kids: dict[str, dict[int, _Child]] = {}  # stream key -> child -> its state
         self._index = 0  # the child of the message being read
 
     def capabilities(self) -> Capabilities:
-        """HTTPEngine's, with the configuration's known failures among the expected ones."""
+        """HTTPEngine's, with the configuration's known failures among the expected ones and
+        the precision it was launched at."""
         own = super().capabilities()
         return dataclasses.replace(own, expected_failed_checks={
-            **own.expected_failed_checks, **self._known_failures})
+            **own.expected_failed_checks, **self._known_failures},
+            dtype=self._precision.dtype, kv_cache_dtype=self._precision.kv_cache_dtype)
 
     def abort_request(self, request_id: Hashable) -> None:
         live = next((live for live in self._book.live()

@@ -14,7 +14,12 @@ engines.adapters.http.variants):
 - n > 1 as llama-server's `n_cmpl` (`llama_server_n`);
 - guided decoding (`llama_server_guided`): the tiny preset's GGUF with the presets' BPE
   vocabulary and its EOS, grammars as `grammar` / `json_schema`
-  (engines.adapters.http.llama_guided).
+  (engines.adapters.http.llama_guided);
+- deployment precision (`llama_server_f16`, `llama_server_q8_0`): the GGUF at F16 or Q8_0
+  over the server's own default KV cache (F16) and flash attention (auto), each declaring
+  what it runs at (Capabilities.dtype, kv_cache_dtype), so that `--parity=auto` judges it
+  tie-aware; compared with engines.sequential:sequential_fp16 (F16) or the fp32
+  SequentialEngine (Q8_0: no reference computes in int8).
 
 The adapter over each is engines.adapters.http.llama_engine.LlamaEngine.
 
@@ -31,9 +36,11 @@ from engines.adapters.http.launch import Server
 from engines.adapters.http.llama_engine import LlamaEngine
 from engines.adapters.http.servers import llama_server_binary, llama_server_process
 
-__all__ = ["GUIDED_ENDS", "LORAS", "SPEC_LOGPROBS", "LlamaEngine", "llama_server_draft",
+__all__ = ["CACHE_DTYPES", "DEPLOYED_CACHE", "GUIDED_ENDS", "LORAS", "SPEC_LOGPROBS",
+           "WEIGHT_DTYPES", "LlamaEngine", "llama_server_draft", "llama_server_f16",
            "llama_server_guided", "llama_server_lora", "llama_server_lora_cache_prompt",
-           "llama_server_n", "llama_server_ngram_mod", "llama_server_ngram_simple"]
+           "llama_server_n", "llama_server_ngram_mod", "llama_server_ngram_simple",
+           "llama_server_q8_0"]
 
 PRESET = "tiny"
 DRAFT_PRESET = "tiny-draft"
@@ -175,3 +182,43 @@ def llama_server_lora_cache_prompt() -> LlamaEngine:
     (docs/findings.md report 36, pinned by tests/adapters/http/test_llama_server_variants.py)."""
     server, loras = _lora_server()
     return _engine(server, loras=loras, cache_prompt=True, name="llama-lora-cache-prompt")
+
+
+# What a GGUF's weights declare (Capabilities.dtype), by the converter's outtype: ggml's CPU
+# matrix products convert the activations to the weights' own dot-product type (F16 rows for
+# F16 weights, Q8_0 blocks for Q8_0 ones), so the weights' format is the compute's too. Q8_0
+# is int8 in blocks of 32 with an f16 scale each. Norms and biases stay F32 in every file.
+WEIGHT_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "q8_0": "int8"}
+# The KV cache's (kv_cache_dtype), by --cache-type-k/v.
+CACHE_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "q8_0": "q8_0",
+                "q4_0": "q4_0"}
+# As a user serves a GGUF: llama-server's default cache type (f16), named here so that the
+# declaration says what runs, and its default flash attention ("auto": on, on a CPU; it
+# computes attention over F16 K and V).
+DEPLOYED_CACHE = "f16"
+
+
+def _deployed(outtype: str, name: str) -> LlamaEngine:
+    # -lv 4: the server logs the file type, the cache's K and V types and whether flash
+    # attention is on, what tests/adapters/http/test_llama_precision.py reads back.
+    server = llama_server_process(PRESET, outtype=outtype, cache_type=DEPLOYED_CACHE,
+                                  flash_attn="auto", extra=("-lv", "4"))
+    dialect = LlamaServer(vocab_size=_vocab(), name=name)
+    return LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, log=str(server.log),
+                       dtype=WEIGHT_DTYPES[outtype],
+                       kv_cache_dtype=CACHE_DTYPES[DEPLOYED_CACHE])
+
+
+def llama_server_f16() -> LlamaEngine:
+    """Deployment precision: the tiny preset's GGUF at F16 (the converter's `--outtype f16`)
+    with the server's default F16 KV cache and flash attention, 4 slots, cache_prompt off;
+    declares float16 weights and cache. Its reference: engines.sequential:sequential_fp16."""
+    return _deployed("f16", "llama-f16")
+
+
+def llama_server_q8_0() -> LlamaEngine:
+    """Deployment precision: the GGUF at Q8_0 (`--outtype q8_0`: int8 blocks of 32, an f16
+    scale each) with the server's default F16 KV cache and flash attention; declares int8
+    weights over a float16 cache. Its reference: the fp32 engines.sequential.SequentialEngine
+    (none computes in int8; the header warns of the difference)."""
+    return _deployed("q8_0", "llama-q8_0")

@@ -101,28 +101,32 @@ def llama_server_binary() -> Path:
 
 
 def llama_server_process(preset: str = "tiny", *, seed: int = 0, slots: int = 4,
-                         extra: tuple[str, ...] = (), bpe: bool = False) -> Server:
+                         extra: tuple[str, ...] = (), bpe: bool = False, outtype: str = "f32",
+                         cache_type: str = "f32", flash_attn: str = "off") -> Server:
     """This process's llama-server over the preset with `slots` parallel slots, each with the
     preset's context (launched at the first call); `bpe`: its GGUF's vocabulary is the
-    presets' byte-level BPE (engines.adapters.http.convert.gguf_model)."""
+    presets' byte-level BPE (engines.adapters.http.convert.gguf_model). `outtype` (the GGUF's
+    weights: gguf_convert.OUTTYPES), `cache_type` (K and V) and `flash_attn` default to the
+    exact configuration; the deployment-precision variants (llama_variants) set them."""
     from engines.models import preset_max_model_len
 
     ctx = preset_max_model_len(preset) or 512
-    key = (preset, seed, slots, extra, bpe)
+    key = (preset, seed, slots, extra, bpe, outtype, cache_type, flash_attn)
     server = _servers.get(key)
     if server is not None and server.alive:
         return server
     binary = llama_server_binary()
-    model = gguf_model(preset, seed=seed, binary=binary, bpe=bpe)
+    model = gguf_model(preset, seed=seed, binary=binary, bpe=bpe, outtype=outtype)
     argv = [
         str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", PORT,
         # -c is the whole KV cache; each slot gets ctx tokens of it.
         "-c", str(ctx * slots), "--parallel", str(slots), "--no-kv-unified",
-        # Attention in F32, as the weights: an F32 KV cache (the default is F16) and no flash
-        # attention, which casts K and V to F16 even from an F32 cache (llama-graph.cpp;
-        # upstream's choice, llama.cpp PR 12825). Either alone put logprobs 4e-3 to 2e-2 off
-        # the F32 reference and flipped greedy near-ties; without both, within 1e-5.
-        "--cache-type-k", "f32", "--cache-type-v", "f32", "--flash-attn", "off",
+        # By default attention in F32, as the weights: an F32 KV cache (the server's default
+        # is F16) and no flash attention, which casts K and V to F16 even from an F32 cache
+        # (llama-graph.cpp; upstream's choice, llama.cpp PR 12825). Either alone put logprobs
+        # 4e-3 to 2e-2 off the F32 reference and flipped greedy near-ties; without both,
+        # within 1e-5.
+        "--cache-type-k", cache_type, "--cache-type-v", cache_type, "--flash-attn", flash_attn,
         # One thread: the machine's other core belongs to the benchmarks (and the reference).
         # No --seed: it is the seed of every request that names none, which would make all
         # unseeded requests draw alike (`seed` is the preset's weights', not sampling's).
