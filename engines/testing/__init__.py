@@ -10,7 +10,10 @@ verdict      one workload, one check: serve, judge, confirm on a fresh engine, s
 report       failure reports: the sentence, then a runnable script (leaks: with history)
 stateful     a RuleBasedStateMachine third parties can run on their own engine
 strategies   public Hypothesis strategies: request mixes, arrival schedules, aborts, bad input
-workload     a workload (requests, arrivals, aborts, bad requests) and its runnable script
+workload     a workload (requests, arrivals, aborts, bad requests); a request as source
+rerun        what a report's script calls: replay, judge by the failed check, exit 1 on failure
+rerun_script the script: the workload as literals, then one call to rerun.main
+trim         a report keeps only the requests that matter
 recorder     drives a workload through the protocol only, recording a Trace
 crash        an exception from the engine as a finding: call, step, in flight, its frames
 properties   the properties, each judging a Trace

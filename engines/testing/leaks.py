@@ -1,7 +1,8 @@
 """Leaks across workloads: a workload that fails only on an engine that has already served
 others. Hypothesis cannot shrink the engine's history, so this finds a short one by hand: the
 single most recent earlier workload if it suffices, else the history with every workload it
-can drop dropped; then (for engines cheap to build) shrinks each workload in it."""
+can drop dropped (delta debugging: halves, then quarters, ... then single workloads); then
+(for engines cheap to build) shrinks each workload in it."""
 
 from __future__ import annotations
 
@@ -22,17 +23,33 @@ FailsAfter = Callable[[Sequence[Workload], Workload], bool]
 
 def _shortest_history(history: list[Workload], w: Workload, fails_after: FailsAfter,
                       budget: int) -> list[Workload]:
-    for earlier in reversed(history[-budget:]):
-        if fails_after([earlier], w):
-            return [earlier]
+    """Delta debugging over the history: the most recent workload alone if it suffices (most
+    leaks need one), else drop halves of what is kept, then quarters, ... then single
+    workloads, keeping each drop after which w still fails; `budget` tries at most, and none
+    once the shrink budget is spent."""
+    if len(history) > 1 and budget > 0:
+        budget -= 1
+        if fails_after(history[-1:], w):
+            return history[-1:]
     kept = list(history)
-    for item in list(kept):
-        if len(kept) > 1 and budget > 0:
+    size = max(1, len(kept) // 2)
+    while True:
+        start = 0
+        while start < len(kept) and len(kept) > 1:
+            if budget <= 0 or out_of_time():
+                return kept
+            trial = kept[:start] + kept[start + size:]
+            if not trial:  # w alone passes (that made it a leak): keep something
+                start += size
+                continue
             budget -= 1
-            trial = [h for h in kept if h is not item]
             if fails_after(trial, w):
-                kept = trial
-    return kept
+                kept = trial  # the next chunk now starts where this one did
+            else:
+                start += size
+        if size == 1:
+            return kept
+        size = max(1, size // 2)
 
 
 def minimal_leak(history: Sequence[Workload], w: Workload, fails_after: FailsAfter, *,

@@ -14,8 +14,9 @@ from engines.protocol import Engine, FinishReason, Request, SamplingParams
 from engines.testing.crash import EngineCrashed, call_engine
 from engines.testing.leaks import shortest_suffix
 from engines.testing.pool import EnginePool
+from engines.testing.rerun_script import ScriptSetup, rerun_script
 from engines.testing.tenant_oracle import NotServable, adapter_named, drop_adapter
-from engines.testing.workload import Workload, render_request, repro_sequence, repro_snippet
+from engines.testing.workload import Workload, render_request
 
 __all__ = ["Alone", "AloneOracle", "Divergence", "NotServable", "ParityMode", "TopAt",
            "first_divergence", "served_by"]
@@ -96,7 +97,7 @@ class AloneOracle:
         except EngineCrashed as crash:
             self.pool.release(engine, ok=False)
             if fresh or not history or self._fails_after([], w):
-                crash.replay = repro_snippet(w, self.repro_source, w.step_bound())
+                crash.replay = rerun_script("crash", w, ScriptSetup(self.repro_source))
                 crash.replay_intro = (f"The request alone on a fresh engine, which "
                                       f"{crash.raises}, as a runnable script")
                 raise
@@ -125,7 +126,7 @@ class AloneOracle:
             "On a fresh engine this request is served fine; it crashes on one that has served "
             f"{len(earlier)} earlier request(s) alone, one at a time, each drained (the script "
             "below): state leaks across requests.")
-        crash.replay = repro_sequence(earlier, w, self.repro_source, w.step_bound())
+        crash.replay = rerun_script("crash", w, ScriptSetup(self.repro_source), earlier)
         crash.replay_intro = (f"The earlier requests and this one, which {crash.raises}, as a "
                               "runnable script")
         return crash

@@ -26,18 +26,14 @@ from engines.testing.crash import EngineCrashed, StepTimeout
 from engines.testing.judging import Judge
 from engines.testing.pool import EnginePool
 from engines.testing.recorder import Trace, run_workload
-from engines.testing.workload import Workload, factory_source, repro_variant
+from engines.testing.verdict import Failure
+from engines.testing.workload import Workload
 
-__all__ = ["REPLAYS", "REPLAYS_SLOW", "confirmation", "replay_count", "variant_script"]
+__all__ = ["REPLAYS", "REPLAYS_SLOW", "confirmation", "replay_count", "replay_failure",
+           "reproduces", "shrinking"]
 
 REPLAYS = 5  # replays where engines build fast (EnginePool.cheap)
 REPLAYS_SLOW = 2  # where each build takes long (vLLM's CPU engine: ~4 s)
-
-
-def variant_script(ctx: SuiteContext, w: Workload, variant: str, steps: int) -> str:
-    """The workload on the main engine and on the variant, each freshly built."""
-    return repro_variant(w, ctx.repro_source, factory_source(ctx.options.variants[variant], None),
-                         variant, steps)
 
 
 def _fresh_variant(ctx: SuiteContext, variant: str) -> Callable[[Workload], Trace]:
@@ -66,9 +62,10 @@ def _replay_judge(ctx: SuiteContext, variant: str | None) -> Judge:
                                kv_variants=kv)
 
 
-def reproduces(ctx: SuiteContext, w: Workload, error: AssertionError) -> bool:
+def replay_failure(ctx: SuiteContext, w: Workload, error: AssertionError) -> Failure | None:
     """One replay: w on a fresh engine (and a fresh variant, for a variant's failure), judged
-    by the check that failed; a crash counts where the failure was one."""
+    by the check that failed: how it failed again, or None. A crash counts where the failure
+    was one, and for a check's failure too (a check's run that crashes fails it)."""
     progress.doing("replaying the failure on freshly built engines")
     check = getattr(error, "prop", None)
     judged: Check | None = next((c for c in catalogue() if c.name == check
@@ -76,18 +73,30 @@ def reproduces(ctx: SuiteContext, w: Workload, error: AssertionError) -> bool:
     crashed = isinstance(error, EngineCrashed)
     judge = _replay_judge(ctx, getattr(error, "variant", None))
     engine = ctx.pool.fresh()
+    trace = None
     try:
         trace = run_workload(engine, w, deadline=ctx.step_timeout)
         if judged is None:
-            return False
+            return None
         judged(trace, judge)
-    except EngineCrashed:
-        return crashed or judged is not None  # a check's run that crashes fails it too
+    except EngineCrashed as crash:
+        if not (crashed or judged is not None):
+            return None
+        steps = (crash.step + 1 if crash.step is not None
+                 else len(trace.steps) if trace is not None else w.last_event_step + 1)
+        return Failure(crash, steps)
     except AssertionError as again:
-        return getattr(again, "prop", None) == check
+        if getattr(again, "prop", None) != check or trace is None:
+            return None
+        return Failure(again, len(trace.steps))
     finally:
         ctx.pool.release(engine, ok=False)
-    return False
+    return None
+
+
+def reproduces(ctx: SuiteContext, w: Workload, error: AssertionError) -> bool:
+    """Whether one replay on fresh engines fails again (replay_failure)."""
+    return replay_failure(ctx, w, error) is not None
 
 
 def replay_count(ctx: SuiteContext, w: Workload, error: AssertionError,
@@ -100,7 +109,7 @@ def replay_count(ctx: SuiteContext, w: Workload, error: AssertionError,
     return sum(reproduces(ctx, w, error) for _ in range(n)), n
 
 
-def _shrinking() -> bool:
+def shrinking() -> bool:
     """Inside a Hypothesis example that is not the final replay: a report made there is
     thrown away, so its replays would only slow the shrink."""
     return currently_in_test_context() and not current_build_context().is_final
@@ -108,7 +117,7 @@ def _shrinking() -> bool:
 
 def confirmation(ctx: SuiteContext, w: Workload, error: AssertionError) -> str:
     """The report's sentence on whether its script reproduces ("" while Hypothesis shrinks)."""
-    if _shrinking():
+    if shrinking():
         return ""
     hits, n = replay_count(ctx, w, error)
     variant = getattr(error, "variant", None)

@@ -11,11 +11,13 @@ from engines.testing.context import SuiteContext
 from engines.testing.crash import EngineCrashed
 from engines.testing.judging import Violation
 from engines.testing.leaks import minimal_leak
-from engines.testing.replays import REPLAYS, REPLAYS_SLOW, confirmation, variant_script
+from engines.testing.replays import REPLAYS, REPLAYS_SLOW, confirmation, shrinking
+from engines.testing.rerun_script import ScriptSetup, rerun_script
+from engines.testing.trim import keep_requests_that_matter
 from engines.testing.verdict import Failure, Leak, failure_after
-from engines.testing.workload import Workload, repro_sequence, repro_snippet
+from engines.testing.workload import Workload, factory_source
 
-__all__ = ["crash_finding", "explain", "explain_leak"]
+__all__ = ["crash_finding", "explain", "explain_leak", "script_setup"]
 
 
 def _size(w: Workload, steps: int) -> str:
@@ -23,31 +25,51 @@ def _size(w: Workload, steps: int) -> str:
             f"{steps} step(s)")
 
 
+def script_setup(ctx: SuiteContext, variant: str | None = None) -> ScriptSetup:
+    """What a script must rebuild to judge as the suite did: the reference engine, the config
+    variants (the one that failed, where one did; else all, for the checks that read them),
+    the parity in force."""
+    options = ctx.options
+    names = ([variant] if variant is not None and variant in options.variants
+             else list(options.variants))
+    auto = ctx.parity.reason.startswith("auto") and ctx.parity.mode == "exact"
+    return ScriptSetup(
+        ctx.repro_source,
+        (factory_source(options.reference, options.reference_spec)
+         if options.reference is not None else None),
+        {n: factory_source(options.variants[n], None) for n in names},
+        None if auto else ctx.parity.mode, ctx.parity.tolerance, ctx.step_timeout)
+
+
 def explain(ctx: SuiteContext, failure: Failure, w: Workload) -> Violation:
-    """The failure's message plus the counterexample as a runnable script."""
+    """The failure's message plus the counterexample as a runnable script that judges it.
+    In the final report (not while Hypothesis shrinks), first the requests that do not matter
+    are dropped (engines.testing.trim)."""
     error = failure.error
     if isinstance(error, EngineCrashed) and error.replay is not None:
         return crash_finding(error)  # not in w's run (the oracle's): replay what crashed
+    kept = ""
+    if not shrinking():
+        trimmed = keep_requests_that_matter(ctx, w, failure)
+        w, failure, kept = trimmed.workload, trimmed.failure, f"{trimmed.sentence()} "
+        error = failure.error
     check = getattr(error, "prop", "engine")
     variant = getattr(error, "variant", None)
-    if variant is not None and variant in ctx.options.variants:
-        # Found on a config variant: the script runs that variant beside the main engine.
-        snippet = variant_script(ctx, w, variant, failure.steps + 1)
-        on = f", on the main engine and on variant {variant!r},"
-    else:
-        snippet, on = repro_snippet(w, ctx.repro_source, failure.steps + 1), ""
+    on = (f", on the main engine and on variant {variant!r},"
+          if variant is not None and variant in ctx.options.variants else "")
+    script = rerun_script(check, w, script_setup(ctx, variant))
     # Whether the script reproduces on fresh engines, before the script (which ends the
     # report, so that it can be cut from there): "" while Hypothesis shrinks (that report
     # is thrown away).
     sentence = confirmation(ctx, w, error)
     said = f"{sentence}\n\n" if sentence else ""
+    size = f"{kept}Counterexample ({_size(w, failure.steps)})"
     if isinstance(error, EngineCrashed):
-        intro = (f"{said}Counterexample ({_size(w, failure.steps)}), which {error.raises}, "
-                 "as a runnable script")
-        found = Violation(check, error.report(snippet, intro))
+        intro = f"{said}{size}, which {error.raises}, as a runnable script"
+        found = Violation(check, error.report(script, intro))
     else:
-        found = Violation(check, f"{error}\n\n{said}Counterexample ({_size(w, failure.steps)})"
-                                 f"{on} as a runnable script:\n\n{snippet}\n")
+        found = Violation(check, f"{error}\n\n{said}{size}{on} as a runnable script:\n\n"
+                                 f"{script}\n")
     found.variant = variant
     return found
 
@@ -125,18 +147,21 @@ def explain_leak(ctx: SuiteContext, leak: Leak, w: Workload, check: str) -> Viol
     history is what it needs."""
     # Every try builds an engine: a handful for one that is slow to build.
     cheap = ctx.pool.cheap
+    served = len(leak.history)
     earlier, w = minimal_leak(
         leak.history, w, lambda e, c: failure_after(ctx, e, c, check) is not None,
         shrink=cheap, budget=40 if cheap else 4)
     failure = failure_after(ctx, earlier, w, check) or leak.first
-    script = repro_sequence(earlier, w, ctx.repro_source, w.step_bound())
+    script = rerun_script(check, w, script_setup(ctx), earlier)
     n_earlier = sum(len(e.requests) for e in earlier)
     sentence, _ = _diagnosis(ctx, earlier, w, check)
+    dropped = (f" ({len(earlier)} of the {served} it had served before: the failure replays "
+               "without the others)" if len(earlier) < served else "")
     return Violation(
         check,
         f"{failure.error}\n\nThis workload passed on a fresh engine but failed on one that had "
         f"served the {len(earlier)} earlier workload(s) in the script below, drained them and "
-        f"reported itself idle. {sentence} Counterexample "
-        f"({len(earlier)} earlier workload(s) of {n_earlier} request(s), then "
+        f"reported itself idle{dropped}. {sentence} "
+        f"Counterexample ({len(earlier)} earlier workload(s) of {n_earlier} request(s), then "
         f"{len(w.requests)} request(s)) as a runnable script:\n\n{script}\n",
     )

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from engines.protocol import Request
 from engines.testing.workload import Workload
 
-__all__ = ["shrink_workload"]
+__all__ = ["shrink_workload", "without_requests"]
 
 
-def _without_requests(w: Workload, drop: set[int]) -> Workload:
+def without_requests(w: Workload, drop: set[int]) -> Workload:
     gone = {w.requests[i].request_id for i in drop}
     keep = [i for i in range(len(w.requests)) if i not in drop]
     return Workload(
@@ -40,11 +40,11 @@ def _candidates(w: Workload) -> Iterator[Workload]:
     size = n // 2
     while size > 1:
         for start in range(0, n, size):
-            yield _without_requests(w, set(range(start, min(n, start + size))))
+            yield without_requests(w, set(range(start, min(n, start + size))))
         size //= 2
     for i in range(n):
         if n > 1:
-            yield _without_requests(w, {i})
+            yield without_requests(w, {i})
     for j in range(len(w.aborts)):
         yield dataclasses.replace(w, aborts=w.aborts[:j] + w.aborts[j + 1:])
     for j in range(len(w.bad)):

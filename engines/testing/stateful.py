@@ -41,7 +41,7 @@ from engines.testing.report import crash_finding, explain
 from engines.testing.search import search_settings
 from engines.testing.strategies import prompts, request_mixes
 from engines.testing.verdict import Failure
-from engines.testing.workload import BadRequest
+from engines.testing.workload import BadRequest, render_outputs, render_request
 
 __all__ = ["EngineMachine", "engine_machine", "run_engine_machine"]
 
@@ -127,7 +127,7 @@ class EngineMachine(RuleBasedStateMachine):
             earlier=earlier), label="request"))
         req = dataclasses.replace(req, request_id=f"r{self.n_requests}")  # tenant kept
         self.n_requests += 1
-        note(f"before step {self.rec.k}: add {req}")
+        note(f"before step {self.rec.k}: add {render_request(req)}")
         self._engine(lambda: self.rec.add(req))
 
     @rule(data=st.data())
@@ -175,14 +175,14 @@ class EngineMachine(RuleBasedStateMachine):
             label="request"))
         req = dataclasses.replace(req, request_id=f"r{self.n_requests}", lora=swap.added)
         self.n_requests += 1
-        note(f"before step {self.rec.k}: add {req}")
+        note(f"before step {self.rec.k}: add {render_request(req)}")
         self._engine(lambda: self.rec.add(req))
 
     @rule()
     def step(self) -> None:
         progress.tick()
         record = self._engine(self.rec.step)
-        note(f"step {record.index}: {record.outputs}")
+        note(f"step {record.index}: {render_outputs(record.outputs)}")
         self._judge("step", partial=True)
 
     @invariant()

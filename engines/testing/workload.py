@@ -1,4 +1,5 @@
-"""A workload: requests with arrival steps, aborts and bad requests; and its repro snippet.
+"""A workload: requests with arrival steps, aborts and bad requests; and the source lines a
+report's script renders a request and a factory with (engines.testing.rerun_script).
 
 Display ids ("r0", "bad1") are what a reader sees; the driver gives every run its own
 unique runtime ids, so one engine can serve many workloads in a row.
@@ -13,17 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engines.factories import is_url
-from engines.protocol import Request, SamplingParams
+from engines.protocol import Request, SamplingParams, StepOutput
 
 __all__ = [
     "Abort",
     "BadRequest",
     "Workload",
     "factory_source",
+    "render_outputs",
     "render_request",
-    "repro_sequence",
-    "repro_snippet",
-    "repro_variant",
 ]
 
 
@@ -109,6 +108,21 @@ def render_request(r: Request) -> str:
             f"request_id={r.request_id!r}{tenant})")
 
 
+def render_outputs(outputs: Sequence[StepOutput]) -> str:
+    """One step's outputs in a line: each request's id (with its child's index), the tokens
+    it got, and how it finished; the fields a StepOutput leaves at their defaults unsaid."""
+    parts = []
+    for out in outputs:
+        who = f"{out.request_id}" + (f"[{out.index}]" if out.index else "")
+        said = f"{who} {list(out.token_ids)}"
+        if out.finish_reason is not None:
+            said += f" {out.finish_reason.value}"
+        if out.text:
+            said += f" {out.text!r}"
+        parts.append(said)
+    return "; ".join(parts) or "(no output)"
+
+
 def factory_source(factory: Callable[..., Any], spec: str | None) -> str:
     """Source lines binding `make_engine` for a runnable script."""
     if spec and is_url(spec):
@@ -132,98 +146,3 @@ def factory_source(factory: Callable[..., Any], spec: str | None) -> str:
     if where and where != "__main__" and qualname and "<" not in qualname:
         return f"from {where} import {qualname.split('.')[0]} as make_engine"
     return "make_engine = ...  # your engine factory (what the engine_factory fixture returns)"
-
-
-def repro_snippet(workload: Workload, factory_src: str, steps: int) -> str:
-    """A short runnable script that replays the workload and prints every step's outputs.
-
-    factory_src: source lines that bind `make_engine` (an import, or a comment asking the
-    reader to supply their factory).
-    """
-    return repro_sequence([], workload, factory_src, steps)
-
-
-def repro_sequence(earlier: Sequence[Workload], workload: Workload, factory_src: str,
-                   steps: int) -> str:
-    """repro_snippet on an engine that first serves `earlier` (each drained, silently)."""
-    lines = [factory_src, "from engines.protocol import Guided, Request, SamplingParams", "",
-             "engine = make_engine()"]
-    for i, w in enumerate(earlier):
-        # Ids of their own, as the suite gave them: an id is reusable once finished, but the
-        # suite never reused one, so the script must not either.
-        w = w.with_ids({r.request_id: f"w{i + 1}.{r.request_id}" for r in w.requests})
-        lines += [f"# earlier workload {i + 1} of {len(earlier)}: served, then drained"]
-        lines += _replay(w, w.last_event_step + 1, show=False)
-        lines += ["while engine.has_work():", "    engine.step()", ""]
-    if earlier:
-        lines.append("# the failing workload, on the same engine")
-    return "\n".join(lines + _replay(workload, steps, show=True))
-
-
-def repro_variant(workload: Workload, factory_src: str, variant_src: str, variant: str,
-                  steps: int) -> str:
-    """repro_snippet on the main engine and then on a config variant, each freshly built, so
-    that the two runs' outputs print one after the other. variant_src binds `make_engine` to
-    the variant's factory, as factory_src does to the main one."""
-    lines = [factory_src, "make_main = make_engine", variant_src, "make_variant = make_engine",
-             "from engines.protocol import Request, SamplingParams", "",
-             f"for label, make_engine in (('main engine', make_main), "
-             f"({f'variant {variant!r}'!r}, make_variant)):",
-             "    print('#', label)", "    engine = make_engine()"]
-    return "\n".join(lines + [f"    {line}" for line in _replay(workload, steps, show=True)])
-
-
-def _by_step(entries: list[tuple[int, str]], name: str) -> list[str]:
-    lines = [f"{name} = {{"]
-    by_step: dict[int, list[str]] = {}
-    for s, src in entries:
-        by_step.setdefault(s, []).append(src)
-    for s in sorted(by_step):
-        lines.append(f"    {s}: [")
-        lines.extend(f"        {x}" for x in by_step[s])
-        lines.append("    ],")
-    return [*lines, "}"]
-
-
-def _replay(workload: Workload, steps: int, *, show: bool) -> list[str]:
-    lines = _by_step([(s, f"{render_request(r)},")
-                      for r, s in zip(workload.requests, workload.arrivals, strict=True)],
-                     "arrivals")
-    bad = []
-    for b in workload.bad:
-        src = render_request(b.request)
-        if b.duplicate_of is not None:
-            old_id = f"request_id={b.request.request_id!r}"
-            src = src.replace(old_id, f"request_id={b.duplicate_of!r}")
-        bad.append((b.step, f"{src},  # bad: {b.kind}"))
-    if bad:
-        lines += _by_step(bad, "bad")
-    aborts: dict[int, list[Hashable]] = {}
-    for a in workload.aborts:
-        aborts.setdefault(a.step, []).append(a.request_id)
-    lines.append(f"aborts = {aborts!r}")
-    # The good requests outside any try: an engine that raises on one raises here too. The
-    # bad ones after them, as the suite sends them; their refusals are expected.
-    lines += [
-        f"for step in range({steps}):",
-        "    for request in arrivals.get(step, []):",
-        "        engine.add_request(request)",
-    ]
-    if bad:
-        refused = "            print(step, 'refused', request.request_id, refused)"
-        lines += [
-            "    for request in bad.get(step, []):",
-            "        try:",
-            "            engine.add_request(request)",
-            "        except ValueError as refused:",
-            refused if show else "            pass",
-        ]
-    lines += [
-        "    for request_id in aborts.get(step, []):",
-        "        engine.abort_request(request_id)",
-        "    print(step, engine.step(), engine.has_work())" if show else "    engine.step()",
-    ]
-    if show:  # the slot table after each step, where the engine offers one
-        lines += ["    if hasattr(engine, 'slot_table'):",
-                  "        print('  slots', list(engine.slot_table()))"]
-    return lines

@@ -48,22 +48,28 @@ def script_of(report: str) -> str:
     return report.split("as a runnable script:\n\n", 1)[1]
 
 
-def run_script(script: str) -> list[str]:
-    """The script's printed lines, run as a user would run it."""
-    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=True).stdout.splitlines()
+def run_script(script: str, *, exits: int = 1) -> list[str]:
+    """The script's printed lines, run as a user would run it with --steps (every step's
+    outputs, then its verdict); it must exit `exits` (1: the bug is there)."""
+    proc = subprocess.run([sys.executable, "-c", script, "--steps"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == exits, proc.stdout + proc.stderr
+    return (proc.stdout + proc.stderr).splitlines()
 
 
 def caught_with_a_script(bug: Any) -> None:
     """The whole search (seed workloads, then drawn ones) catches a toy engine's bug by the
     check meant for it, and the report names that check and ends with a script that builds
-    the engine."""
+    the engine and judges the workload by that check (tests/testing/test_rerun.py runs such
+    scripts)."""
     caught = hunt(bug)
     assert caught is not None, f"{bug.__name__} was not caught by {check_of(bug)}"
     assert caught.prop == bug.caught_by, str(caught)
     text = str(caught)
     assert text.startswith(f"{bug.caught_by}: "), text
-    assert "engine = make_engine()" in script_of(text)
+    script = script_of(text)
+    assert "as make_engine" in script and f"main({caught.prop!r}, workload, make_engine" \
+        in script, script
 
 
 def found_by_the_search_alone(bug: Any, examples: int = 150) -> None:

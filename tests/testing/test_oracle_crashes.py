@@ -48,7 +48,8 @@ def _oracle(factory: type[ToyEngine]) -> AloneOracle:
     return AloneOracle(pool, repro_source=source)
 
 
-def test_a_crash_that_needs_history_is_reported_with_the_shortest_history() -> None:
+def test_a_crash_that_needs_history_is_reported_with_the_shortest_history(
+        capsys: pytest.CaptureFixture[str]) -> None:
     oracle = _oracle(LeaksAcrossRequests)
     for i in range(LIMIT):
         oracle.tokens((1, 2, i), SamplingParams(max_tokens=2))
@@ -59,9 +60,16 @@ def test_a_crash_that_needs_history_is_reported_with_the_shortest_history() -> N
     assert f"served {LIMIT} earlier request(s) alone" in message
     assert replay is not None and replay.count("# earlier workload") == LIMIT
     assert "Request((7, 8), SamplingParams(max_tokens=2)" in replay
-    # The script replays the crash (its factory is this module's leaking engine).
-    with pytest.raises(RuntimeError, match="No requests can be scheduled"):
+    # The script replays the crash (its factory is this module's leaking engine) and exits 1
+    # with the engine's exception last, what was expected before it.
+    with pytest.raises(SystemExit) as exit_:
         exec(replay, {"__name__": "replay"})
+    assert exit_.value.code == 1
+    said = capsys.readouterr().err
+    assert said.startswith("expected: the workload served to the end\nobserved: it raises "
+                           "RuntimeError in step()"), said
+    assert said.rstrip().splitlines()[-1].startswith("RuntimeError: No requests can be "
+                                                     "scheduled"), said
 
 
 def test_a_crash_on_a_fresh_engine_is_reported_with_the_request_alone() -> None:
