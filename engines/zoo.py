@@ -49,14 +49,17 @@ if TYPE_CHECKING:
     from engines.sequential import SequentialEngine
 
 __all__ = ["ENGINES", "ZOO_ADAPTERS", "factory", "openvino_small", "openvino_small_nopc",
-           "openvino_small_pc", "openvino_tiny", "openvino_tiny_nopc", "openvino_tiny_pc",
-           "openvino_tiny_pc_b512", "paged_budget_8", "paged_no_prefix_caching", "paged_small",
-           "paged_small_b256", "paged_small_compiled", "paged_small_nopc",
-           "paged_small_nopc_compiled", "paged_small_nopc_compiled_b256", "paged_small_pc",
-           "paged_small_pool", "paged_tiny", "paged_tiny_compiled", "paged_tiny_compiled_b256",
-           "paged_tiny_compiled_b512", "paged_tiny_nopc", "paged_tiny_nopc_b256",
-           "paged_tiny_nopc_compiled", "paged_tiny_nopc_compiled_b256", "paged_tiny_pc",
-           "paged_with_loras", "sequential_with_loras", "zoo_specs"]
+           "openvino_small_nopc_bf16", "openvino_small_nopc_defaults", "openvino_small_pc",
+           "openvino_tiny", "openvino_tiny_nopc", "openvino_tiny_nopc_bf16",
+           "openvino_tiny_nopc_defaults", "openvino_tiny_pc", "openvino_tiny_pc_b512",
+           "paged_budget_8", "paged_no_prefix_caching", "paged_small", "paged_small_b256",
+           "paged_small_compiled", "paged_small_nopc", "paged_small_nopc_compiled",
+           "paged_small_nopc_compiled_b256", "paged_small_nopc_compiled_b256_bf16",
+           "paged_small_pc", "paged_small_pool", "paged_tiny", "paged_tiny_compiled",
+           "paged_tiny_compiled_b256", "paged_tiny_compiled_b512", "paged_tiny_nopc",
+           "paged_tiny_nopc_b256", "paged_tiny_nopc_compiled", "paged_tiny_nopc_compiled_b256",
+           "paged_tiny_nopc_compiled_b256_bf16", "paged_tiny_pc", "paged_with_loras",
+           "sequential_with_loras", "zoo_specs"]
 
 # engine name -> "module:callable" taking the preset as its first argument.
 ENGINES: dict[str, str] = {
@@ -175,12 +178,12 @@ _PAIR_CONTEXTS = 8  # whole contexts of KV memory both engines get
 _OPENVINO_BLOCK = 32  # the OpenVINO CPU plugin's block size
 
 
-def _openvino(preset: str, caching: bool, budget: int = 256) -> Any:
+def _openvino(preset: str, caching: bool, budget: int = 256, **kwargs: Any) -> Any:
     context = preset_max_model_len(preset) or 512
     return _load(ENGINES["openvino"])(
         preset, max_batch_size=_PAIR_SEATS,
         num_kv_blocks=_PAIR_CONTEXTS * -(-context // _OPENVINO_BLOCK),
-        enable_prefix_caching=caching, max_num_batched_tokens=budget)
+        enable_prefix_caching=caching, max_num_batched_tokens=budget, **kwargs)
 
 
 def _paged(preset: str, caching: bool, **kwargs: Any) -> PagedEngine:
@@ -276,6 +279,37 @@ def paged_tiny_compiled_b512() -> PagedEngine:  # a whole 482-token prompt in on
 
 def openvino_tiny_pc_b512() -> Any:  # at the same token budget as the above
     return _openvino("tiny", True, budget=512)
+
+
+# The same pairs in bf16 (issue 54): ours with bf16 weights, compute and KV blocks; OpenVINO
+# GenAI with bf16 inference over a bf16 KV cache (its CPU plugin refuses an f32 cache under bf16
+# inference: "expect kvcache type bf16"), and at its CPU defaults (bf16 over a u8 cache). Each
+# engine declares its precision, so `closed` compares it with the bf16 ceiling.
+_BF16 = {"INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"}
+
+
+def paged_tiny_nopc_compiled_b256_bf16() -> PagedEngine:
+    return _paged("tiny", False, compiled="step", max_num_batched_tokens=256, dtype="bfloat16")
+
+
+def paged_small_nopc_compiled_b256_bf16() -> PagedEngine:
+    return _paged("small", False, compiled="step", max_num_batched_tokens=256, dtype="bfloat16")
+
+
+def openvino_tiny_nopc_bf16() -> Any:
+    return _openvino("tiny", False, precision=_BF16)
+
+
+def openvino_small_nopc_bf16() -> Any:
+    return _openvino("small", False, precision=_BF16)
+
+
+def openvino_tiny_nopc_defaults() -> Any:  # bf16 over a u8 KV cache where the CPU has bf16
+    return _openvino("tiny", False, precision={})
+
+
+def openvino_small_nopc_defaults() -> Any:
+    return _openvino("small", False, precision={})
 
 
 def __getattr__(name: str) -> Callable[[], Any]:
