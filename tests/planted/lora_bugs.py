@@ -1,5 +1,6 @@
 """Planted LoRA and tenant bugs in the paged engine (built with `loras=`): PEFT's scaling
-applied twice, a base row given an adapter's delta, an adapter index kept per seat, a prefix
+applied twice, a base row given an adapter's delta, an adapter index kept per seat, rows
+given adapters in the order their requests were admitted, a prefix
 key that ignores the adapter or the salt, tenants' blocks never shared (isolation by caching
 nothing), a removed adapter's slot reused with its weights.
 
@@ -20,8 +21,8 @@ from engines.paged.lora import LoraStacks
 from engines.paged.state import PagedRequest
 from engines.protocol import Request
 
-__all__ = ["LORA_PLANTED", "BaseRowsGetADelta", "KeyIgnoresAdapter", "SaltIgnored",
-           "ScalingTwice", "SlotReused", "StaleIndex", "TenantsNeverCached"]
+__all__ = ["LORA_PLANTED", "BaseRowsGetADelta", "KeyIgnoresAdapter", "RowsTakeAdmissionOrder",
+           "SaltIgnored", "ScalingTwice", "SlotReused", "StaleIndex", "TenantsNeverCached"]
 
 
 class _TwiceScaled(LoraStacks):
@@ -82,6 +83,28 @@ class StaleIndex(PagedEngine):
         return Row(row.tokens, row.start, row.blocks, row.wants_logits, seat=row.seat, lora=slot)
 
 
+class RowsTakeAdmissionOrder(PagedEngine):
+    caught_by = "parity"
+
+    def _schedule(self) -> dict[PagedRequest, int]:
+        plan = super()._schedule()
+        self.__dict__["_step_rows"] = list(plan)
+        return plan
+
+    def _row(self, seq: PagedRequest, n: int) -> Row:
+        row = super()._row(seq, n)
+        # planted: the step's rows take their adapters in the order their requests were
+        # admitted, not each from its own request: right while the rows are in that order,
+        # wrong once the scheduler puts a later-admitted request's row first (a short prompt
+        # before a long one still being prefilled): docs/findings.md report 37's class
+        rows: list[PagedRequest] = self.__dict__.get("_step_rows", [])
+        admitted = [s for s in self.running if s in rows]
+        i = rows.index(seq) if seq in rows else -1
+        lora = admitted[i].lora_slot if 0 <= i < len(admitted) else row.lora
+        return Row(row.tokens, row.start, row.blocks, row.wants_logits,
+                   logits_at=row.logits_at, seat=row.seat, lora=lora)
+
+
 class KeyIgnoresAdapter(PagedEngine):
     caught_by = "isolation"
 
@@ -109,5 +132,6 @@ class TenantsNeverCached(PagedEngine):
 
 
 LORA_PLANTED: list[type[PagedEngine]] = [ScalingTwice, BaseRowsGetADelta, StaleIndex,
+                                         RowsTakeAdmissionOrder,
                                          KeyIgnoresAdapter, SaltIgnored, TenantsNeverCached,
                                          SlotReused]

@@ -23,6 +23,7 @@ import torch
 
 from engines.paged.engine import PagedEngine
 from engines.paged.forward import Row
+from engines.paged.spec_sampling import inverse_cdf, uniform
 from engines.paged.speculate import Speculation, merged
 from engines.paged.state import PagedRequest
 from engines.paged.variants import speculative_draft_sampled
@@ -30,6 +31,7 @@ from engines.protocol import StepOutput
 from engines.sequential import SequentialEngine
 
 __all__ = ["SPEC_DISTRIBUTION", "SPEC_PLANTED", "SPEC_SEARCHED", "AcceptsOnAnotherRowsDraft",
+           "AcceptsWithProbabilityP",
            "DropsBonusToken",
            "IgnoresStopInRun", "KeepsRejectedDraftBlocks", "ResidualNotNormalised",
            "SampledDraftsControl", "SpeculatingControl", "VerifiesOneEarly"]
@@ -150,12 +152,29 @@ class ResidualNotNormalised(SampledDraftsControl):
         return torch.clamp(p.double() - q.double(), min=0.0)
 
 
+class AcceptsWithProbabilityP(SampledDraftsControl):
+    """A sampled draft d is accepted with probability p(d), not min(1, p(d) / q(d)): the
+    rule's one property, that the emitted token follows p, is lost (a token is then drawn
+    with probability q(x) p(x) + (1 - sum q p) r(x), r the normalised residual)."""
+
+    # Greedy rows never reach it and seeded ones are declared broken: only the sampled
+    # tokens' distribution shows it. Caught in one run of two at the default profile before
+    # the sequence check's power was sized for it (issue 52).
+    caught_by = "sequence_distribution"
+
+    def _speculative_token(self, seq: PagedRequest, p: torch.Tensor, q: torch.Tensor,
+                           draft: int) -> int:
+        if uniform(seq) < float(p[draft]):  # planted: p(d), not min(1, p(d) / q(d))
+            return draft
+        return inverse_cdf(self._residual(p, q), uniform(seq))
+
+
 SPEC_PLANTED: list[Any] = [DropsBonusToken, AcceptsOnAnotherRowsDraft,
                            KeepsRejectedDraftBlocks, IgnoresStopInRun, VerifiesOneEarly]
 # Caught by a statistical check judged on its seed workload only (no search):
 # tests/testing/checks/test_sequence_distribution.py runs it, seeded so that the verdict is
 # reproducible.
-SPEC_DISTRIBUTION: list[Any] = [ResidualNotNormalised]
+SPEC_DISTRIBUTION: list[Any] = [ResidualNotNormalised, AcceptsWithProbabilityP]
 # Those the suite's search finds in a few drawn workloads (the catalog's report runs them);
 # AcceptsOnAnotherRowsDraft is caught by a probe that scripts the drafts.
 SPEC_SEARCHED: list[Any] = [b for b in SPEC_PLANTED if b is not AcceptsOnAnotherRowsDraft]

@@ -12,6 +12,12 @@ holds its blocks), under two or three different tenants and one tenant twice, ar
 after another: a block shared across tenants is a leak, and the same tenant's repeat shows
 whether the engine shares at all (engines.testing.judging.tenant_blocks judges both).
 
+Rows out of admission order (`adapters_out_of_order`, a seed workload): requests under
+different adapters whose rows a chunking scheduler orders otherwise than they were admitted
+(short prompts admitted while a long one is still being prefilled go before it): an engine
+that takes each row's adapter from the admission order, not from the row's own request,
+serves them under each other's adapters.
+
 Adapter swaps (adapter_swaps), for the state machine (engines.testing.stateful): adapters
 removed and added while an engine runs (engines.protocol.LoRAManagement). An engine that reuses
 a removed adapter's slot, its cached KV or its name's old weights serves the next request under
@@ -44,7 +50,8 @@ from engines.testing.features.base import AloneFn, Drawing, Feature, Make, pseud
 from engines.testing.limits import EngineLimits
 from engines.testing.workload import Workload
 
-__all__ = ["FEATURE", "SALTS", "Swap", "Tenant", "adapter_swaps", "has_tenants",
+__all__ = ["FEATURE", "OUT_OF_ORDER", "SALTS", "Swap", "Tenant", "adapter_swaps",
+           "adapters_out_of_order", "has_tenants",
            "isolation_workload", "swappable", "swaps_note", "tenant_choices", "tenant_limits",
            "with_tenants"]
 
@@ -171,6 +178,36 @@ def isolation_workload(limits: EngineLimits, req: Callable[..., Request],
     return Workload(tuple(reqs), tuple(arrivals), label="one prompt under every tenant")
 
 
+OUT_OF_ORDER = "adapters in rows out of admission order"
+# The long prompt's length: past the token budget of a step of most engines (ours: 96), so
+# that it is prefilled in chunks while the short ones behind it are admitted before it.
+_CHUNKED = 240
+
+
+def adapters_out_of_order(limits: EngineLimits, req: Callable[..., Request]
+                          ) -> Workload | None:
+    """A base request decoding (so that steps keep to the token budget); then a long prompt
+    under one adapter; then, while it is being prefilled in chunks, short prompts under
+    another adapter and none, which a scheduler that runs the fewest tokens left first puts
+    before it in the step's rows. Every request runs on while the others are served. None
+    without two adapters (the base counts as one) or room for a long prompt."""
+    adapters = [None, *limits.loras]
+    if len(adapters) < 2:
+        return None
+    budget = 6
+    long = min(_CHUNKED, limits.max_model_len - budget - 1)
+    if long <= limits.short_prompt + 2:
+        return None
+    v = limits.vocab_size
+    first, second = adapters[1], adapters[-1] if len(adapters) > 2 else None
+    reqs = [_under(req(0, pseudo_tokens(61, 5, v), 4 * budget), (None, None)),
+            _under(req(1, pseudo_tokens(62, long, v), budget), (first, None)),
+            _under(req(2, pseudo_tokens(63, 6, v), budget), (second, None)),
+            _under(req(3, pseudo_tokens(64, 4, v), budget), (None, None)),
+            _under(req(4, pseudo_tokens(65, 7, v), budget), (first, None))]
+    return Workload(tuple(reqs), (0, 2, 3, 3, 3), label=OUT_OF_ORDER)
+
+
 @dataclass(frozen=True, slots=True)
 class Swap:
     removed: str
@@ -228,8 +265,9 @@ def _mix(drawing: Drawing, requests: list[Request],
 
 
 def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
-    found = isolation_workload(drawing, req, lambda n: pseudo_tokens(11, n, drawing.vocab_size))
-    return [] if found is None else [found]
+    found = [isolation_workload(drawing, req, lambda n: pseudo_tokens(11, n, drawing.vocab_size)),
+             adapters_out_of_order(drawing, req)]
+    return [w for w in found if w is not None]
 
 
 FEATURE = Feature("tenants", needs='"lora" in supported_sampling with adapters (`loras`), or '

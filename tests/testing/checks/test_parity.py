@@ -11,6 +11,7 @@ import pytest
 
 from engines.protocol import FinishReason
 from engines.testing.checks import check_named
+from engines.testing.features.tenants import OUT_OF_ORDER
 from engines.testing.workload import Abort
 from engines.zoo import paged_with_loras
 from tests.helpers import GOOD, JUDGE, MULTI_TOKEN, Steps, fails, trace
@@ -18,10 +19,15 @@ from tests.planted import expect
 from tests.planted.catalog import ALL_CONTROLS, REFERENCE_ENGINES, TOY, name_of, planted
 from tests.planted.constraint_bugs import CONSTRAINT_PLANTED, CONTROLS
 from tests.planted.harness import hunt, pinned
-from tests.planted.lora_bugs import LORA_PLANTED
+from tests.planted.lora_bugs import LORA_PLANTED, RowsTakeAdmissionOrder
 from tests.planted.multitoken import DropsSecondOfRun
 from tests.planted.sampling_bugs import SAMPLING_PLANTED
-from tests.planted.tenants import caught_on_the_zoos_adapters, lora_context, settings_for
+from tests.planted.tenants import (
+    caught_on_the_zoos_adapters,
+    lora_context,
+    settings_for,
+    with_zoo_loras,
+)
 from tests.planted.toy_bugs import PLANTED
 
 CHECK = "parity"
@@ -110,6 +116,14 @@ def test_correct_engines_pass_constraints(name: str) -> None:
     """No false alarm: the engines the constraint bugs are planted in pass, seed workloads
     and a few derandomized draws."""
     expect.passes_beside_the_reference(CONTROLS[name], CHECK, pinned(6, shrink=False), name)
+
+
+def test_the_hard_case_catches_rows_given_adapters_in_admission_order() -> None:
+    """Issue 52: caught in one run of two at the default profile before; the tenants
+    feature's seed workload (short prompts under other adapters admitted while a long one is
+    prefilled in chunks, so their rows go first) catches it every run."""
+    bug = RowsTakeAdmissionOrder
+    expect.caught_by_the_hard_case(bug, OUT_OF_ORDER, lora_context(with_zoo_loras(bug)))
 
 
 def test_the_correct_engine_with_loras_passes() -> None:

@@ -1,6 +1,7 @@
 """Sampled speculation (the min(1, p/q) rule, engines.paged.spec_sampling) and the check that
-judges it (sequence_distribution): the rule's tokens follow p; the planted residual bug's do
-not, and the check says so on the engine; the correct sampled-draft engine passes it.
+judges it (sequence_distribution): the rule's tokens follow p; the planted residual and
+acceptance bugs' do not, and the check says so on the engine; the correct sampled-draft
+engine passes it.
 
 The engine runs are made reproducible by seeding the requests: the check judges unseeded
 requests only, so each trace is judged as the unseeded workload it copies (same ids, same
@@ -26,7 +27,7 @@ from engines.testing.features.sequence_draws import sequence_workload
 from engines.testing.judging import Violation
 from engines.testing.recorder import run_workload
 from engines.testing.search import drawing_of
-from tests.planted.spec_bugs import ResidualNotNormalised
+from tests.planted.spec_bugs import AcceptsWithProbabilityP, ResidualNotNormalised
 
 DRAWS = 20_000
 
@@ -60,9 +61,12 @@ def test_the_rule_emits_tokens_that_follow_p() -> None:
     assert tv < 0.02, (tv, got, p)  # 20,000 draws: a correct rule is ~0.01 off
 
 
-def test_the_planted_residual_bug_does_not() -> None:
+@pytest.mark.parametrize("planted", [ResidualNotNormalised, AcceptsWithProbabilityP],
+                         ids=lambda bug: bug.__name__)
+def test_the_planted_rule_bugs_do_not(planted: Any) -> None:
     p, q = _pq()
-    bug = type("Bug", (SpeculativeSteps,), {"_residual": ResidualNotNormalised._residual})()
+    method = "_residual" if planted is ResidualNotNormalised else "_speculative_token"
+    bug = type("Bug", (SpeculativeSteps,), {method: getattr(planted, method)})()
     got = _emitted(bug, p, q)
     assert 0.5 * float((got - p.double()).abs().sum()) > 0.1
 
@@ -83,11 +87,13 @@ def _judge(factory: Any) -> Violation | None:
     return None
 
 
-@pytest.mark.parametrize("factory", [speculative_draft_sampled, ResidualNotNormalised],
-                         ids=["speculative_draft_sampled", "ResidualNotNormalised"])
+@pytest.mark.parametrize("factory", [speculative_draft_sampled, ResidualNotNormalised,
+                                     AcceptsWithProbabilityP],
+                         ids=["speculative_draft_sampled", "ResidualNotNormalised",
+                              "AcceptsWithProbabilityP"])
 def test_the_sequence_check_on_sampled_drafts(factory: Any) -> None:
     caught = _judge(factory)
-    if factory is ResidualNotNormalised:
+    if factory is not speculative_draft_sampled:
         assert caught is not None and "do not follow" in str(caught)
     else:
         assert caught is None, str(caught)
