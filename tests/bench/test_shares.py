@@ -133,3 +133,13 @@ def test_no_ceiling_leaves_no_columns_and_says_so(tmp_path: Path, timed: list[st
     assert "ceiling: not measured, off (--no-ceiling)" in capsys.readouterr().out
     assert timed == []
     assert not any(c.startswith("ceiling") for c in pd.read_csv(tmp_path / "closed.csv"))
+
+
+def test_the_zoos_bf16_pair_is_compared_with_the_bf16_ceiling(timed: list[str]) -> None:
+    from engines import zoo
+
+    engines = {"paged": zoo.paged_tiny_nopc_compiled_b256(),
+               "paged_bf16": zoo.paged_tiny_nopc_compiled_b256_bf16()}
+    run = shares.CeilingRun.plan(engines, _items(), preset="tiny", device="cpu",
+                                 dtype="float32")
+    assert run.dtypes == {"paged": "float32", "paged_bf16": "bfloat16"}
