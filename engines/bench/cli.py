@@ -280,8 +280,9 @@ def cmd_closed(args: argparse.Namespace) -> int:
               file=sys.stderr)
         kit = host_kit.build(config, comparison.scale(engines)[0])
         ctx = comparison.context(config, vocab_size, bar=bar, kit=kit)
-        ceiling.measure()  # just before the runs and just after: the same minutes' speed
-        results = comparison.closed_stage(ctx, engines, trace, config)
+        # Just before the recorded runs (after the warm-ups) and just after them: the speed
+        # of the same minutes.
+        results = comparison.closed_stage(ctx, engines, trace, config, warmed=ceiling.measure)
         ceiling.measure()
     rows = []
     for name, result in results.items():

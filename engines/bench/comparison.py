@@ -24,7 +24,7 @@ one engine.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -267,21 +267,27 @@ def settle(ctx: RunContext, engines: dict[str, Engine], trace: traces.ArrivalTra
 
 
 def closed_stage(ctx: RunContext, engines: dict[str, Engine], trace: traces.ArrivalTrace,
-                 config: Config) -> dict[str, EngineResult]:
+                 config: Config, *,
+                 warmed: Callable[[], None] | None = None) -> dict[str, EngineResult]:
     """The closed protocol, paired: `config.warmup` unrecorded runs of `trace`, then
-    `config.runs` recorded ones; the first stage of a comparison and all of `closed`."""
+    `config.runs` recorded ones; the first stage of a comparison and all of `closed`.
+    warmed: called between the two (`closed` times its ceiling there: a compiled engine's
+    warm-up compiles for minutes)."""
     if ctx.bar is not None:
         ctx.bar.stage("closed runs", config.warmup + config.runs)
     warmup = config.warmup
     source = ctx.time_source
+    if isinstance(source, SteadyTime) or warmed is not None:
+        ctx.with_(tag="w").closed(engines, trace, warmup=warmup, runs=0)
+        warmup = 0
     if isinstance(source, SteadyTime):
         # The steady clock's baseline from turns after the warm-ups, not among fresh
         # engines' first steps, whose one-off costs (allocations, first shapes) are no part
         # of the host's speed.
-        ctx.with_(tag="w").closed(engines, trace, warmup=warmup, runs=0)
         source.resettle()
         settle(ctx, engines, trace)
-        warmup = 0
+    if warmed is not None:
+        warmed()
     closed = ctx.closed(engines, trace, warmup=warmup, runs=config.runs)
     return {name: EngineResult(name, runs, closed_summaries=[summarize(r) for r in runs])
             for name, runs in closed.items()}

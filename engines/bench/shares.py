@@ -1,9 +1,10 @@
 """`batching-bench closed`'s share of the ceiling: each engine's closed tok/s over the tok/s
 the core could reach on the same batch at the engine's dtype (engines.bench.ceiling).
 
-The GEMM rate behind each ceiling is measured just before the engines' runs and again just
-after, on the bench's own threads, and the ceiling takes the mean: the machine's speed over the
-same minutes as the engines', so that a share is a ratio at one load. An engine is compared with
+The GEMM rate behind each ceiling is measured just before the engines' recorded runs (after
+their warm-ups, where a compiled engine compiles) and again just after, on the bench's own
+threads, and the ceiling takes the mean: the machine's speed over the same minutes as the
+engines', so that a share is a ratio at one load. An engine is compared with
 the ceiling of the dtype it declares (Capabilities.dtype); one that declares none, with
 --dtype's. Where no share can be given (--no-ceiling, another device, a model the count does
 not fit, an engine on another vocabulary or dtype) the output says why, engine by engine.
@@ -92,7 +93,7 @@ class CeilingRun:
         return cls(found, items, dtypes, skipped, threads)
 
     def measure(self) -> None:
-        """One GEMM rate per dtype in use: called before the engines' runs and after them."""
+        """One GEMM rate per dtype in use: called before the recorded runs and after them."""
         if self.config is None:
             return
         for kind in dict.fromkeys(self.dtypes.values()):
@@ -117,7 +118,7 @@ class CeilingRun:
         if "" in self.skipped:
             return [f"ceiling: not measured, {self.skipped['']}"]
         threads = f"{self.threads} thread{'s' * (self.threads != 1)}"
-        lines = [f"{c.line()}; on {threads}, measured before and after the engines' runs"
+        lines = [f"{c.line()}; on {threads}, measured before and after the recorded runs"
                  for c in self.ceilings().values()]
         for name, rate in tokens_per_s.items():
             found = self.share(name, rate)
