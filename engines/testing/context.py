@@ -202,7 +202,8 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
                    if isinstance(e, KVIntrospection)}
     judge = Judge(oracle, mode, choice.tolerance, reference, variants, kv_variants,
                   frozenset(declared), logprobs_of=capabilities_of(engine).logprobs_of,
-                  reference_logprobs_of=reference_logprobs, vocab_size=int(engine.vocab_size))
+                  reference_logprobs_of=reference_logprobs, vocab_size=int(engine.vocab_size),
+                  relative=choice.relative, reference_rule=choice.reference_rule)
     return SuiteContext(
         name=name,
         factory=factory,

@@ -8,21 +8,35 @@ invariant. Anywhere else a batch's different reduction order legitimately flips 
 and the suite compares tie-aware, with a tolerance of a few ulps at the logits' scale for the
 coarsest format any engine compared computes or caches in (docs/usage.md, "Tie-aware parity").
 An explicit --parity / --parity-tolerance always wins over the choice.
+
+Two more choices ride on the tie-aware one. Logprob values are compared within the tolerance
+plus two ulps of the value's own magnitude (`relative_for`). And an engine that computes or
+caches in a quantized format (QUANTIZED) that its reference engine does not is compared with
+the reference by the top-k rule of vLLM's `check_logprobs_close` (a diverging token among the
+other run's top candidates; the comparison ends there), not by the near-tie rule: the
+quantization moves logits by more than batching does, and no tolerance of a few ulps tells it
+from a bug. Batched against alone, the engine meets its own quantization both times and stays
+tie-aware.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from engines.protocol import Capabilities
-from engines.testing.oracle import ParityMode
+from engines.testing.oracle import TOP_K, ParityMode
 
-__all__ = ["EXACT_DTYPE", "FLOOR", "SIGNIFICANT_BITS", "ParityChoice", "ParitySetting",
-           "choose_parity", "tolerance_for"]
+__all__ = ["EXACT_DTYPE", "FLOOR", "QUANTIZED", "SIGNIFICANT_BITS", "ParityChoice",
+           "ParitySetting", "ReferenceRule", "choose_parity", "relative_for", "tolerance_for"]
 
 ParitySetting = Literal["auto", "exact", "tie-aware"]  # what a run asks for
+# How reference_parity judges a greedy divergence: by the parity (exact, or the near-tie rule
+# within the tolerance), or by top-k membership (a quantized engine against a reference that
+# is not: module docstring).
+ReferenceRule = Literal["parity", "top-k"]
 EXACT_DTYPE = "float32"
 
 # Significant bits of each format's values (the implicit leading bit counted): the precision a
@@ -49,11 +63,26 @@ ULPS = 2
 # a float32 engine compared with a float64 reference, or tie-aware on request, differs by
 # reduction order through every layer, which is far more than one fp32 ulp at the logits.
 FLOOR = 1e-3
+# Formats no reference engine of ours computes or caches in: integer weights or caches (a
+# scale per block or token) and fp8. Against a reference without them, their error is the
+# quantization's, not a rounding's.
+QUANTIZED = frozenset({"int8", "int4", "u8", "q8_0", "q4_0", "fp8", "fp8_e4m3", "fp8_e5m2"})
 
 
 def tolerance_for(fmt: str) -> float:
     """The tie-aware tolerance (a logprob gap) for values computed or cached in `fmt`."""
     return max(FLOOR, ULPS * LOGIT_SCALE * 2.0 ** (1 - SIGNIFICANT_BITS[fmt]))
+
+
+def relative_for(fmt: str) -> float:
+    """The part of a logprob value's tolerance that grows with the value (tie-aware parity):
+    ULPS ulps of `fmt` at the value's own magnitude. A logprob is a logit less the log-sum-exp
+    of all; an unlikely token's is large because the two are far apart, and each carries the
+    rounding of its own magnitude, so two implementations part by more the less likely the
+    token (vLLM against our bf16 reference: -7.99 against -8.13, 0.137 apart, beyond the
+    absolute 0.125). For bfloat16 this is 2**-6, torch.testing.assert_close's default rtol
+    for bfloat16 (1.6e-2); the values' rule is |a - b| <= tolerance + relative * max(|a|, |b|)."""
+    return ULPS * 2.0 ** (1 - SIGNIFICANT_BITS[fmt])
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +93,21 @@ class ParityChoice:
     tolerance: float
     reason: str  # "auto: engine declares bfloat16", "--parity", ...
     warnings: tuple[str, ...] = ()  # engines compared at different precisions
+    # Tie-aware: the logprob values' tolerance grows by this much per unit of the value
+    # (relative_for; 0 under exact parity, whose value tolerances are the checks' own).
+    relative: float = 0.0
+    # How reference_parity judges a divergence, and why where it is "top-k".
+    reference_rule: ReferenceRule = "parity"
+    reference_reason: str = ""
 
     def describe(self) -> str:
         if self.mode == "exact":
             return f"exact ({self.reason})"
-        return f"tie-aware, tolerance {self.tolerance:g} ({self.reason})"
+        said = f"tie-aware, tolerance {self.tolerance:g} ({self.reason})"
+        if self.reference_rule == "top-k":
+            said += (f"; against the reference, top-{TOP_K} membership "
+                     f"(check_logprobs_close's rule: {self.reference_reason})")
+        return said
 
 
 def _precision(caps: Capabilities) -> str:
@@ -110,6 +149,26 @@ def _mismatches(declared: Mapping[str, Capabilities]) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def _quantized_unmatched(declared: Mapping[str, Capabilities]) -> str | None:
+    """Why the reference is judged by top-k membership (module docstring): the engine under
+    test computes or caches in a quantized format where the reference engine does not (None:
+    it does not, or there is no reference)."""
+    items = list(declared.items())
+    ref = declared.get(REFERENCE)
+    if not items or ref is None:
+        return None
+    who, engine = items[0]
+    for what, mine, theirs in (("weights", engine.dtype, ref.dtype),
+                               ("KV cache", engine.kv_dtype, ref.kv_dtype)):
+        if mine in QUANTIZED and mine != theirs:
+            return (f"the {who} declares {what} in {mine}, the {REFERENCE} in {theirs}: the "
+                    "quantization moves logits by more than a near-tie")
+    return None
+
+
+REFERENCE = "reference engine"  # the reference's name in `declared`
+
+
 def choose_parity(setting: str, tolerance: float | None,
                   declared: Mapping[str, Capabilities], *,
                   flags: tuple[str, str] = ("--parity", "--parity-tolerance")) -> ParityChoice:
@@ -117,6 +176,19 @@ def choose_parity(setting: str, tolerance: float | None,
     `tolerance` (None: derived), over the engines compared: `declared` maps each one's name in
     messages ("engine" first, then "reference engine", "variant NAME") to its Capabilities.
     `flags` are this run's spellings of the parity and tolerance options."""
+    choice = _choose(setting, tolerance, declared, flags)
+    if choice.mode == "exact":
+        return choice
+    fmt, _ = _coarsest(declared)
+    choice = dataclasses.replace(choice, relative=relative_for(fmt))
+    quantized = _quantized_unmatched(declared)
+    if quantized is None:
+        return choice
+    return dataclasses.replace(choice, reference_rule="top-k", reference_reason=quantized)
+
+
+def _choose(setting: str, tolerance: float | None, declared: Mapping[str, Capabilities],
+            flags: tuple[str, str]) -> ParityChoice:
     fmt, why = _coarsest(declared)
     warnings = _mismatches(declared)
     derived = tolerance_for(fmt)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from engines.protocol import KV_CACHE_DTYPES, Capabilities
-from engines.testing.precision import FLOOR, SIGNIFICANT_BITS, choose_parity, tolerance_for
+from engines.testing.precision import (
+    FLOOR,
+    SIGNIFICANT_BITS,
+    choose_parity,
+    relative_for,
+    tolerance_for,
+)
 
 FP32, BF16, FP16 = Capabilities(), Capabilities(dtype="bfloat16"), Capabilities(dtype="float16")
 
@@ -68,3 +74,31 @@ def test_explicit_settings_win(setting: str, tolerance: float | None, mode: str,
     choice = choose_parity(setting, tolerance, {"engine": BF16})
     assert (choice.mode, choice.tolerance) == (mode, expected)
     assert ("--parity" in choice.reason) == (setting != "auto" or tolerance is not None)
+
+
+def test_values_are_judged_with_a_part_relative_to_their_magnitude() -> None:
+    assert relative_for("bfloat16") == 2 ** -6  # torch.testing's bf16 rtol, 1.6e-2
+    assert choose_parity("auto", None, {"engine": BF16}).relative == 2 ** -6
+    assert choose_parity("auto", None, {"engine": FP32}).relative == 0.0  # exact: none
+    u8 = Capabilities(dtype="bfloat16", kv_cache_dtype="u8")
+    assert choose_parity("auto", None, {"engine": u8}).relative == relative_for("u8")
+
+
+@pytest.mark.parametrize(("engine", "reference", "rule"), [
+    (Capabilities(dtype="bfloat16", kv_cache_dtype="u8"), BF16, "top-k"),
+    (Capabilities(dtype="int8"), FP32, "top-k"),
+    (Capabilities(dtype="int4"), FP32, "top-k"),
+    (Capabilities(dtype="bfloat16", kv_cache_dtype="float16"), BF16, "parity"),
+    (Capabilities(dtype="bfloat16", kv_cache_dtype="u8"),
+     Capabilities(dtype="bfloat16", kv_cache_dtype="u8"), "parity"),  # the same quantization
+    (BF16, BF16, "parity"),
+])
+def test_a_quantized_engine_is_compared_with_its_reference_by_top_k(
+        engine: Capabilities, reference: Capabilities, rule: str) -> None:
+    choice = choose_parity("auto", None, {"engine": engine, "reference engine": reference})
+    assert choice.reference_rule == rule
+    assert ("top-5 membership" in choice.describe()) == (rule == "top-k")
+    # Without a reference, or under exact parity, there is nothing to judge so.
+    assert choose_parity("auto", None, {"engine": engine}).reference_rule == "parity"
+    assert choose_parity("exact", None, {"engine": engine, "reference engine": reference}
+                         ).reference_rule == "parity"

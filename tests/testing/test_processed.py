@@ -181,3 +181,21 @@ def test_a_position_the_constraints_leave_no_token_is_not_judged() -> None:
                             allowed_token_ids=(0,))
     how, forced = _judge(ref, params, [3])
     assert how is None and forced.unjudged["allowed_token_ids"] == 1
+
+
+def test_top_k_membership_accepts_a_quantized_engines_processed_choice() -> None:
+    # Against a reference without the engine's quantization: 2 is 1.55 below the biased best
+    # (past the tolerance) but second of the processed distribution: accepted with top_k 2,
+    # counted; 0 is third and fails top_k 1; what the processing forbids (3) fails at any rank.
+    ref = Scores({9: [-2.1, -1.0, -2.05, -1.9]})
+    params = SamplingParams(max_tokens=1, logit_bias=((1, 0.5),), allowed_token_ids=(0, 1, 2))
+    forced = Forced()
+    assert judge_forced(ref, (9,), params, [2], 0, tolerance=0.1,  # type: ignore[arg-type]
+                        vocab=VOCAB, counts=forced, top_k=2) is None
+    assert forced.in_top == 1 and forced.judged["logit_bias"] == 1
+    how = judge_forced(ref, (9,), params, [0], 0, tolerance=0.1,  # type: ignore[arg-type]
+                       vocab=VOCAB, counts=Forced(), top_k=1)
+    assert how is not None and "outside its 1 most likely" in how
+    how = judge_forced(ref, (9,), params, [3], 0, tolerance=0.1,  # type: ignore[arg-type]
+                       vocab=VOCAB, counts=Forced(), top_k=4)
+    assert how is not None and "not among allowed_token_ids" in how

@@ -11,11 +11,18 @@ Against the reference (or batched vs alone under tie-aware parity), fp32 noise m
 beams whose scores (nearly) tie, or part a search at its pruning boundary. Beams that differ
 are then scored, the same way for both lists, from the reference engine's own raw logprobs
 (each beam token's logprob, served alone with every candidate asked for: logprobs =
-vocabulary size): cumulative logprob / generated length ** length_penalty. They are accepted
-if, rank by rank, the two lists' scores agree within the judge's tolerance (a near-tie, or
-a different search of equal worth); else the check fails (a reference returning processed
-logprobs gives raw ones for these unprocessed calls). Without a vocabulary size, beams
-that differ fail under exact parity and are left unjudged (counted) under tie-aware parity.
+vocabulary size, teacher-forced along the beam): cumulative logprob / generated length **
+length_penalty. Under exact parity they are accepted if, rank by rank, the two lists' scores
+agree within the judge's tolerance (fp32 noise: a near-tie, or a different search of equal
+worth). Under tie-aware parity each logprob summed may be off by the tolerance, so a beam's
+score by the tolerance times its length over length ** length_penalty (`bound`); and two
+reduced-precision searches may part at a first-token near-tie and end on different beams,
+so the engine's beams are accepted if, rank by rank, each scores within its own bound plus
+that of the best beam of its rank among both lists (the engine's or the other run's), by
+the reference's scores: as good as the best the reference knows of. Else the check fails (a
+reference returning processed logprobs gives raw ones for these unprocessed calls). Without
+a vocabulary size, beams that differ fail under exact parity and are left unjudged (counted)
+under tie-aware parity.
 """
 
 from __future__ import annotations
@@ -126,10 +133,48 @@ def _near_tie(judge: Judge, r: Request, got: list[tuple[int, ...]],
         if any(s is None for s in row):
             return None
         scores.append([float(s) for s in row if s is not None])
+    if judge.parity == "tie-aware":
+        return _worthy(judge.tolerance, r.params, got, scores[0], want, scores[1])
     gaps = [abs(a - b) for a, b in zip(*scores, strict=True)]
     if max(gaps) > judge.tolerance:
         return None
     return f"scores agree rank by rank within {max(gaps):.2g}"
+
+
+def bound(tolerance: float, beam: Sequence[int], params: SamplingParams) -> float:
+    """How far reduced precision may move a beam's score: each of its logprobs by up to the
+    tolerance, summed over its tokens and divided as the score is (length ** length_penalty)."""
+    return tolerance * len(beam) / len(beam) ** params.length_penalty
+
+
+def _worthy(tolerance: float, params: SamplingParams, got: list[tuple[int, ...]],
+            got_scores: list[float], want: list[tuple[int, ...]],
+            want_scores: list[float]) -> str | None:
+    """Tie-aware: whether the engine's beams are as good as the best the reference knows of
+    (module docstring), by the reference's scores. Rank by rank, the engine's i-th best beam
+    must score within the two beams' bounds of the i-th best of both lists together, and its
+    list must be distinct and best first within the bounds of neighbours. Two
+    searches at reduced precision may part at a near-tie of their first tokens and end on
+    other beams of equal worth, so the lists are not compared as lists; an engine whose beams
+    score better than the other run's is never faulted for it."""
+    if len(set(got)) < len(got):
+        return None  # a search returns distinct hypotheses
+    for i in range(len(got) - 1):  # best first, within what precision may reorder
+        if got_scores[i + 1] - got_scores[i] > (bound(tolerance, got[i], params)
+                                                + bound(tolerance, got[i + 1], params)):
+            return None
+    pool = dict(zip(want, want_scores, strict=True)) | dict(zip(got, got_scores, strict=True))
+    best = sorted(pool, key=lambda b: -pool[b])
+    mine = sorted(zip(got, got_scores, strict=True), key=lambda bs: -bs[1])
+    worst = 0.0
+    for i, (beam, score) in enumerate(mine):
+        top = best[min(i, len(best) - 1)]
+        allowed = bound(tolerance, beam, params) + bound(tolerance, top, params)
+        if pool[top] - score > allowed:
+            return None
+        worst = max(worst, (pool[top] - score) / allowed if allowed else 0.0)
+    return (f"each beam within {worst:.0%} of its allowance of the best score at its rank "
+            "(the tolerance per token, scaled as the score is)")
 
 
 def _compare(check: Check, judge: Judge, trace: Trace, r: Request, got: list[tuple[int, ...]],
@@ -145,8 +190,25 @@ def _compare(check: Check, judge: Judge, trace: Trace, r: Request, got: list[tup
     raise check.fail(f"{describe(r, trace)} ({_about(r)}) returned the beams "
                      f"{[list(b) for b in got]} in this workload but {[list(b) for b in want]} "
                      f"{what}, best first; scored from the reference's logprobs (cumulative "
-                     "logprob / length ** length_penalty) they differ by more than the "
-                     f"tolerance {judge.tolerance}, or could not be scored.")
+                     "logprob / length ** length_penalty) "
+                     + (f"{_scored(judge, r, got, want)}: a beam of this run's falls below the "
+                        "best of its rank by more than the tolerance "
+                        f"{judge.tolerance} per token allows (scaled as the score is), or "
+                        "could not be scored." if judge.parity == "tie-aware" else
+                        "they differ by more than the tolerance "
+                        f"{judge.tolerance}, or could not be scored."))
+
+
+def _scored(judge: Judge, r: Request, got: list[tuple[int, ...]],
+            want: list[tuple[int, ...]]) -> str:
+    """The two lists' scores from the reference, for a failure message."""
+    reference = judge.reference
+    if reference is None or not judge.vocab_size:
+        return "(no reference to score them)"
+    rows = [[_score(reference, r.prompt_token_ids, b, r.params, judge.vocab_size)
+             for b in beams] for beams in (got, want)]
+    shown = [", ".join("unscored" if v is None else f"{v:.4g}" for v in row) for row in rows]
+    return f"[{shown[0]}] against [{shown[1]}]"
 
 
 def _add(coverage: Coverage, judged: tuple[int, int, int, int], check: str) -> None:

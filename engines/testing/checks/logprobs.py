@@ -12,6 +12,7 @@ engine's values are always of the same kind.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 
 from engines.protocol import Request
@@ -36,10 +37,24 @@ BATCH_TOL = 1e-4
 REFERENCE_TOL = 1e-3
 
 
-def tolerances(judge: Judge) -> tuple[float, float]:
-    """(batched against alone, against the reference) for logprob values at the judge's
-    parity: the parity tolerance for both under tie-aware parity."""
-    return (BATCH_TOL, REFERENCE_TOL) if judge.parity == "exact" else (judge.tolerance,) * 2
+def tolerances(judge: Judge) -> tuple[float, float, float]:
+    """(batched against alone, against the reference, relative) for logprob values at the
+    judge's parity: under tie-aware parity the parity tolerance for both, plus the judge's
+    relative part per unit of the value (engines.testing.precision.relative_for: a less
+    likely token's value carries the rounding of larger terms); none under exact parity."""
+    if judge.parity == "exact":
+        return BATCH_TOL, REFERENCE_TOL, 0.0
+    return judge.tolerance, judge.tolerance, judge.relative
+
+
+def _close(a: float, b: float, tol: float, rel: float) -> bool:
+    """Within tol + rel x the larger magnitude; equal values are (-inf and -inf: a token the
+    processing bans, on both sides)."""
+    if a == b:
+        return True
+    if math.isinf(a) or math.isinf(b):  # one banned, one not: no relative part excuses that
+        return False
+    return abs(a - b) <= tol + rel * max(abs(a), abs(b))
 
 
 def _sampled(trace: Trace, rid: Hashable) -> list[float] | None:
@@ -52,18 +67,18 @@ def _sampled(trace: Trace, rid: Hashable) -> list[float] | None:
 
 
 def _apart(got: Mapping[int, float], expected: Mapping[int, float], tol: float,
-           n: int) -> str | None:
-    """Where two top-n mappings differ by more than `tol`: a shared id's value, or an id only
-    one has that is not tied (within tol) with the other's n-th most likely entry. Each may
-    hold one entry more, the chosen token's where it is not in the top n: that one is no
-    boundary of the top n."""
+           n: int, rel: float = 0.0) -> str | None:
+    """Where two top-n mappings differ by more than `tol` (plus `rel` times the larger
+    magnitude): a shared id's value, or an id only one has that is not tied (within that)
+    with the other's n-th most likely entry. Each may hold one entry more, the chosen token's
+    where it is not in the top n: that one is no boundary of the top n."""
     for token in sorted(set(got) & set(expected)):
-        if abs(got[token] - expected[token]) > tol:
+        if not _close(got[token], expected[token], tol, rel):
             return f"token {token}: {got[token]:.6g} against {expected[token]:.6g}"
     for mine, other, who in ((got, expected, "returned"), (expected, got, "expected")):
         floor = min(sorted(other.values(), reverse=True)[:n], default=float("-inf"))
         for token in sorted(set(mine) - set(other)):
-            if mine[token] > floor + tol:
+            if mine[token] > floor and not _close(mine[token], floor, tol, rel):
                 return (f"token {token} ({mine[token]:.6g}) {who} only, above the other's "
                         f"top-{n} boundary {floor:.6g}")
     return None
@@ -71,17 +86,22 @@ def _apart(got: Mapping[int, float], expected: Mapping[int, float], tol: float,
 
 def _compare(check: Check, trace: Trace, r: Request, got: Sequence[Mapping[int, float]],
              expected: Sequence[Mapping[int, float]], tokens: Sequence[int],
-             same: Sequence[int], tol: float, what: str) -> None:
+             same: Sequence[int], tol: float, rel: float, what: str) -> None:
     __tracebackhide__ = True
     rid, n = r.request_id, r.params.logprobs
     for i in range(min(len(got), len(expected))):
         if i >= len(same) or tokens[i] != same[i]:
             return  # the tokens parted: parity's to judge, and nothing after compares
-        where = _apart(got[i], expected[i], tol, n)
+        where = _apart(got[i], expected[i], tol, n, rel)
         if where is not None:
             raise check.fail(f"{describe(r, trace)} returned top logprobs for its token "
                              f"{i} (step {step_of_token(trace, rid, i)}) that differ from "
-                             f"{what}: {where} (tolerance {tol:g}).")
+                             f"{what}: {where} ({said(tol, rel)}).")
+
+
+def said(tol: float, rel: float) -> str:
+    """The values' tolerance in a message."""
+    return f"tolerance {tol:g}" + (f" + {rel:g} x |value|" if rel else "")
 
 
 # Requests whose values were not compared with the reference's: the two engines' logprobs are
@@ -126,7 +146,7 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
     part at a sampling boundary there: its values are compared up to it, at one context)."""
     __tracebackhide__ = True
     exact = judge.parity == "exact"
-    batch_tol, reference_tol = tolerances(judge)
+    batch_tol, reference_tol, rel = tolerances(judge)
     judged = tied = none = kinds = 0
     for r in trace.workload.requests:
         p, rid = r.params, r.request_id
@@ -150,7 +170,7 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
         path = trace.lora_paths.get(r.request_id)
         alone = judge.oracle(r.prompt_token_ids, p, lora_path=path)
         _compare(check, trace, r, got, alone.top_logprobs or (), tokens, alone.tokens, batch_tol,
-                 "the same request's, served alone")
+                 rel, "the same request's, served alone")
         if judge.reference is not None:
             if not comparable_kinds(judge.logprobs_of, judge.reference_logprobs_of, p):
                 kinds += 1
@@ -158,7 +178,7 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
             ref = served_by(judge.reference, r.prompt_token_ids, p, path)
             if ref is not None and ref.top_logprobs:
                 _compare(check, trace, r, got, ref.top_logprobs, tokens, ref.tokens, reference_tol,
-                         "the reference engine's")
+                         rel, "the reference engine's")
     return judged, tied, none, kinds
 
 

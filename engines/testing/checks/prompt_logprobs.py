@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from engines.protocol import Request
 from engines.testing.checks.base import Check
-from engines.testing.checks.logprobs import LOGPROBS, _apart, tolerances
+from engines.testing.checks.logprobs import LOGPROBS, _apart, said, tolerances
 from engines.testing.checks.needs import PROMPT_LOGPROBS
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.features.prompt_logprobs import FEATURE as PROMPT_LOGPROBS_FEATURE
@@ -51,16 +51,16 @@ def _shape(check: Check, trace: Trace, r: Request, got: Entries) -> None:
 
 
 def _compare(check: Check, trace: Trace, r: Request, got: Entries, expected: Entries,
-             tol: float, what: str) -> None:
+             tol: float, rel: float, what: str) -> None:
     __tracebackhide__ = True
     for i in range(1, min(len(got), len(expected))):
         mine, theirs = got[i], expected[i]
         if mine is None or theirs is None:
             continue
-        where = _apart(mine, theirs, tol, r.params.prompt_logprobs)
+        where = _apart(mine, theirs, tol, r.params.prompt_logprobs, rel)
         if where is not None:
             raise check.fail(f"{describe(r, trace)} got prompt logprobs at position {i} "
-                             f"that differ from {what}: {where} (tolerance {tol:g}; "
+                             f"that differ from {what}: {where} ({said(tol, rel)}; "
                              f"prefix-cache hit tokens in this run: "
                              f"{trace.exercised.get('prefix_cache_hit_tokens', 'not counted')}).")
 
@@ -77,10 +77,11 @@ def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int
     """Every request that asked for prompt logprobs and got a token: its first output (only)
     carries them, well formed, and equal to the request's served alone (within BATCH_TOL) and
     to the reference engine's (within REFERENCE_TOL); under tie-aware parity both within the
-    parity tolerance. Prompt logprobs depend on the prompt alone, so sampled and unseeded
-    requests are judged too."""
+    parity tolerance plus the judge's relative part of the value (engines.testing.precision).
+    Prompt logprobs depend on the prompt alone, so sampled and unseeded requests are judged
+    too."""
     __tracebackhide__ = True
-    batch_tol, reference_tol = tolerances(judge)
+    batch_tol, reference_tol, rel = tolerances(judge)
     judged = tied = 0
     for r in trace.workload.requests:
         if not r.params.prompt_logprobs:
@@ -100,12 +101,12 @@ def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int
         path = trace.lora_paths.get(r.request_id)
         alone = judge.oracle(r.prompt_token_ids, r.params, lora_path=path)
         if alone.prompt_logprobs is not None:
-            _compare(check, trace, r, got, alone.prompt_logprobs, batch_tol,
+            _compare(check, trace, r, got, alone.prompt_logprobs, batch_tol, rel,
                      "the same request's, served alone")
         if judge.reference is not None:
             ref = served_by(judge.reference, r.prompt_token_ids, r.params, path)
             if ref is not None and ref.prompt_logprobs is not None:
-                _compare(check, trace, r, got, ref.prompt_logprobs, reference_tol,
+                _compare(check, trace, r, got, ref.prompt_logprobs, reference_tol, rel,
                          "the reference engine's")
     return judged, tied
 

@@ -24,7 +24,9 @@ def check_reference_parity(check: Check, trace: Trace, judge: Judge) -> tuple[in
     runs wrong alike (a dropped bias, RoPE off by one everywhere). A request under a LoRA
     adapter is compared where the reference serves the same adapter directory (under any
     name, or added through its LoRAManagement); the others are counted, not judged, and the
-    count returned (REFERENCE_TALLY says it)."""
+    count returned (REFERENCE_TALLY says it). An engine that computes or caches in a
+    quantized format the reference does not is judged by top-k membership at a divergence,
+    not by a near-tie (engines.testing.precision; Judge.diverges)."""
     __tracebackhide__ = True
     reference = judge.reference
     assert reference is not None, f"{check.name} needs a reference engine"
@@ -45,7 +47,7 @@ def check_reference_parity(check: Check, trace: Trace, judge: Judge) -> tuple[in
             exp = exp[: len(got)]
         how = judge.diverges(r.prompt_token_ids, got, exp, observed_top=tops(trace, r.request_id),
                              expected_top=expected.top_logprobs, params=r.params,
-                             forced=forced)
+                             forced=forced, reference=True)
         if how is not None:
             raise check.fail(
                 f"{describe(r, trace)} diverged from the reference "

@@ -15,7 +15,14 @@ from engines.testing.judging.processed import (
     judge_forced,
     judged_forced,
 )
-from engines.testing.oracle import AloneOracle, ParityMode, TopAt, first_divergence
+from engines.testing.oracle import (
+    TOP_K,
+    AloneOracle,
+    Divergence,
+    ParityMode,
+    TopAt,
+    first_divergence,
+)
 from engines.testing.recorder import Trace
 from engines.testing.workload import Workload
 
@@ -62,6 +69,13 @@ class Judge:
     reference_logprobs_of: str = "raw"
     # The engines' vocabulary (0: unknown): how many candidates make a whole distribution.
     vocab_size: int = 0
+    # Tie-aware: a logprob value's tolerance grows by this much per unit of the value
+    # (engines.testing.precision.relative_for).
+    relative: float = 0.0
+    # How a divergence from the reference is judged under tie-aware parity: "parity" (the
+    # near-tie rule), or "top-k" (a quantized engine against a reference that is not:
+    # engines.testing.precision).
+    reference_rule: str = "parity"
 
     def comparable(self, params: SamplingParams) -> bool:
         """Whether a request's tokens are a function of the request, so that two runs must
@@ -84,20 +98,56 @@ class Judge:
     def diverges(self, prompt: Sequence[int], observed: Sequence[int],
                  expected: Sequence[int], *, observed_top: Sequence[Mapping[int, float]] | None,
                  expected_top: Sequence[Mapping[int, float]] | None,
-                 params: SamplingParams | None = None, forced: Forced | None = None
-                 ) -> str | None:
+                 params: SamplingParams | None = None, forced: Forced | None = None,
+                 reference: bool = False) -> str | None:
         """None if observed agrees with expected (or diverges at a forgiven near-tie), else
         where and how they diverge. A greedy request under logits processing (`params`) in
         tie-aware mode is judged by engines.testing.judging.processed from its first
-        divergence on, counted into `forced`."""
+        divergence on, counted into `forced`. `reference`: expected is the reference
+        engine's, judged by top-k membership where the judge's reference_rule says so."""
+        top_k = self.top_k if reference else 0
         if params is not None and judged_forced(params, self.parity == "tie-aware"):
-            return self._forced(prompt, params, observed, expected, forced or Forced())
+            return self._forced(prompt, params, observed, expected, forced or Forced(), top_k)
         d = first_divergence(observed, expected, observed_top=observed_top,
                              expected_top=expected_top, top_at=self.top_at(prompt, observed),
                              mode=self.parity, tolerance=self.tolerance)
         if d is not None and d.accepted and forced is not None:
             forced.ties += 1
+        if d is not None and not d.accepted and top_k:
+            return self._in_top(prompt, observed, observed_top, d, forced or Forced(), top_k)
         return None if d is None or d.accepted else d.describe()
+
+    @property
+    def top_k(self) -> int:
+        """Candidates a token must be among where a divergence from the reference is judged
+        by top-k membership (0: it is not)."""
+        on = (self.reference_rule == "top-k" and self.parity == "tie-aware"
+              and self.reference is not None)
+        return TOP_K if on else 0
+
+    def _in_top(self, prompt: Sequence[int], observed: Sequence[int],
+                observed_top: Sequence[Mapping[int, float]] | None, d: Divergence,
+                forced: Forced, k: int) -> str | None:
+        """check_logprobs_close's rule at a greedy divergence from the reference: the engine's
+        token among the reference's k most likely at the shared context, and the reference's
+        among the engine's own top candidates there where it reports them. The comparison of
+        the request ends at the divergence (after it the contexts differ)."""
+        reference = self.reference
+        if reference is None or d.observed is None or d.expected is None:
+            return d.describe()  # one run ended early: no quantization explains that
+        theirs = reference.top_at((*prompt, *observed[:d.position])) or {}
+        mine = observed_top[d.position] if observed_top and d.position < len(observed_top) \
+            else None
+        if d.observed not in _best(theirs, k):
+            return (f"at generated position {d.position}: reference gave {d.expected}, "
+                    f"batched gave {d.observed}, which is not among the reference's {k} most "
+                    f"likely there ({_listed(theirs, k)})")
+        if mine is not None and d.expected not in mine:
+            return (f"at generated position {d.position}: reference gave {d.expected}, "
+                    f"batched gave {d.observed}; the reference's token is not among the "
+                    f"engine's own top candidates there ({_listed(mine, k)})")
+        forced.in_top += 1
+        return None
 
     def filtered(self, prompt: Sequence[int], params: SamplingParams,
                  observed: Sequence[int], forced: Forced) -> str | None:
@@ -114,7 +164,7 @@ class Judge:
                             kind=self.reference_logprobs_of)
 
     def _forced(self, prompt: Sequence[int], params: SamplingParams, observed: Sequence[int],
-                expected: Sequence[int], forced: Forced) -> str | None:
+                expected: Sequence[int], forced: Forced, top_k: int = 0) -> str | None:
         at = next((i for i, (a, b) in enumerate(zip(observed, expected, strict=False))
                    if a != b), min(len(observed), len(expected)))
         for _ in range(at):  # the same context as the run compared: equal tokens judged
@@ -129,7 +179,21 @@ class Judge:
                     "run ended")
         return judge_forced(self.reference, prompt, params, observed, at,
                             tolerance=self.tolerance, vocab=self.vocab_size, counts=forced,
-                            kind=self.reference_logprobs_of)
+                            kind=self.reference_logprobs_of, top_k=top_k)
+
+
+def _best(cands: Mapping[int, float], k: int) -> set[int]:
+    """The k most likely of `cands`, and any tied with the k-th."""
+    values = sorted(cands.values(), reverse=True)
+    if not values:
+        return set()
+    floor = values[min(k, len(values)) - 1]
+    return {t for t, v in cands.items() if v >= floor}
+
+
+def _listed(cands: Mapping[int, float], k: int) -> str:
+    best = sorted(cands.items(), key=lambda tv: -tv[1])[:k]
+    return ", ".join(f"{t}: {v:.3g}" for t, v in best) or "none reported"
 
 
 def describe(r: Request, trace: Trace) -> str:

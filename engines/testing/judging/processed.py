@@ -63,6 +63,10 @@ class Forced:
     forgiven: Counter[str] = field(default_factory=Counter)
     unjudged: Counter[str] = field(default_factory=Counter)
     ties: int = 0
+    # Divergences from the reference accepted by top-k membership (a quantized engine against
+    # a reference that is not: engines.testing.precision), unprocessed ones and processed
+    # positions alike.
+    in_top: int = 0
 
     def count(self, params: SamplingParams, into: Counter[str]) -> None:
         for name in fields_of(params):
@@ -128,10 +132,13 @@ def _output_only(params: SamplingParams) -> bool:
 
 def judge_forced(reference: AloneOracle, prompt: Sequence[int], params: SamplingParams,
                  observed: Sequence[int], start: int, *, tolerance: float, vocab: int,
-                 counts: Forced, kind: str = "raw") -> str | None:
+                 counts: Forced, kind: str = "raw", top_k: int = 0) -> str | None:
     """None if every token of `observed` from `start` on is the reference's processed choice
     at the engine's context, or within `tolerance` of it (forgiven); else where and how one is
-    not (a forbidden token, or a gap past the tolerance). Counts into `counts`."""
+    not (a forbidden token, or a gap past the tolerance). Counts into `counts`. `top_k` > 0:
+    a token past the tolerance is accepted among the k most likely of the processed
+    distribution (a quantized engine against a reference that is not), counted in_top; what
+    the processing forbids still fails."""
     for q in range(start, len(observed)):
         o, before = observed[q], list(observed[:q])
         served = reference((*prompt, *before), _call(params, before, vocab))
@@ -150,7 +157,16 @@ def judge_forced(reference: AloneOracle, prompt: Sequence[int], params: Sampling
                     f"processing forbids there ({_why(params, before, o)})")
         best = max(z, key=lambda t: z[t])
         gap = z[best] - z[o]
+        ahead = sum(v > z[o] for v in z.values()) if top_k else 0
+        if gap > tolerance and top_k and ahead < top_k:
+            counts.count(params, counts.judged)
+            counts.in_top += 1
+            continue
         if gap > tolerance:
+            if top_k:
+                return (f"at generated position {q} the engine chose {o}, with {ahead} "
+                        f"tokens more likely in the reference's processed distribution at "
+                        f"the engine's own context: outside its {top_k} most likely")
             return (f"at generated position {q} the engine chose {o}, {gap:.3g} below the "
                     f"reference's processed choice {best} at the engine's own context "
                     f"(tolerance {tolerance:g})")
@@ -229,6 +245,8 @@ def add_forced(coverage: Coverage, forced: Forced, check: str) -> None:
             coverage.counts[f"processed: {check} {key} {name}"] += n
     if forced.ties:
         coverage.counts[f"ties: {check}"] += forced.ties
+    if forced.in_top:
+        coverage.counts[f"in top-k: {check}"] += forced.in_top
 
 
 def forced_notes(data: Mapping[str, int], check: str) -> list[str]:
@@ -241,6 +259,13 @@ def forced_notes(data: Mapping[str, int], check: str) -> list[str]:
     out = [f"{check}: {data[f'ties: {check}']} greedy divergence(s) forgiven at a raw near-tie "
            "(within the tolerance, by the reference's margins where one is given; the "
            "request's comparison ends there)"] if data.get(f"ties: {check}") else []
+    if data.get(f"in top-k: {check}"):
+        out.append(f"{check}: {data[f'in top-k: {check}']} divergence(s) from the reference "
+                   "accepted by top-k membership, not by a near-tie (the engine computes or "
+                   "caches in a quantized format the reference does not: each diverging token "
+                   "among the reference's most likely at the same context, and the "
+                   "reference's among the engine's own where it reports them, as vLLM's "
+                   "check_logprobs_close; an unprocessed request's comparison ends there)")
     if not any(k.startswith(f"processed: {check} ") for k in data):
         return out
     out += [f"{check}: choices under logits processing, tie-aware: {by_field('judged')} "

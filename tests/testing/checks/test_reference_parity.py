@@ -1,19 +1,26 @@
 """reference_parity: the property on hand-built traces (the batched tokens are the reference
 engine's), its planted bugs caught (bugs planted in our engines' model, paged cache and
 speculation, per-row sampling, constraint and LoRA bugs), and the engines they are planted
-in passing."""
+in passing; a quantized engine judged by top-k membership."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from engines.paged.engine import PagedEngine
-from engines.protocol import Request, SamplingParams
+from engines.protocol import FinishReason, Request, SamplingParams
 from engines.sequential import SequentialEngine
 from engines.testing.checks import check_named
+from engines.testing.checks.parity import FORCED_TALLY
 from engines.testing.context import SuiteOptions, build_context
+from engines.testing.coverage import Coverage
+from engines.testing.judging import Judge, Violation
+from engines.testing.judging.processed import Forced
+from engines.testing.oracle import Alone
 from engines.zoo import paged_with_loras
 from tests.helpers import GOOD, Table, fails, judge, make_prompts, trace
 from tests.kv_checks import drain_checked
@@ -111,3 +118,55 @@ def test_the_correct_speculating_engine_passes() -> None:
 
 def test_the_correct_engine_with_loras_passes() -> None:
     expect.passes(paged_with_loras, CHECK, settings_for(CHECK), lora_context(paged_with_loras))
+
+
+class QuantizedReference:
+    """A reference at another precision than a quantized engine: greedy 0 then 5 after the
+    prompt (9,); its top five after (9,) hold 1 at 0.6 below 0 (past a u8 cache's tolerance,
+    0.25), 7 not at all."""
+
+    TOP = {0: -1.0, 1: -1.6, 2: -2.0, 3: -2.5, 4: -3.0}
+
+    def __call__(self, prompt: Sequence[int], params: SamplingParams, *,
+                 lora_path: str | None = None) -> Alone:
+        return Alone((0, 5)[:params.max_tokens], FinishReason.LENGTH, None)
+
+    def top_at(self, context: Sequence[int]) -> dict[int, float]:
+        return dict(self.TOP) if tuple(context) == (9,) else {5: -0.1}
+
+
+def _quantized(first: int, rule: str, own: dict[int, float] | None = None) -> Forced:
+    """reference_parity on an engine that gave `first`, 6 for the prompt (9,), with its own top
+    candidates `own` at the first token where given."""
+    request = Request((9,), SamplingParams(max_tokens=2, logprobs=5), request_id="q")
+    tops = (own or {first: -1.0}, {6: -0.1})
+    t = trace([[("q", (first,), None)], [("q", (6,), FinishReason.LENGTH)]],
+              requests=(request,))
+    for k, (_, out) in enumerate(t.outputs["q"]):
+        t.outputs["q"][k] = (k, dataclasses.replace(out, top_logprobs=(tops[k],)))
+    ref = QuantizedReference()
+    judge = Judge(ref, "tie-aware", 0.25, reference=ref,  # type: ignore[arg-type]
+                  reference_rule=rule)
+    return check_reference_parity(t, judge)[1]
+
+
+def test_a_quantized_engine_is_judged_by_top_k_membership() -> None:
+    """int8 weights or a u8 cache against a reference without them: a divergence past the
+    near-tie tolerance (0.6 > 0.25) is accepted where each token is among the other run's top
+    candidates (vLLM's check_logprobs_close), counted, and said in the summary; the near-tie
+    rule fails it."""
+    forced = _quantized(1, "top-k", own={1: -1.0, 0: -1.2})
+    assert forced.in_top == 1
+    coverage = Coverage()
+    FORCED_TALLY.add(coverage, forced, CHECK)
+    assert any("1 divergence(s) from the reference accepted by top-k membership" in n
+               for n in FORCED_TALLY.notes(coverage.as_dict(), CHECK))
+    with pytest.raises(Violation, match=r"reference gave 0, batched gave 1 \(logprob margin "
+                                        r"0\.6\)"):
+        _quantized(1, "parity", own={1: -1.0, 0: -1.2})
+    # A token outside the reference's top five, or an engine whose own top candidates lack
+    # the reference's token, fails (a real bug: another row's logits, a dropped bias).
+    with pytest.raises(Violation, match=r"gave 7, which is not among the reference's 5 most"):
+        _quantized(7, "top-k", own={7: -1.0, 0: -1.2})
+    with pytest.raises(Violation, match=r"not among the engine's own top candidates"):
+        _quantized(1, "top-k", own={1: -1.0, 8: -1.2})
