@@ -13,7 +13,7 @@ from engines.testing.judging import Violation
 from engines.testing.leaks import minimal_leak
 from engines.testing.replays import REPLAYS, REPLAYS_SLOW, confirmation, shrinking
 from engines.testing.rerun_script import ScriptSetup, rerun_script
-from engines.testing.trim import keep_requests_that_matter
+from engines.testing.trim import keep_requests_that_matter, shrunk
 from engines.testing.verdict import Failure, Leak, failure_after
 from engines.testing.workload import Workload, factory_source
 
@@ -41,15 +41,19 @@ def script_setup(ctx: SuiteContext, variant: str | None = None) -> ScriptSetup:
         None if auto else ctx.parity.mode, ctx.parity.tolerance, ctx.step_timeout)
 
 
-def explain(ctx: SuiteContext, failure: Failure, w: Workload) -> Violation:
+def explain(ctx: SuiteContext, failure: Failure, w: Workload, *,
+            shrink: bool = False) -> Violation:
     """The failure's message plus the counterexample as a runnable script that judges it.
-    In the final report (not while Hypothesis shrinks), first the requests that do not matter
-    are dropped (engines.testing.trim)."""
+    In the final report (not while Hypothesis shrinks), w is first shrunk where `shrink`
+    asks (the state machine's, which Hypothesis does not shrink), then the requests that do
+    not matter are dropped (engines.testing.trim)."""
     error = failure.error
     if isinstance(error, EngineCrashed) and error.replay is not None:
         return crash_finding(error)  # not in w's run (the oracle's): replay what crashed
     kept = ""
     if not shrinking():
+        if shrink:
+            w, failure = shrunk(ctx, w, failure)
         trimmed = keep_requests_that_matter(ctx, w, failure)
         w, failure, kept = trimmed.workload, trimmed.failure, f"{trimmed.sentence()} "
         error = failure.error
@@ -75,12 +79,15 @@ def explain(ctx: SuiteContext, failure: Failure, w: Workload) -> Violation:
 
 
 def crash_finding(crash: EngineCrashed | Violation) -> Violation:
-    """A crash as the pytest run shows it: the finding alone (sentence, engine's frames,
-    script). For one that surfaced outside a judged run (the oracle's, as workloads were
-    drawn) that makes it a finding like any other; for one Hypothesis found, it drops
-    Hypothesis' notes (its listing of the example repeats the script at length) except the
-    @reproduce_failure line that a profile with print_blob asks for."""
-    finding = Violation(EngineCrashed.prop, str(crash))
+    """A finding as the pytest run shows it: the finding alone (sentence, for a crash the
+    engine's frames, then the script). For a crash that surfaced outside a judged run (the
+    oracle's, as workloads were drawn) that makes it a finding like any other; for one
+    Hypothesis found (the state machine's findings, crashes or not), it drops Hypothesis'
+    notes (its listing of the example repeats the script at length, each drawn request a
+    30-line dataclass) except the @reproduce_failure line that a profile with print_blob asks
+    for."""
+    finding = Violation(getattr(crash, "prop", EngineCrashed.prop), str(crash))
+    finding.variant = getattr(crash, "variant", None)
     for note in getattr(crash, "__notes__", ()):
         if "@reproduce_failure" in note:
             finding.add_note(note)

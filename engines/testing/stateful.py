@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TypeVar
 
-from hypothesis import note
+from hypothesis import Phase, note
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -91,7 +91,8 @@ class EngineMachine(RuleBasedStateMachine):
         except AssertionError as exc:
             if self.swaps and isinstance(exc, Violation):
                 exc = Violation(exc.prop, f"{exc}\n\n{swaps_note(self.swaps)}")
-            failure = explain(self.ctx, Failure(exc, len(trace.steps)), trace.workload)
+            failure = explain(self.ctx, Failure(exc, len(trace.steps)), trace.workload,
+                              shrink=True)
         finally:
             trace.stalled = stalled
         if failure is not None:
@@ -112,7 +113,8 @@ class EngineMachine(RuleBasedStateMachine):
                 finding = crash_finding(crash)
             else:  # the machine's: the rules so far, as a workload, replay it
                 steps = self.rec.k + 1 if crash.step is None else crash.step + 1
-                finding = explain(self.ctx, Failure(crash, steps), self.rec.workload())
+                finding = explain(self.ctx, Failure(crash, steps), self.rec.workload(),
+                                  shrink=True)
         self.failed = True
         progress.failure()
         # One raise site, no exception context: Hypothesis sees one bug and shrinks it.
@@ -215,15 +217,20 @@ def engine_machine(ctx_or_factory: SuiteContext | Callable[[], Engine]) -> type[
 
 
 def run_engine_machine(ctx: SuiteContext, *, settings: Settings | None = None) -> None:
-    """Run the machine as a test under the current Hypothesis profile (or `settings`)."""
+    """Run the machine as a test under the current Hypothesis profile (or `settings`), less
+    Hypothesis' shrink phase: a failure's report shrinks the machine's workload itself
+    (engines.testing.report.explain, shrink=True), each try one run on a fresh engine, where
+    Hypothesis would replay every rule of every smaller program (issue 51 measured over five
+    minutes of it on one planted bug; 60 s, the whole shrink budget, at batching-dev)."""
     __tracebackhide__ = True
+    chosen = search_settings(settings)
+    chosen = Settings(chosen, phases=[p for p in chosen.phases if p is not Phase.shrink])
     try:
-        run_state_machine_as_test(engine_machine(ctx), settings=search_settings(settings))
+        run_state_machine_as_test(engine_machine(ctx), settings=chosen)
         return
     except Violation as failure:
-        if failure.prop != EngineCrashed.prop:
-            raise
-        # A crash's finding carries the script that replays it: Hypothesis' listing of the
-        # rules would repeat it at length, and its frames are not the engine's.
+        # The finding carries the script that replays it: Hypothesis' listing of the rules
+        # would repeat it at length (a dataclass dump per drawn request), and its frames are
+        # not the engine's.
         finding = crash_finding(failure)
     raise finding
