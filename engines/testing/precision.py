@@ -158,10 +158,10 @@ def _quantized_unmatched(declared: Mapping[str, Capabilities]) -> str | None:
     if not items or ref is None:
         return None
     who, engine = items[0]
-    for what, mine, theirs in (("weights", engine.dtype, ref.dtype),
-                               ("KV cache", engine.kv_dtype, ref.kv_dtype)):
+    for what, mine, theirs in (("weights are", engine.dtype, ref.dtype),
+                               ("KV cache is", engine.kv_dtype, ref.kv_dtype)):
         if mine in QUANTIZED and mine != theirs:
-            return (f"the {who} declares {what} in {mine}, the {REFERENCE} in {theirs}: the "
+            return (f"the {who}'s {what} {mine}, the {REFERENCE}'s {theirs}: the "
                     "quantization moves logits by more than a near-tie")
     return None
 
