@@ -17,7 +17,7 @@ import argparse
 import torch
 
 from engines.bench import draws
-from engines.bench.ceiling import CALLS, DTYPES, ROWS, Ceiling, best_rate, mix_flops
+from engines.bench.ceiling import CALLS, DTYPES, ROWS, Ceiling, best_product, mix_flops
 from engines.models import PRESETS
 
 
@@ -26,7 +26,9 @@ def main() -> None:
     parser.add_argument("--preset", default="small", choices=sorted(PRESETS))
     parser.add_argument("--dtype", default="float32", choices=DTYPES)
     parser.add_argument("--rows", type=int, default=ROWS)
-    parser.add_argument("--calls", type=int, default=CALLS)
+    parser.add_argument("--calls", type=int, default=CALLS, help="each burst's, picking the GEMM")
+    parser.add_argument("--seconds", type=float, default=2.0,
+                        help="how long the picked GEMM is timed, sustained")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0, help="the closed mix's draw")
     parser.add_argument("--peak", type=float, help="the core's FMA peak at --dtype, GFLOP/s")
@@ -34,9 +36,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     config = PRESETS[args.preset].config
     items = draws.closed_mix(vocab_size=config["vocab_size"], seed=args.seed)
-    rate = best_rate(config, args.dtype, rows=args.rows, calls=args.calls)
-    ceiling = Ceiling(args.dtype, mix_flops(config, items), (rate,))
-    print(f"{args.preset} closed mix, {args.threads} thread(s): {ceiling.line()}")
+    product, burst = best_product(config, args.dtype, rows=args.rows, calls=args.calls)
+    ceiling = Ceiling(args.dtype, mix_flops(config, items), (product.sustained(args.seconds),),
+                      product.which)
+    print(f"{args.preset} closed mix, {args.threads} thread(s): {ceiling.line()}; "
+          f"{burst.gflops:.1f} GFLOP/s in the burst that picked it")
     if args.peak:
         floor = ceiling.flops.total / (args.peak * 1e9)
         print(f"at the {args.dtype} FMA peak ({args.peak:.1f} GFLOP/s): {floor * 1e3:.0f} ms "

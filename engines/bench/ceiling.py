@@ -1,14 +1,16 @@
 """How fast a closed batch could possibly run on this core: the batch's arithmetic (the FLOPs of
-every projection, the LM head and causal attention, no recompute) at the best GEMM rate
-measured here on the model's own projection shapes, in the engine's dtype. An engine's closed
+every projection, the LM head and causal attention, no recompute) at the rate of the fastest
+GEMM on the model's own projection and LM-head shapes, in the engine's dtype. An engine's closed
 tok/s over this ceiling's is the share of the core's matrix throughput it turns into tokens; a
 target above the ceiling cannot be met at that dtype on this core by any schedule, nor by any
 kernel short of a faster GEMM than the best measured here.
 
 The ceiling is generous: it charges attention and the decode steps (memory-bound) at the GEMM
 rate, and norms, RoPE, sampling and scheduling nothing. It moves with the machine's speed (a
-shared VM's drifts by up to 2x over an evening), so it is measured beside the engines, in the
-same minutes (`batching-bench closed`; scripts/closed_ceiling.py on its own).
+shared VM's drifts by up to 2x over an evening, and a loaded one preempts), so it is timed
+beside the engines, in the same minutes (`batching-bench closed`, engines/bench/shares.py;
+scripts/closed_ceiling.py on its own): the product is picked from short bursts, which a loaded
+host's preemptions mostly miss, and then timed sustained, which they do not.
 
 bfloat16: the products take bf16 operands and accumulate in fp32 (oneDNN's AVX512_BF16 or
 AMX kernels where the CPU has them; elsewhere oneDNN converts, and the ceiling says so by being
@@ -109,6 +111,38 @@ def _packed(weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor] | No
 
 
 @dataclass(frozen=True, slots=True)
+class Product:
+    """One GEMM on a model's shape, ready to call: the one a ceiling is timed on."""
+
+    which: str  # the library and the shape
+    call: Callable[[], torch.Tensor]
+    flops: float  # per call
+
+    def rate(self, calls: int) -> float:
+        """GFLOP/s: the mean over `calls` calls after 3 warm-up calls (a burst: the best
+        case, which picks the product)."""
+        with torch.inference_mode():
+            for _ in range(3):
+                self.call()
+            start = time.perf_counter()
+            for _ in range(calls):
+                self.call()
+            return self.flops * calls / (time.perf_counter() - start) / 1e9
+
+    def sustained(self, seconds: float) -> float:
+        """GFLOP/s over calls made for at least `seconds` of wall time (at least one): what
+        the host gives it over that span, preemption included, as it gives the engines."""
+        with torch.inference_mode():
+            start = time.perf_counter()
+            calls, elapsed = 0, 0.0
+            while calls == 0 or elapsed < seconds:
+                self.call()
+                calls += 1
+                elapsed = time.perf_counter() - start
+            return self.flops * calls / elapsed / 1e9
+
+
+@dataclass(frozen=True, slots=True)
 class GemmRate:
     """The best GEMM rate measured on a model's shapes."""
 
@@ -116,22 +150,13 @@ class GemmRate:
     which: str  # the library and the shape that reached it
 
 
-def _rate(fn: Callable[[], torch.Tensor], flops: float, calls: int) -> float:
-    """GFLOP/s of `fn`: its mean over `calls` calls after a warm-up."""
-    with torch.inference_mode():
-        for _ in range(3):
-            fn()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        return flops * calls / (time.perf_counter() - start) / 1e9
-
-
-def best_rate(config: Mapping[str, Any], dtype: str, *, rows: int = ROWS,
-              calls: int = CALLS) -> GemmRate:
-    """The best rate of `dtype` products on the model's projection and LM-head shapes at
-    `rows` rows, on this process's CPU threads: MKL's or oneDNN's F.linear, or oneDNN on a
-    weight packed once."""
+def best_product(config: Mapping[str, Any], dtype: str, *, rows: int = ROWS,
+                 calls: int = CALLS) -> tuple[Product, GemmRate]:
+    """The fastest `dtype` product on the model's projection and LM-head shapes at `rows`
+    rows, on this process's CPU threads, and its rate: MKL's or oneDNN's F.linear, or oneDNN
+    on a weight packed once. Each is timed as a burst of `calls` calls, so a loaded host's
+    preemptions mostly miss the best one: it picks the product, the ceiling then times it
+    sustained (Product.sustained)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: {dtype!r} has no ceiling here; expected one of "
                          f"{', '.join(DTYPES)}")
@@ -139,7 +164,7 @@ def best_rate(config: Mapping[str, Any], dtype: str, *, rows: int = ROWS,
         raise ValueError(f"rows and calls: must be >= 1, got {rows} and {calls}")
     kind = getattr(torch, dtype)
     shapes = [*projections(config), (int(config["hidden_size"]), int(config["vocab_size"]))]
-    best = GemmRate(0.0, "")
+    best: tuple[Product, GemmRate] | None = None
     gen = torch.Generator().manual_seed(0)
     for inp, out in shapes:
         x = torch.randn(rows, inp, generator=gen).to(kind)
@@ -149,20 +174,29 @@ def best_rate(config: Mapping[str, Any], dtype: str, *, rows: int = ROWS,
         if (packed := _packed(weight)) is not None:
             products.append(("oneDNN packed", functools.partial(packed, x)))
         for name, fn in products:
-            rate = _rate(fn, flops, calls)
-            if rate > best.gflops:
-                best = GemmRate(rate, f"{name}, {rows} x {inp} x {out}")
+            product = Product(f"{name}, {rows} x {inp} x {out}", fn, flops)
+            rate = product.rate(calls)
+            if best is None or rate > best[1].gflops:
+                best = (product, GemmRate(rate, product.which))
+    assert best is not None  # a model has projections
     return best
+
+
+def best_rate(config: Mapping[str, Any], dtype: str, *, rows: int = ROWS,
+              calls: int = CALLS) -> GemmRate:
+    """best_product's rate (a burst's)."""
+    return best_product(config, dtype, rows=rows, calls=calls)[1]
 
 
 @dataclass(frozen=True, slots=True)
 class Ceiling:
-    """A closed batch's ceiling at one dtype: its arithmetic over the GEMM rates measured
-    around the engines' runs (before, and after where it was measured again)."""
+    """A closed batch's ceiling at one dtype: its arithmetic over the mean of the GEMM rates
+    sampled (in `closed`, after the warm-ups and after every recorded run)."""
 
     dtype: str
     flops: MixFlops
-    rates: tuple[GemmRate, ...]
+    rates: tuple[float, ...]  # GFLOP/s, each sample's
+    which: str  # the product timed
 
     def __post_init__(self) -> None:
         if not self.rates:
@@ -170,8 +204,8 @@ class Ceiling:
 
     @property
     def gflops(self) -> float:
-        """The mean of the rates: the machine's speed over the minutes they bracket."""
-        return sum(r.gflops for r in self.rates) / len(self.rates)
+        """The mean of the samples: the machine's speed over the minutes they span."""
+        return sum(self.rates) / len(self.rates)
 
     @property
     def seconds(self) -> float:
@@ -183,10 +217,11 @@ class Ceiling:
 
     def line(self) -> str:
         f = self.flops
-        rates = " and ".join(f"{r.gflops:.1f}" for r in self.rates)
-        which = "; ".join(dict.fromkeys(r.which for r in self.rates))
+        spread = (f"{self.rates[0]:.1f}" if len(self.rates) == 1 else
+                  f"mean of {len(self.rates)} samples, {min(self.rates):.1f}-"
+                  f"{max(self.rates):.1f}")
         return (f"{self.dtype} ceiling: {f.total / 1e9:.2f} GFLOP (projections "
                 f"{f.projections / 1e9:.2f}, LM head {f.lm_head / 1e9:.2f}, attention "
-                f"{f.attention / 1e9:.2f}) at {self.gflops:.1f} GFLOP/s (best GEMM rate, "
-                f"mean of {rates}; {which}): {self.seconds * 1e3:.1f} ms a run, "
+                f"{f.attention / 1e9:.2f}) at {self.gflops:.1f} GFLOP/s ({spread}; "
+                f"{self.which}): {self.seconds * 1e3:.1f} ms a run, "
                 f"{self.tokens_per_s:,.0f} output tok/s")

@@ -132,9 +132,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-hf", action="store_true", help="closed: skip the HF generate baseline")
     p.add_argument("--no-ceiling", action="store_true",
-                   help="closed: skip the ceiling (the batch's arithmetic at the best GEMM rate "
-                        "measured here before and after the runs, engines/bench/shares.py) and "
-                        "each engine's share of it")
+                   help="closed: skip the ceiling (the batch's arithmetic at the rate of the "
+                        "fastest GEMM on the preset's shapes, timed after the warm-ups and each "
+                        "recorded run, engines/bench/shares.py) and each engine's share of it")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--exact-prompts", action="store_true",
                    help="send every run the trace's prompts as drawn: a prefix cache then keeps "
@@ -280,10 +280,9 @@ def cmd_closed(args: argparse.Namespace) -> int:
               file=sys.stderr)
         kit = host_kit.build(config, comparison.scale(engines)[0])
         ctx = comparison.context(config, vocab_size, bar=bar, kit=kit)
-        # Just before the recorded runs (after the warm-ups) and just after them: the speed
-        # of the same minutes.
-        results = comparison.closed_stage(ctx, engines, trace, config, warmed=ceiling.measure)
-        ceiling.measure()
+        # The ceiling's GEMM timed after the warm-ups and after every recorded run: the
+        # host's speed in the same minutes, at the same load.
+        results = comparison.closed_stage(ctx, engines, trace, config, sample=ceiling.sample)
     rows = []
     for name, result in results.items():
         rates = [s.output_tokens_per_s for s in result.closed_summaries]

@@ -268,16 +268,16 @@ def settle(ctx: RunContext, engines: dict[str, Engine], trace: traces.ArrivalTra
 
 def closed_stage(ctx: RunContext, engines: dict[str, Engine], trace: traces.ArrivalTrace,
                  config: Config, *,
-                 warmed: Callable[[], None] | None = None) -> dict[str, EngineResult]:
+                 sample: Callable[[], None] | None = None) -> dict[str, EngineResult]:
     """The closed protocol, paired: `config.warmup` unrecorded runs of `trace`, then
     `config.runs` recorded ones; the first stage of a comparison and all of `closed`.
-    warmed: called between the two (`closed` times its ceiling there: a compiled engine's
-    warm-up compiles for minutes)."""
+    sample: called after the warm-ups and after each recorded run (`closed` times its
+    ceiling there, in the recorded runs' minutes; a compiled engine's warm-up compiles)."""
     if ctx.bar is not None:
         ctx.bar.stage("closed runs", config.warmup + config.runs)
     warmup = config.warmup
     source = ctx.time_source
-    if isinstance(source, SteadyTime) or warmed is not None:
+    if isinstance(source, SteadyTime) or sample is not None:
         ctx.with_(tag="w").closed(engines, trace, warmup=warmup, runs=0)
         warmup = 0
     if isinstance(source, SteadyTime):
@@ -286,9 +286,9 @@ def closed_stage(ctx: RunContext, engines: dict[str, Engine], trace: traces.Arri
         # of the host's speed.
         source.resettle()
         settle(ctx, engines, trace)
-    if warmed is not None:
-        warmed()
-    closed = ctx.closed(engines, trace, warmup=warmup, runs=config.runs)
+    if sample is not None:
+        sample()
+    closed = ctx.closed(engines, trace, warmup=warmup, runs=config.runs, after_run=sample)
     return {name: EngineResult(name, runs, closed_summaries=[summarize(r) for r in runs])
             for name, runs in closed.items()}
 

@@ -74,9 +74,11 @@ class RunContext:
                           between=cycle if turns else None, time_source=self.time_source)
 
     def closed(self, engines: Mapping[str, Engine], trace: ArrivalTrace, *, warmup: int,
-               runs: int, between: Turn | None = None) -> dict[str, list[Run]]:
+               runs: int, between: Turn | None = None,
+               after_run: Turn | None = None) -> dict[str, list[Run]]:
         """The closed protocol (docs/references.md): `warmup` unrecorded paired runs of
-        `trace`, then `runs` recorded ones, each ticking the bar."""
+        `trace`, then `runs` recorded ones, each ticking the bar; `after_run` turns after
+        each recorded run."""
         recorded: dict[str, list[Run]] = {name: [] for name in engines}
         for i in range(warmup + runs):
             paired = self.paired(engines, dict.fromkeys(engines, trace),
@@ -84,5 +86,7 @@ class RunContext:
             if i >= warmup:
                 for name, run in paired.items():
                     recorded[name].append(run)
+                if after_run is not None:
+                    after_run()
             self.tick()
         return recorded

@@ -1,10 +1,11 @@
 """`batching-bench closed`'s share of the ceiling: each engine's closed tok/s over the tok/s
 the core could reach on the same batch at the engine's dtype (engines.bench.ceiling).
 
-The GEMM rate behind each ceiling is measured just before the engines' recorded runs (after
-their warm-ups, where a compiled engine compiles) and again just after, on the bench's own
-threads, and the ceiling takes the mean: the machine's speed over the same minutes as the
-engines', so that a share is a ratio at one load. An engine is compared with
+Each ceiling's GEMM (the fastest product on the model's shapes, picked once from bursts) is
+timed for SAMPLE_S of wall time after the warm-ups (where a compiled engine compiles) and
+after every recorded run, on the bench's own threads, and the ceiling takes the mean rate:
+the host's speed over the same minutes as the engines' runs, preemptions included as they
+are in the engines' wall time, so that a share is a ratio at one load. An engine is compared with
 the ceiling of the dtype it declares (Capabilities.dtype); one that declares none, with
 --dtype's. Where no share can be given (--no-ceiling, another device, a model the count does
 not fit, an engine on another vocabulary or dtype) the output says why, engine by engine.
@@ -20,12 +21,12 @@ from typing import Any
 
 import torch
 
-from engines.bench.ceiling import DTYPES, Ceiling, GemmRate, best_rate, mix_flops, uncounted
+from engines.bench.ceiling import DTYPES, Ceiling, Product, best_product, mix_flops, uncounted
 from engines.bench.draws import WorkItem
 from engines.models import PRESETS
 from engines.protocol import Engine, capabilities_of
 
-OFF = "--no-ceiling"
+SAMPLE_S = 0.25  # seconds of wall time each sample of a ceiling's GEMM runs
 
 
 def model_config(preset: str) -> dict[str, Any] | str:
@@ -64,8 +65,9 @@ class CeilingRun:
     dtypes: dict[str, str]  # engine -> the dtype of its ceiling
     skipped: dict[str, str]  # engine (or "" for all of them) -> why it has no share
     threads: int
-    rates: dict[str, list[GemmRate]] = field(default_factory=dict)
-    calls: int = 10
+    products: dict[str, Product] = field(default_factory=dict)  # dtype -> the GEMM timed
+    rates: dict[str, list[float]] = field(default_factory=dict)  # dtype -> GFLOP/s samples
+    calls: int = 10  # each burst's, picking the product
 
     @classmethod
     def plan(cls, engines: Mapping[str, Engine], items: Sequence[WorkItem], *, preset: str,
@@ -92,19 +94,22 @@ class CeilingRun:
                 dtypes[name] = kind
         return cls(found, items, dtypes, skipped, threads)
 
-    def measure(self) -> None:
-        """One GEMM rate per dtype in use: called before the recorded runs and after them."""
+    def sample(self) -> None:
+        """One sustained GEMM rate per dtype in use (its product picked on the first call):
+        called after the warm-ups and after every recorded run."""
         if self.config is None:
             return
         for kind in dict.fromkeys(self.dtypes.values()):
-            self.rates.setdefault(kind, []).append(
-                best_rate(self.config, kind, calls=self.calls))
+            if kind not in self.products:
+                self.products[kind] = best_product(self.config, kind, calls=self.calls)[0]
+            self.rates.setdefault(kind, []).append(self.products[kind].sustained(SAMPLE_S))
 
     def ceilings(self) -> dict[str, Ceiling]:
         if self.config is None:
             return {}
         flops = mix_flops(self.config, self.items)
-        return {kind: Ceiling(kind, flops, tuple(rates)) for kind, rates in self.rates.items()}
+        return {kind: Ceiling(kind, flops, tuple(rates), self.products[kind].which)
+                for kind, rates in self.rates.items()}
 
     def share(self, engine: str, tokens_per_s: float) -> Share | None:
         ceiling = self.ceilings().get(self.dtypes.get(engine, ""))
@@ -118,7 +123,7 @@ class CeilingRun:
         if "" in self.skipped:
             return [f"ceiling: not measured, {self.skipped['']}"]
         threads = f"{self.threads} thread{'s' * (self.threads != 1)}"
-        lines = [f"{c.line()}; on {threads}, measured before and after the recorded runs"
+        lines = [f"{c.line()}; on {threads}, sampled after the warm-ups and each recorded run"
                  for c in self.ceilings().values()]
         for name, rate in tokens_per_s.items():
             found = self.share(name, rate)

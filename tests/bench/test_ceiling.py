@@ -11,8 +11,8 @@ import pytest
 from engines.bench import draws
 from engines.bench.ceiling import (
     Ceiling,
-    GemmRate,
     MixFlops,
+    best_product,
     best_rate,
     mix_flops,
     projections,
@@ -82,21 +82,24 @@ def test_full_attention_layers_and_an_unused_window_are_counted() -> None:
 
 def test_ceiling_is_the_arithmetic_at_the_mean_rate() -> None:
     flops = MixFlops(projections=6e9, lm_head=2e9, attention=2e9, output_tokens=500)
-    ceiling = Ceiling("float32", flops, (GemmRate(90.0, "a"), GemmRate(110.0, "b")))
+    ceiling = Ceiling("float32", flops, (90.0, 110.0), "F.linear, 8 x 4 x 8")
     assert ceiling.gflops == 100.0
     assert math.isclose(ceiling.seconds, 0.1)
     assert math.isclose(ceiling.tokens_per_s, 5000.0)
+    assert "mean of 2 samples, 90.0-110.0" in ceiling.line()
     assert "5,000 output tok/s" in ceiling.line()
     with pytest.raises(ValueError, match="rates"):
-        Ceiling("float32", flops, ())
+        Ceiling("float32", flops, (), "")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_best_rate_times_the_model_shapes(dtype: str) -> None:
-    found = best_rate(TINY, dtype, rows=8, calls=1)
-    assert found.gflops > 0
+def test_the_fastest_product_is_one_of_the_model_shapes(dtype: str) -> None:
+    product, found = best_product(TINY, dtype, rows=8, calls=1)
+    assert found.gflops > 0 and found.which == product.which
     shapes = [f"8 x {i} x {o}" for i, o in [*projections(TINY), (4, 10)]]
     assert any(found.which.endswith(shape) for shape in shapes), found.which
+    assert product.call().dtype == getattr(__import__("torch"), dtype)
+    assert product.sustained(0.0) > 0  # at least one call, however short the span
 
 
 def test_best_rate_refuses_a_dtype_it_does_not_time() -> None:

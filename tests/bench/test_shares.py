@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from engines.bench import draws, shares
-from engines.bench.ceiling import GemmRate, mix_flops
+from engines.bench.ceiling import GemmRate, Product, mix_flops
 from engines.bench.doubles.fake import FakeEngine
 from engines.models import PRESETS
 from engines.protocol import Capabilities
@@ -37,16 +38,28 @@ def other_vocab() -> FakeEngine:
     return FakeEngine(vocab_size=1000, base_s=2e-4)
 
 
+class _Fixed(Product):
+    """A product whose sustained rate is RATES[dtype], noting each sample."""
+
+    def __init__(self, dtype: str, asked: list[str]) -> None:
+        super().__init__(f"fixed {dtype}", lambda: torch.zeros(()), 1.0)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "asked", asked)
+
+    def sustained(self, seconds: float) -> float:
+        self.asked.append(self.dtype)  # type: ignore[attr-defined]
+        return RATES[self.dtype]  # type: ignore[attr-defined]
+
+
 @pytest.fixture
 def timed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """best_rate at RATES; the dtypes it was asked for, in order."""
+    """Products sampled at RATES; the dtypes sampled, in order."""
     asked: list[str] = []
 
-    def fixed(config: object, dtype: str, **_: object) -> GemmRate:
-        asked.append(dtype)
-        return GemmRate(RATES[dtype], f"fixed {dtype}")
+    def fixed(config: object, dtype: str, **_: object) -> tuple[Product, GemmRate]:
+        return _Fixed(dtype, asked), GemmRate(RATES[dtype], f"fixed {dtype}")
 
-    monkeypatch.setattr(shares, "best_rate", fixed)
+    monkeypatch.setattr(shares, "best_product", fixed)
     return asked
 
 
@@ -58,9 +71,9 @@ def test_each_engine_is_compared_with_its_dtypes_ceiling(timed: list[str]) -> No
     engines = {"fp32": tiny_vocab(), "bf16": tiny_bf16(), "other": other_vocab()}
     run = shares.CeilingRun.plan(engines, _items(), preset="tiny", device="cpu",
                                  dtype="float32")
-    run.measure()
-    run.measure()
-    assert timed == ["float32", "bfloat16"] * 2  # one rate per dtype in use, twice
+    run.sample()
+    run.sample()
+    assert timed == ["float32", "bfloat16"] * 2  # one rate per dtype in use, each sample
     flops = mix_flops(PRESETS["tiny"].config, _items())
     for name, dtype in (("fp32", "float32"), ("bf16", "bfloat16")):
         ceiling = flops.output_tokens / (flops.total / (RATES[dtype] * 1e9))
@@ -86,7 +99,7 @@ def test_no_ceiling_is_said_with_its_reason(timed: list[str], kwargs: dict[str, 
     args: dict[str, object] = {"preset": "tiny", "device": "cpu", "dtype": "float32",
                                "enabled": True, **kwargs}
     run = shares.CeilingRun.plan({"fp32": tiny_vocab()}, _items(), **args)  # type: ignore[arg-type]
-    run.measure()
+    run.sample()
     assert timed == []
     assert run.share("fp32", 1000.0) is None
     [note] = run.notes({"fp32": 1000.0})
@@ -113,7 +126,7 @@ def test_closed_prints_each_engines_share(tmp_path: Path, timed: list[str],
 
     assert cli.main([*RUN, "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    assert timed == ["float32", "bfloat16"] * 2  # before and after the runs
+    assert timed == ["float32", "bfloat16"] * 3  # after the warm-ups and each recorded run
     table = pd.read_csv(tmp_path / "closed.csv")
     assert list(table["ceiling_dtype"]) == ["float32", "bfloat16"]
     assert list(table["ceiling_share"]) == pytest.approx(
