@@ -59,8 +59,15 @@ class EngineLimits:
     # compared declares "cache_salt"). Empty / False: every request is the base tenant.
     loras: tuple[str, ...] = ()
     salts: bool = False
+    # The engine and every variant re-add adapters at run time (LoRAManagement), and two of
+    # `loras` are served from different directories: a seed workload re-adds one under its
+    # own name with the other's weights (engines.testing.workload.AdapterSwap).
+    lora_swaps: bool = False
     # The engine reports StepOutput.cached_prompt_tokens (declared in its output_fields).
     cached_counts: bool = False
+    # The lowest temperature every engine compared samples at (Capabilities.min_temperature):
+    # no lower one is drawn, as it would be served at this one.
+    min_temperature: float = 0.0
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 
@@ -83,6 +90,7 @@ class EngineLimits:
             "sampling_fields": declared.supported_sampling,
             "tokenizer": declared.tokenizer,
             "cached_counts": "cached_prompt_tokens" in declared.output_fields,
+            "min_temperature": declared.min_temperature,
         }
         if declared.position_thresholds:
             fields["thresholds"] = tuple(sorted(declared.position_thresholds.items()))

@@ -22,6 +22,7 @@ from engines.protocol import (
     KVIntrospection,
     Load,
     LoadIntrospection,
+    LoRAManagement,
     Request,
     SlotIntrospection,
     StepOutput,
@@ -30,7 +31,7 @@ from engines.protocol import (
     loras,
 )
 from engines.testing.crash import EngineCrashed, call_engine, step_deadline
-from engines.testing.workload import Abort, BadRequest, Workload
+from engines.testing.workload import Abort, AdapterSwap, BadRequest, Workload
 
 __all__ = [
     "EngineCrashed", "Recorder", "StepRecord", "Trace", "is_drained", "load_left",
@@ -245,6 +246,28 @@ class Recorder:
         if rid in self.unfinished:
             self.trace.aborted_at.setdefault(rid, self.k)
 
+    def swap(self, swap: AdapterSwap, restore: dict[str, str]) -> None:
+        """Re-add adapter `swap.name` with the directory `swap.like` is served from; its own
+        directory goes into `restore` (the first time), for put_back."""
+        engine = self.engine
+        served = loras(engine)
+        if not isinstance(engine, LoRAManagement) or not {swap.name, swap.like} <= served.keys():
+            raise ValueError(f"swaps: {swap} needs an engine with add_lora/remove_lora that "
+                             f"serves both adapters; it serves {sorted(served)}")
+        restore.setdefault(swap.name, served[swap.name])
+        self.call(f"remove_lora({swap.name!r})", functools.partial(engine.remove_lora, swap.name))
+        self.call(f"add_lora({swap.name!r}, {served[swap.like]!r})",
+                  functools.partial(engine.add_lora, swap.name, served[swap.like]))
+
+    def put_back(self, restore: dict[str, str]) -> None:
+        """Each swapped adapter re-added from its own directory, once nothing runs."""
+        engine: Any = self.engine
+        for name, path in restore.items():
+            if loras(engine).get(name) != path:
+                self.call(f"remove_lora({name!r})", functools.partial(engine.remove_lora, name))
+                self.call(f"add_lora({name!r}, {path!r})",
+                          functools.partial(engine.add_lora, name, path))
+
     def step(self) -> StepRecord:
         trace, k = self.trace, self.k
         pending = self.unfinished
@@ -360,12 +383,17 @@ class Recorder:
 
 
 def run_workload(engine: Engine, w: Workload, *, deadline: float | None = 60.0) -> Trace:
-    """Serve w on engine: at step k, add k's arrivals and bad requests, issue k's aborts,
-    then call step(). Stops when every request has finished, or at w.step_bound()."""
+    """Serve w on engine: at step k, re-add k's swapped adapters, add k's arrivals and bad
+    requests, issue k's aborts, then call step(); swapped adapters are put back after the
+    drain. Stops when every request has finished, or at w.step_bound()."""
     rec = Recorder(engine, deadline=deadline)
     bound = w.step_bound()
+    restore: dict[str, str] = {}  # adapters re-added with other weights: their own directory
     while rec.k <= w.last_event_step:
         k = rec.k
+        for swap in w.swaps:
+            if swap.step == k:
+                rec.swap(swap, restore)
         for r, s in zip(w.requests, w.arrivals, strict=True):
             if s == k:
                 rec.add(r)
@@ -377,6 +405,8 @@ def run_workload(engine: Engine, w: Workload, *, deadline: float | None = 60.0) 
                 rec.abort(a.request_id)
         rec.step()
     trace = rec.drain(bound)
+    if restore and not trace.stalled:
+        rec.put_back(restore)
     trace.workload = w  # the original, with its label and event order
     return trace
 

@@ -47,6 +47,9 @@ def _workload_src(w: Workload) -> list[str]:
             bad.append(f"    BadRequest({b.step}, {b.kind!r}, {render_request(b.request)}"
                        f"{dup}),")
         extra.append("bad=(\n" + "\n".join(bad) + "\n)")
+    if w.swaps:  # adapters re-added with other weights (the recorder makes the calls)
+        swaps = ", ".join(f"AdapterSwap({s.step}, {s.name!r}, {s.like!r})" for s in w.swaps)
+        extra.append(f"swaps=({swaps},)")
     return [*lines, f"), {', '.join([f'arrivals={w.arrivals!r}', *extra])})"]
 
 
@@ -86,7 +89,7 @@ def rerun_script(check: str, w: Workload, setup: ScriptSetup,
         args.append(f"step_timeout={setup.step_timeout!r}")
     text = "\n".join(body)
     names = ["Request", "SamplingParams"] + (["Guided"] if "Guided(" in text else [])
-    kinds = ["Workload"] + [k for k in ("Abort", "BadRequest") if f"{k}(" in text]
+    kinds = ["Workload"] + [k for k in ("Abort", "AdapterSwap", "BadRequest") if f"{k}(" in text]
     lines = [f"# Replays the failure and judges it by {check!r}: exits 1 while it is there, "
              "0 once fixed",
              "# (--steps prints every step's outputs).",

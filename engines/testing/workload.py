@@ -18,6 +18,7 @@ from engines.protocol import Request, SamplingParams, StepOutput
 
 __all__ = [
     "Abort",
+    "AdapterSwap",
     "BadRequest",
     "Workload",
     "factory_source",
@@ -47,12 +48,25 @@ class BadRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class AdapterSwap:
+    """An adapter re-added under its own name with other weights (LoRAManagement): just
+    before this step() call, remove_lora(name), then add_lora(name, the directory the
+    adapter `like` is served from now). After the drain the recorder puts `name`'s own
+    directory back, so a reused engine serves what it declared before."""
+
+    step: int
+    name: str  # an adapter the engine serves
+    like: str  # another adapter it serves, from another directory: its weights are taken
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     requests: tuple[Request, ...]  # good requests, display ids r0, r1, ...
     arrivals: tuple[int, ...]  # arrival step of each request, same order
     aborts: tuple[Abort, ...] = ()
     bad: tuple[BadRequest, ...] = ()
     label: str = field(default="", compare=False)  # e.g. the seed workload's name
+    swaps: tuple[AdapterSwap, ...] = ()  # adapters re-added with other weights, by step
 
     def __post_init__(self) -> None:
         assert len(self.requests) == len(self.arrivals), "one arrival step per request"
@@ -66,11 +80,13 @@ class Workload:
             tuple(dataclasses.replace(b, duplicate_of=ids[b.duplicate_of])
                   if b.duplicate_of is not None else b for b in self.bad),
             self.label,
+            self.swaps,
         )
 
     @property
     def last_event_step(self) -> int:
-        steps = [*self.arrivals, *(a.step for a in self.aborts), *(b.step for b in self.bad)]
+        steps = [*self.arrivals, *(a.step for a in self.aborts), *(b.step for b in self.bad),
+                 *(s.step for s in self.swaps)]
         return max(steps, default=0)
 
     def step_bound(self) -> int:
@@ -88,6 +104,7 @@ class Workload:
         )
         extra = "".join(f", abort {a.request_id}@{a.step}" for a in self.aborts)
         extra += "".join(f", bad {b.kind}@{b.step}" for b in self.bad)
+        extra += "".join(f", {s.name} re-added as {s.like}@{s.step}" for s in self.swaps)
         return f"Workload({reqs}{extra})"
 
 

@@ -1,8 +1,9 @@
 """Planted LoRA and tenant bugs in the paged engine (built with `loras=`): PEFT's scaling
 applied twice, a base row given an adapter's delta, an adapter index kept per seat, rows
-given adapters in the order their requests were admitted, a prefix
-key that ignores the adapter or the salt, tenants' blocks never shared (isolation by caching
-nothing), a removed adapter's slot reused with its weights.
+given adapters in the order their requests were admitted, a prefix key blind to an adapter
+re-added under its name with other weights, a prefix key that ignores the adapter or the
+salt, tenants' blocks never shared (isolation by caching nothing), a removed adapter's slot
+reused with its weights.
 
 Each names the suite check that catches it (`caught_by`; its check's tests under
 tests/testing/checks/ run it on the engine built with the zoo's adapters);
@@ -10,6 +11,8 @@ tests/engines/paged/test_lora_planted.py catches each with a hand-written probe 
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import torch
 
@@ -21,7 +24,8 @@ from engines.paged.lora import LoraStacks
 from engines.paged.state import PagedRequest
 from engines.protocol import Request
 
-__all__ = ["LORA_PLANTED", "BaseRowsGetADelta", "KeyIgnoresAdapter", "RowsTakeAdmissionOrder",
+__all__ = ["LORA_PLANTED", "BaseRowsGetADelta", "KeyIgnoresAdapter", "KeyIgnoresReload",
+           "RowsTakeAdmissionOrder",
            "SaltIgnored", "ScalingTwice", "SlotReused", "StaleIndex", "TenantsNeverCached"]
 
 
@@ -113,6 +117,21 @@ class KeyIgnoresAdapter(PagedEngine):
                                          request.request_id, None, request.cache_salt))
 
 
+class KeyIgnoresReload(PagedEngine):
+    caught_by = "parity"
+
+    def _key_root(self, request: Request) -> BlockKey | None:
+        # planted: the prefix key names the adapter but not which load of it: an adapter
+        # re-added under the same name with other weights hits the blocks computed under its
+        # old ones (vLLM #47724's class)
+        if request.lora is None and request.cache_salt is None:
+            return None
+        digest = hashlib.blake2b(b"prefix-root", digest_size=32)
+        for part in (request.lora, request.cache_salt):
+            digest.update(repr(part).encode() + b"\0")
+        return digest.digest()
+
+
 class SaltIgnored(PagedEngine):
     caught_by = "isolation"
 
@@ -132,6 +151,6 @@ class TenantsNeverCached(PagedEngine):
 
 
 LORA_PLANTED: list[type[PagedEngine]] = [ScalingTwice, BaseRowsGetADelta, StaleIndex,
-                                         RowsTakeAdmissionOrder,
+                                         RowsTakeAdmissionOrder, KeyIgnoresReload,
                                          KeyIgnoresAdapter, SaltIgnored, TenantsNeverCached,
                                          SlotReused]

@@ -1,19 +1,30 @@
 """The two seed workloads of engines.testing.seed_workloads that each reach a one-line bug
 planted in the paged engine (tests/planted/revisit_bugs.py; the tests of `liveness` and
 `variants` show each reached and caught, and no other seed workload reaching it): the
-unmutated engine passes both."""
+unmutated engine passes both. And the adapter swap a seed workload makes (the tenants
+feature's re-added adapter): made, recorded and put back."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engines.paged.engine import PagedEngine
 from engines.paged.variants import small_pool
+from engines.protocol import Request, SamplingParams, loras
+from engines.testing.recorder import run_workload
+from engines.testing.rerun_script import ScriptSetup, rerun_script
 from engines.testing.verdict import verify
+from engines.testing.workload import AdapterSwap, Workload
+from engines.zoo import paged_with_loras
 from tests.planted.revisit_bugs import FullHitComputesNothing, ReseedsOnResume
 from tests.planted.seed_reach import AGAIN, SEEDED, seed_context, split
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("label", [AGAIN, SEEDED])
@@ -26,3 +37,28 @@ def test_the_correct_paged_engine_passes_them(label: str) -> None:
         for check in checks:
             outcome = verify(ctx, w, check)
             assert outcome.ok, (w.label, check, outcome.failure)
+
+
+def test_an_adapter_swap_is_made_and_put_back() -> None:
+    """A workload's AdapterSwap (the tenants feature's re-added adapter): the recorder
+    re-adds the adapter with the other's weights before its step, each request is recorded
+    under the directory it was served from, and the engine serves its own adapters again
+    after the drain (a pooled engine is reused); a report's script carries the swap."""
+    engine = paged_with_loras()
+    own = dict(loras(engine))
+    a, b = sorted(own)[0], sorted(own)[-1]
+    assert own[a] != own[b]
+    p = SamplingParams(max_tokens=2)
+    w = Workload((Request((1, 2, 3), p, request_id="r0", lora=a),
+                  Request((1, 2, 3), p, request_id="r1", lora=a)), (0, 4),
+                 swaps=(AdapterSwap(4, a, b),))
+    trace = run_workload(engine, w)
+    assert trace.lora_paths == {"r0": own[a], "r1": own[b]}
+    assert dict(loras(engine)) == own
+    script = rerun_script("parity", w, ScriptSetup("from engines.zoo import paged_with_loras "
+                                                   "as make_engine"))
+    assert f"swaps=(AdapterSwap(4, {a!r}, {b!r}),)" in script
+    # The script replays the swap and judges the run: the correct engine passes (exit 0).
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

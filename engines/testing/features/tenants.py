@@ -18,6 +18,11 @@ different adapters whose rows a chunking scheduler orders otherwise than they we
 that takes each row's adapter from the admission order, not from the row's own request,
 serves them under each other's adapters.
 
+An adapter re-added under its own name with other weights (`readded_adapter`, a seed
+workload, for an engine and variants with LoRAManagement): a prompt served under it, then
+again once it names other weights; a prefix cache keyed by the adapter's name alone serves
+the second request the first one's KV.
+
 Adapter swaps (adapter_swaps), for the state machine (engines.testing.stateful): adapters
 removed and added while an engine runs (engines.protocol.LoRAManagement). An engine that reuses
 a removed adapter's slot, its cached KV or its name's old weights serves the next request under
@@ -48,10 +53,10 @@ from engines.protocol import (
 )
 from engines.testing.features.base import AloneFn, Drawing, Feature, Make, pseudo_tokens
 from engines.testing.limits import EngineLimits
-from engines.testing.workload import Workload
+from engines.testing.workload import AdapterSwap, Workload
 
-__all__ = ["FEATURE", "OUT_OF_ORDER", "SALTS", "Swap", "Tenant", "adapter_swaps",
-           "adapters_out_of_order", "has_tenants",
+__all__ = ["FEATURE", "OUT_OF_ORDER", "READDED", "SALTS", "Swap", "Tenant", "adapter_swaps",
+           "adapters_out_of_order", "has_tenants", "readded_adapter",
            "isolation_workload", "swappable", "swaps_note", "tenant_choices", "tenant_limits",
            "with_tenants"]
 
@@ -62,9 +67,10 @@ SALTS = ("tenant-a", "tenant-b")  # a tiny pool: the same salt comes round again
 def tenant_limits(engine: Engine, variants: Sequence[Engine],
                   compared: Sequence[Engine]) -> dict[str, object]:
     """EngineLimits' tenant fields: the engine's adapters that every variant serves from the
-    same directory (where all of them declare "lora"), and whether every engine compared
+    same directory (where all of them declare "lora"), whether every engine compared
     (reference included: its alone runs get the salt-free request, but a salt it refuses
-    would say nothing) declares "cache_salt"."""
+    would say nothing) declares "cache_salt", and whether the engine and every variant can
+    re-add one of those adapters with another's weights (LoRAManagement, two directories)."""
     names: tuple[str, ...] = ()
     if all("lora" in capabilities_of(e).supported_sampling for e in (engine, *variants)):
         own = loras(engine)
@@ -72,7 +78,10 @@ def tenant_limits(engine: Engine, variants: Sequence[Engine],
                              if all(loras(v).get(n) == path for v in variants)))
     salts = all("cache_salt" in capabilities_of(e).supported_sampling
                 for e in (engine, *compared))
-    return {"loras": names, "salts": salts}
+    own_dirs = {loras(engine)[n] for n in names}
+    swaps = len(own_dirs) >= 2 and all(isinstance(e, LoRAManagement)
+                                       for e in (engine, *variants))
+    return {"loras": names, "salts": salts, "lora_swaps": swaps}
 
 
 def tenant_choices(limits: EngineLimits) -> list[Tenant]:
@@ -208,6 +217,34 @@ def adapters_out_of_order(limits: EngineLimits, req: Callable[..., Request]
     return Workload(tuple(reqs), (0, 2, 3, 3, 3), label=OUT_OF_ORDER)
 
 
+READDED = "an adapter re-added under its name with other weights"
+
+
+def readded_adapter(limits: EngineLimits, req: Callable[..., Request]) -> Workload | None:
+    """A prompt of two whole blocks and a tail under adapter A, served to the end (its
+    blocks cached); then A removed and added again under the same name with adapter B's
+    weights (AdapterSwap), and the same prompt under A again, beside B's own request of it
+    and a base one. Served alone by directory, the second A request is B's: an engine whose
+    prefix cache keys A's blocks by the name alone hands it KV computed under A's old
+    weights. None without LoRAManagement on every engine run (or two directories), or a
+    context too short for it."""
+    if not limits.lora_swaps:
+        return None
+    budget = 6
+    length = 2 * limits.block + 3
+    if limits.max_model_len < length + budget + 1:
+        return None
+    a, b = limits.loras[0], limits.loras[-1]
+    prompt = pseudo_tokens(71, length, limits.vocab_size)
+    first = _under(req(0, prompt, budget), (a, None))
+    # Served one at a time, a prompt 4 tokens a step: r0 is done by then.
+    late = -(-length // 4) + budget + 4
+    again = [_under(req(1, prompt, budget), (a, None)), _under(req(2, prompt, budget), (b, None)),
+             _under(req(3, prompt, budget), (None, None))]
+    return Workload((first, *again), (0, late, late + 1, late + 1), label=READDED,
+                    swaps=(AdapterSwap(late, a, b),))
+
+
 @dataclass(frozen=True, slots=True)
 class Swap:
     removed: str
@@ -266,7 +303,7 @@ def _mix(drawing: Drawing, requests: list[Request],
 
 def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
     found = [isolation_workload(drawing, req, lambda n: pseudo_tokens(11, n, drawing.vocab_size)),
-             adapters_out_of_order(drawing, req)]
+             adapters_out_of_order(drawing, req), readded_adapter(drawing, req)]
     return [w for w in found if w is not None]
 
 

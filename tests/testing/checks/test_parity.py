@@ -11,7 +11,7 @@ import pytest
 
 from engines.protocol import FinishReason
 from engines.testing.checks import check_named
-from engines.testing.features.tenants import OUT_OF_ORDER
+from engines.testing.features.tenants import OUT_OF_ORDER, READDED
 from engines.testing.workload import Abort
 from engines.zoo import paged_with_loras
 from tests.helpers import GOOD, JUDGE, MULTI_TOKEN, Steps, fails, trace
@@ -19,7 +19,7 @@ from tests.planted import expect
 from tests.planted.catalog import ALL_CONTROLS, REFERENCE_ENGINES, TOY, name_of, planted
 from tests.planted.constraint_bugs import CONSTRAINT_PLANTED, CONTROLS
 from tests.planted.harness import hunt, pinned
-from tests.planted.lora_bugs import LORA_PLANTED, RowsTakeAdmissionOrder
+from tests.planted.lora_bugs import LORA_PLANTED, KeyIgnoresReload, RowsTakeAdmissionOrder
 from tests.planted.multitoken import DropsSecondOfRun
 from tests.planted.sampling_bugs import SAMPLING_PLANTED
 from tests.planted.tenants import (
@@ -124,6 +124,14 @@ def test_the_hard_case_catches_rows_given_adapters_in_admission_order() -> None:
     prefilled in chunks, so their rows go first) catches it every run."""
     bug = RowsTakeAdmissionOrder
     expect.caught_by_the_hard_case(bug, OUT_OF_ORDER, lora_context(with_zoo_loras(bug)))
+
+
+def test_the_hard_case_catches_a_prefix_key_blind_to_a_readded_adapter() -> None:
+    """Issue 52: never caught at the default profile before (only the state machine re-added
+    adapters); the tenants feature's seed workload re-adds one under its name with another's
+    weights between two requests of one prompt, and catches it every run."""
+    bug = KeyIgnoresReload
+    expect.caught_by_the_hard_case(bug, READDED, lora_context(with_zoo_loras(bug)))
 
 
 def test_the_correct_engine_with_loras_passes() -> None:
