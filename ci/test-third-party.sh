@@ -71,6 +71,12 @@ if [[ -n $ALL ]]; then
                       engines.adapters.http.llama_variants:llama_server_ngram_mod
                       engines.adapters.http.llama_variants:llama_server_lora
                       engines.adapters.http.llama_variants:llama_server_lora_cache_prompt)
+    # Deployment precision: the GGUF at F16 and Q8_0 over the server's default F16 KV cache,
+    # judged tie-aware by --parity=auto. Against the fp32 reference, as every factory here
+    # (both passed seeds 1 and 2; against sequential_fp16 the F16 one fails `logprobs` by
+    # that reference's own rounding: docs/engines.md, "At deployment precision", note f).
+    LLAMA_FACTORIES+=(engines.adapters.http.llama_variants:llama_server_f16
+                      engines.adapters.http.llama_variants:llama_server_q8_0)
 fi
 if [[ -n $ALL ]]; then
     HF_FACTORIES+=(engines.adapters.hf.variants:hf_block_sharing
@@ -285,7 +291,8 @@ elif [[ ${#LLAMA_FACTORIES[@]} -gt 0 ]]; then
              "built: see above)"
     else
         export BATCHING_LLAMA_SERVER=$LLAMA_BIN
-        adapter_tests "$PY" tests/adapters/http/test_llama_server.py tests/adapters/http/test_llama_server_variants.py
+        adapter_tests "$PY" tests/adapters/http/test_llama_server.py tests/adapters/http/test_llama_server_variants.py \
+            tests/adapters/http/test_llama_precision.py
         suites "$PY" "$@" -- "${LLAMA_FACTORIES[@]}"
         unset BATCHING_LLAMA_SERVER
     fi
