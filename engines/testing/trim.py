@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engines.testing import progress_lines as progress
+from engines.testing.checks import catalogue
 from engines.testing.context import SuiteContext
 from engines.testing.crash import EngineCrashed, StepTimeout
 from engines.testing.replays import replay_failure
@@ -60,6 +61,13 @@ def _same(a: AssertionError, b: AssertionError) -> bool:
     return True
 
 
+def _one_replay_judges(error: AssertionError) -> bool:
+    """Whether one replay's verdict stands for the failure: not for a statistical check's
+    (engines.testing.checks: search=False), whose workload is sized for its bound."""
+    found = next((c for c in catalogue() if c.name == getattr(error, "prop", None)), None)
+    return found is None or found.search
+
+
 def fails_the_same_way(ctx: SuiteContext, w: Workload, error: AssertionError) -> Failure | None:
     """How w fails on a fresh engine, where it fails as `error` did (same check; for a crash,
     the same exception type); else None."""
@@ -86,6 +94,9 @@ def keep_requests_that_matter(ctx: SuiteContext, w: Workload, failure: Failure) 
                                                                StepTimeout):
         return Trimmed(w, failure, of, of, "none dropped: the engine hangs, and each try "
                        "would wait out the step timeout")
+    if not _one_replay_judges(failure.error):
+        return Trimmed(w, failure, of, of, "none dropped: this check's verdict is statistical, "
+                       "over the whole workload")
     cut = ""
     for rid in [r.request_id for r in w.requests]:
         if len(w.requests) <= 1:
