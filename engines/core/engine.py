@@ -61,6 +61,10 @@ class EngineCore(Generic[S]):
     CAPABILITIES: ClassVar[Capabilities] = Capabilities(
         supported_sampling=BASE_PARAMS | PROCESSING_PARAMS | CONSTRAINT_PARAMS | TEXT_PARAMS,
         logprobs_of="raw")
+    # Capabilities.batch_invariant for this instance: set by an engine built in its
+    # batch-invariant mode (engines.core.invariant), whose rows compute the same bits in any
+    # batch.
+    batch_invariant: bool = False
 
     def __init__(
         self,
@@ -157,7 +161,9 @@ class EngineCore(Generic[S]):
         dtype = self._dtype_name
         return dataclasses.replace(self.CAPABILITIES, position_thresholds=self._thresholds,
                                    tokenizer=self._tokenizer(),
-                                   dtype=dtype if dtype in DTYPES else "float32")
+                                   dtype=dtype if dtype in DTYPES else "float32",
+                                   batch_invariant=(self.CAPABILITIES.batch_invariant
+                                                    or self.batch_invariant))
 
     def _tokenizer(self) -> str:
         """Capabilities.tokenizer: the directory of this vocabulary's tokenizer.json."""

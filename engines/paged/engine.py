@@ -52,6 +52,7 @@ from engines.paged.beams import PagedBeams
 from engines.paged.blocks import BlockKey, BlockPool
 from engines.paged.fork import PagedForks
 from engines.paged.forward import PagedForward, Row
+from engines.paged.invariant import InvariantForward
 from engines.paged.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, LoraStacks
 from engines.paged.schedule import PagedSchedule
 from engines.paged.speculate import Speculation, SpeculativeSteps
@@ -133,6 +134,7 @@ class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
         max_loras: int = DEFAULT_MAX_LORAS,  # adapters served at once
         max_lora_rank: int = DEFAULT_MAX_LORA_RANK,
         speculation: Speculation | None = None,  # engines.paged.speculate; None: off
+        batch_invariant: bool = False,  # engines.paged.invariant: the same bits in any batch
     ) -> None:
         super().__init__(model, device=device, dtype=dtype, max_batch_size=max_batch_size,
                          max_model_len=max_model_len, seed=seed)
@@ -159,9 +161,16 @@ class PagedEngine(SpeculativeSteps, PagedBeams, PagedForks, PagedSchedule,
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_prefill_only_tokens = max_prefill_only_tokens
         self.pool = BlockPool(num_blocks, enable_prefix_caching=enable_prefix_caching)
-        self.runner = PagedForward(self.model, num_blocks=num_blocks, block_size=block_size,
-                                   max_model_len=self.max_model_len, seats=max_batch_size,
-                                   compiled=compiled)
+        if batch_invariant and compiled != "off":
+            raise ValueError(f"compiled: {compiled!r} with batch_invariant=True; the invariant "
+                             "forward is eager only (compiled='off')")
+        self.batch_invariant = batch_invariant
+        self.runner = (InvariantForward(self.model, num_blocks=num_blocks, block_size=block_size,
+                                        max_model_len=self.max_model_len, seats=max_batch_size)
+                       if batch_invariant else
+                       PagedForward(self.model, num_blocks=num_blocks, block_size=block_size,
+                                    max_model_len=self.max_model_len, seats=max_batch_size,
+                                    compiled=compiled))
         self.free_seats = list(range(max_batch_size))
         self._init_forks()
         self._init_beams()

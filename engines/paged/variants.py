@@ -19,9 +19,10 @@ from engines.models import DEFAULT_PRESET, preset_max_model_len
 from engines.paged.engine import DEFAULT_BLOCK_SIZE, PagedEngine
 from engines.paged.speculate import Speculation
 
-__all__ = ["VARIANTS", "bf16", "budget_8", "compiled_graphs", "compiled_step", "equal_memory",
-           "fp16", "no_prefix_caching", "one_at_a_time", "small_pool", "speculative_draft",
-           "speculative_draft_sampled", "speculative_ngram", "speculative_self"]
+__all__ = ["VARIANTS", "bf16", "bf16_invariant", "budget_8", "compiled_graphs", "compiled_step",
+           "equal_memory", "fp16", "no_prefix_caching", "one_at_a_time", "small_pool",
+           "speculative_draft", "speculative_draft_sampled", "speculative_ngram",
+           "speculative_self"]
 
 
 def no_prefix_caching() -> PagedEngine:
@@ -143,6 +144,13 @@ VARIANTS = {
 def bf16() -> PagedEngine:
     """The paged engine in bfloat16 (weights, compute and KV blocks)."""
     return PagedEngine(dtype="bfloat16")
+
+
+def bf16_invariant() -> PagedEngine:
+    """bf16 in its batch-invariant mode (engines.paged.invariant): every token computes the
+    same bits whatever shares its step, however its prompt was chunked, so it declares
+    batch_invariant and --parity=auto holds it to exact parity in bf16."""
+    return PagedEngine(dtype="bfloat16", batch_invariant=True)
 
 
 def fp16() -> PagedEngine:

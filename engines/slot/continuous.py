@@ -37,6 +37,13 @@ def continuous_bf16() -> ContinuousBatchEngine:
     return ContinuousBatchEngine(dtype="bfloat16")
 
 
+def continuous_bf16_invariant() -> ContinuousBatchEngine:
+    """continuous_bf16 in its batch-invariant mode (engines.slot.invariant): every row
+    computes the same bits whatever shares its step, so it declares batch_invariant and
+    --parity=auto holds it to exact parity in bf16."""
+    return ContinuousBatchEngine(dtype="bfloat16", batch_invariant=True)
+
+
 def continuous_fp16() -> ContinuousBatchEngine:
     """The continuous engine in float16 (weights, compute and KV cache)."""
     return ContinuousBatchEngine(dtype="float16")

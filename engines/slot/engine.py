@@ -14,6 +14,7 @@ from engines.core.slots import BaseEngine
 from engines.protocol import StepOutput
 from engines.slot.cache import SlotCache
 from engines.slot.forward import SlotForward
+from engines.slot.invariant import InvariantSlotForward
 
 
 class SlotEngine(BaseEngine):
@@ -21,9 +22,12 @@ class SlotEngine(BaseEngine):
         BaseEngine.CAPABILITIES,
         supported_sampling=BaseEngine.CAPABILITIES.supported_sampling | {"prompt_logprobs", "n"})
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, batch_invariant: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.runner = SlotForward(self.model)
+        # batch_invariant (engines.slot.invariant): the same bits whatever the batch.
+        self.batch_invariant = batch_invariant
+        self.runner = (InvariantSlotForward(self.model, max_len=self.max_model_len)
+                       if batch_invariant else SlotForward(self.model))
         self.forked_prefills = 0  # children that started from a sibling's prefill, ever
         param = next(self.model.parameters())
         self.cache = SlotCache(
