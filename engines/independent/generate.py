@@ -30,15 +30,15 @@ class Generated:
     stopped_by_string: bool = False
 
 
-def _config(p: SamplingParams, **extra: Any) -> GenerationConfig:
-    """A GenerationConfig whose own processors are all off: generate fills a field left at
-    None with its default (top_k 50 where sampling), which would filter every sampled
-    request; ours are passed as logits_processor instead."""
+def _config(p: SamplingParams, *, do_sample: bool = False, **extra: Any) -> GenerationConfig:
+    """A GenerationConfig whose own processors are all off: generate fills a sampling field
+    left at None with its default (top_k 50), which would filter every sampled request; ours
+    are passed as logits_processor instead."""
     stops = list(p.stop_token_ids) or None
+    off: dict[str, Any] = {"top_k": 0, "top_p": 1.0, "temperature": 1.0} if do_sample else {}
     return GenerationConfig(max_new_tokens=p.max_tokens, eos_token_id=stops,
-                            pad_token_id=stops[0] if stops else 0, top_k=0, top_p=1.0,
-                            min_p=None, temperature=1.0, repetition_penalty=1.0,
-                            use_cache=True, **extra)
+                            pad_token_id=stops[0] if stops else 0, do_sample=do_sample,
+                            repetition_penalty=1.0, use_cache=True, **off, **extra)
 
 
 def _tops(logits: Sequence[torch.Tensor], tokens: Sequence[int], k: int
@@ -93,7 +93,7 @@ def beams(model: Any, prompt: Sequence[int], p: SamplingParams
     cumulative logprob / length ** length_penalty), each cut after its first stop id
     (generate pads the shorter beams with it)."""
     ids = torch.tensor([list(prompt)], device=model.device)
-    config = _config(p, num_beams=p.beam_width, num_return_sequences=p.n, do_sample=False,
+    config = _config(p, num_beams=p.beam_width, num_return_sequences=p.n,
                      length_penalty=p.length_penalty, early_stopping="never")
     rows = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
     out = []

@@ -21,6 +21,10 @@ from engines.testing.workload import Workload
 from tests.planted import expect
 from tests.planted.beam_bugs import BEAM_PLANTED, PagedBeamStopDoesNotFinish
 from tests.planted.catalog import name_of, planted
+from tests.planted.common_mode_bugs import (
+    COMMON_MODE_PLANTED,
+    caught_only_by_the_independent_reference,
+)
 
 CHECK = "beam_search"
 
@@ -120,3 +124,10 @@ def test_the_hard_case_catches_a_stop_id_that_does_not_finish_a_beam() -> None:
     """Issue 52: caught in one run of two at the default profile before; the beams feature's
     seed workload (stop ids from the search's own best beam) catches it every run."""
     expect.caught_by_the_hard_case(PagedBeamStopDoesNotFinish, BEAM_STOPS)
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, COMMON_MODE_PLANTED), ids=name_of)
+def test_common_mode_bugs_are_caught_against_the_independent_reference(bug: Any) -> None:
+    """A bug in engines/core, made alike by the engine and the sequential reference: the
+    independent reference (engines.independent) sees it, the shared one cannot."""
+    caught_only_by_the_independent_reference(bug)

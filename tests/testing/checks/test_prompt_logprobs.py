@@ -18,6 +18,10 @@ from engines.testing.recorder import StepRecord, Trace
 from engines.testing.workload import Workload
 from tests.planted import expect
 from tests.planted.catalog import ALL_CONTROLS, REFERENCE_ENGINES, name_of, planted
+from tests.planted.common_mode_bugs import (
+    COMMON_MODE_PLANTED,
+    caught_only_by_the_independent_reference,
+)
 from tests.planted.harness import pinned
 
 CHECK = "prompt_logprobs"
@@ -82,3 +86,10 @@ def test_an_unlikely_prompt_tokens_value_in_bf16_is_judged_by_its_magnitude() ->
     # fp32, exact parity: the value tolerance is the check's own 1e-3, no relative part.
     with pytest.raises(Violation, match=r"\(tolerance 0\.001;"):
         _judged(-7.99, -8.13, relative=relative_for("bfloat16"))
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, COMMON_MODE_PLANTED), ids=name_of)
+def test_common_mode_bugs_are_caught_against_the_independent_reference(bug: Any) -> None:
+    """A bug in engines/core, made alike by the engine and the sequential reference: the
+    independent reference (engines.independent) sees it, the shared one cannot."""
+    caught_only_by_the_independent_reference(bug)

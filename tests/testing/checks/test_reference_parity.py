@@ -26,6 +26,10 @@ from tests.helpers import GOOD, Table, fails, judge, make_prompts, trace
 from tests.kv_checks import drain_checked
 from tests.planted import expect
 from tests.planted.catalog import REFERENCE_ENGINES, name_of, planted
+from tests.planted.common_mode_bugs import (
+    COMMON_MODE_PLANTED,
+    caught_only_by_the_independent_reference,
+)
 from tests.planted.constraint_bugs import CONSTRAINT_PLANTED, CONTROLS
 from tests.planted.harness import hunt, pinned
 from tests.planted.lora_bugs import LORA_PLANTED
@@ -170,3 +174,10 @@ def test_a_quantized_engine_is_judged_by_top_k_membership() -> None:
         _quantized(7, "top-k", own={7: -1.0, 0: -1.2})
     with pytest.raises(Violation, match=r"not among the engine's own top candidates"):
         _quantized(1, "top-k", own={1: -1.0, 8: -1.2})
+
+
+@pytest.mark.parametrize("bug", planted(CHECK, COMMON_MODE_PLANTED), ids=name_of)
+def test_common_mode_bugs_are_caught_against_the_independent_reference(bug: Any) -> None:
+    """A bug in engines/core, made alike by the engine and the sequential reference: the
+    independent reference (engines.independent) sees it, the shared one cannot."""
+    caught_only_by_the_independent_reference(bug)
