@@ -17,11 +17,11 @@ From which library each part comes (docs/architecture.md, "The independent refer
 
 What no library has, written here from its definition and sharing no code with engines/core:
 presence and frequency penalties with vLLM's semantics (engines.independent.processors).
-What is the protocol's own rule and so not judged independently: the seeded draw's RNG
-stream (generate draws with torch.multinomial under torch.manual_seed(seed), not our
-engines' per-request generator, so seeded tokens are not comparable with ours, and the
-suite compares only greedy tokens with a reference) and n > 1's seed rule (child i under
-seed s + i: restated here, not imported).
+The protocol's own rules, restated rather than imported: n > 1's seed rule (child i under seed
+s + i) and the stop string's cut. Sampling is generate's torch.multinomial under
+torch.manual_seed(seed): it draws what our engines draw (their sampler reproduces
+multinomial's one-sample path on the request's own generator), though the suite compares only
+greedy tokens with a reference.
 
 Bad input is refused by engines.core.validation and LoRA names kept by engines.core.lora
 (neither is processing); tests/test_layout.py holds the package to importing
