@@ -39,8 +39,8 @@ from engines.adapters.http.servers import llama_server_binary, llama_server_proc
 __all__ = ["CACHE_DTYPES", "DEPLOYED_CACHE", "GUIDED_ENDS", "LORAS", "SPEC_LOGPROBS",
            "WEIGHT_DTYPES", "LlamaEngine", "llama_server_draft", "llama_server_f16",
            "llama_server_guided", "llama_server_lora", "llama_server_lora_cache_prompt",
-           "llama_server_n", "llama_server_ngram_mod", "llama_server_ngram_simple",
-           "llama_server_q8_0"]
+           "llama_server_deployed", "llama_server_n", "llama_server_ngram_mod",
+           "llama_server_ngram_simple", "llama_server_q8_0"]
 
 PRESET = "tiny"
 DRAFT_PRESET = "tiny-draft"
@@ -198,12 +198,18 @@ CACHE_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "q8_0": 
 DEPLOYED_CACHE = "f16"
 
 
-def _deployed(outtype: str, name: str) -> LlamaEngine:
-    # -lv 4: the server logs the file type, the cache's K and V types and whether flash
-    # attention is on, what tests/adapters/http/test_llama_precision.py reads back.
+def llama_server_deployed(outtype: str, *, name: str | None = None,
+                          log_verbosity: int | None = None) -> LlamaEngine:
+    """llama-server on the tiny preset's GGUF at `outtype` (gguf_convert.OUTTYPES) over the
+    deployed KV cache (DEPLOYED_CACHE) and flash attention ("auto"), 4 slots, cache_prompt
+    off, declaring both. `log_verbosity`: the server's `-lv`; at 4 it logs the file type, the
+    K and V cache types and whether flash attention is on, what
+    tests/adapters/http/test_llama_precision.py reads back, and also every request's slot
+    work (about 18 MB a batching-dev suite run), so the factories leave the default."""
+    extra = () if log_verbosity is None else ("-lv", str(log_verbosity))
     server = llama_server_process(PRESET, outtype=outtype, cache_type=DEPLOYED_CACHE,
-                                  flash_attn="auto", extra=("-lv", "4"))
-    dialect = LlamaServer(vocab_size=_vocab(), name=name)
+                                  flash_attn="auto", extra=extra)
+    dialect = LlamaServer(vocab_size=_vocab(), name=name or f"llama-{outtype}")
     return LlamaEngine(server.url, vocab_size=_vocab(), dialect=dialect, log=str(server.log),
                        dtype=WEIGHT_DTYPES[outtype],
                        kv_cache_dtype=CACHE_DTYPES[DEPLOYED_CACHE])
@@ -212,8 +218,10 @@ def _deployed(outtype: str, name: str) -> LlamaEngine:
 def llama_server_f16() -> LlamaEngine:
     """Deployment precision: the tiny preset's GGUF at F16 (the converter's `--outtype f16`)
     with the server's default F16 KV cache and flash attention, 4 slots, cache_prompt off;
-    declares float16 weights and cache. Its reference: engines.sequential:sequential_fp16."""
-    return _deployed("f16", "llama-f16")
+    declares float16 weights and cache. Its reference: engines.sequential:sequential_fp16
+    (whose own fp16 activations fail `logprobs` on long prompts, where llama.cpp's F32 ones
+    stay nearer fp32: docs/engines.md, "At deployment precision", note f)."""
+    return llama_server_deployed("f16")
 
 
 def llama_server_q8_0() -> LlamaEngine:
@@ -221,4 +229,4 @@ def llama_server_q8_0() -> LlamaEngine:
     scale each) with the server's default F16 KV cache and flash attention; declares int8
     weights over a float16 cache. Its reference: the fp32 engines.sequential.SequentialEngine
     (none computes in int8; the header warns of the difference)."""
-    return _deployed("q8_0", "llama-q8_0")
+    return llama_server_deployed("q8_0")
