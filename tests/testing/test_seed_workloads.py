@@ -1,8 +1,9 @@
 """The two seed workloads of engines.testing.seed_workloads that each reach a one-line bug
 planted in the paged engine (tests/planted/revisit_bugs.py; the tests of `liveness` and
 `variants` show each reached and caught, and no other seed workload reaching it): the
-unmutated engine passes both. And the adapter swap a seed workload makes (the tenants
-feature's re-added adapter): made, recorded and put back."""
+unmutated engine passes both. And features' hard cases (issue 52) that no planted bug here
+needs: the adapter swap a seed workload makes (the tenants feature's re-added adapter), made,
+recorded and put back; forked families preempted; a stop string ending in whitespace."""
 
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ import pytest
 from engines.paged.engine import PagedEngine
 from engines.paged.variants import small_pool
 from engines.protocol import Request, SamplingParams, loras
+from engines.sequential import SequentialEngine
+from engines.testing.context import SuiteOptions, build_context
+from engines.testing.features.children import PAST_THE_POOL
 from engines.testing.recorder import run_workload
 from engines.testing.rerun_script import ScriptSetup, rerun_script
+from engines.testing.search import drawing_of
+from engines.testing.seed_workloads import seed_workloads
 from engines.testing.verdict import verify
 from engines.testing.workload import AdapterSwap, Workload
 from engines.zoo import paged_with_loras
@@ -62,3 +68,27 @@ def test_an_adapter_swap_is_made_and_put_back() -> None:
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_forked_families_are_preempted_and_pass() -> None:
+    """The children feature's families past a small pool: the engine preempts forked
+    children, and the correct engine passes children and kv_accounting on them."""
+    ctx = build_context(small_pool, name="small_pool",
+                        options=SuiteOptions(reference=SequentialEngine))
+    for check in ("children", "kv_accounting"):
+        found = [w for w in seed_workloads(drawing_of(ctx, check), alone=ctx.oracle.tokens)
+                 if PAST_THE_POOL in w.label]
+        assert found, check
+        for w in found:
+            outcome = verify(ctx, w, check)
+            assert outcome.ok, (w.label, check, outcome.failure)
+            assert outcome.trace is not None and outcome.trace.exercised["preemptions"] > 0
+
+
+def test_a_stop_string_ends_in_whitespace() -> None:
+    ctx = build_context(PagedEngine, name="paged")
+    found = [w for w in seed_workloads(drawing_of(ctx, "stop_strings"), alone=ctx.oracle.tokens)
+             if w.label == "stop strings at the edges"]
+    assert found
+    stops = [s for r in found[0].requests for s in r.params.stop]
+    assert any(len(s) > 1 and s[-1].isspace() and not s[0].isspace() for s in stops), stops

@@ -5,7 +5,10 @@ logprobs (which bound how likely identical children are by chance: properties/ch
 
 Families compose with stop strings (engines.testing.composition): drawn from child 0's text
 served alone, so one child completes one and its siblings most often do not; and are aborted
-late, after a child has finished. The seed workloads hold both, hand-picked (`family_workloads`).
+late, after a child has finished. The seed workloads hold both, hand-picked (`family_workloads`),
+and families that overflow a KV pool (the engine's or a config variant's, where the seats
+the pool serves can overflow it: `families_past_the_pool`), so that forked children are
+preempted while their siblings still read the blocks they share.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import dataclasses
 from hypothesis import strategies as st
 
 from engines.protocol import Request, SamplingParams
-from engines.testing.features.base import AloneFn, Drawing, Feature, Make
+from engines.testing.features.base import AloneFn, Drawing, Feature, Make, pseudo_tokens
 from engines.testing.features.stop_strings import FEATURE as STOP_STRINGS
 from engines.testing.features.stop_strings import completed_by
 from engines.testing.limits import EngineLimits
 from engines.testing.workload import Abort, Workload
 
-__all__ = ["CHILD_BUDGET", "FEATURE", "draws_children", "families", "family_workloads"]
+__all__ = ["CHILD_BUDGET", "FEATURE", "PAST_THE_POOL", "draws_children", "families",
+           "families_past_the_pool", "family_workloads"]
 
 # Tokens per child: enough that identical sampled children are implausible for a correct
 # engine (the property computes how implausible from the logprobs).
@@ -97,8 +101,45 @@ def family_workloads(limits: Drawing, req: Make, alone: AloneFn) -> list[Workloa
     return out
 
 
+PAST_THE_POOL = "families past a pool of"
+
+
+def families_past_the_pool(limits: Drawing, req: Make, blocks: int, seats: int
+                           ) -> Workload | None:
+    """For a pool of `blocks` serving `seats` requests at once: families of 3 children (one
+    a seat), 16 children at most, whose shared prompts and outputs together need a quarter
+    more blocks than the pool holds (prompts two fifths of each family's share, outputs a
+    fifth each child): the engine must preempt while children decode. Seeded sampled where
+    seeded sampling is drawn, else greedy. None where whole-context requests in every seat
+    still fit the pool, or a family's share does not fit the context."""
+    n = 3
+    families = max(1, min(seats, 16) // n)
+    share = -(-blocks * limits.block * 5 // 4 // families)
+    prompt, out = max(1, share * 2 // 5), max(2, share // 5)
+    if (prompt + out > limits.max_model_len
+            or seats * -(-limits.max_model_len // limits.block) <= blocks):
+        return None
+    sampled = limits.sampling and "temperature" in limits.sampling_fields
+    reqs = []
+    for i in range(families):
+        extra: dict[str, object] = ({"temperature": 1.0, "seed": 900 + i} if sampled else {})
+        r = req(i, pseudo_tokens(700 + i, prompt, limits.vocab_size), out, n=n, **extra)
+        if sampled:  # the children check's bound on identical children needs these
+            r = dataclasses.replace(r, params=dataclasses.replace(
+                r.params, logprobs=max(1, limits.logprobs)))
+        reqs.append(r)
+    return Workload(tuple(reqs), (0,) * len(reqs), label=f"{PAST_THE_POOL} {blocks} blocks")
+
+
 def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
-    return [] if alone is None else family_workloads(drawing, req, alone)
+    out = [] if alone is None else family_workloads(drawing, req, alone)
+    pools = {*drawing.variant_pools, *([(drawing.kv_blocks, drawing.slots)]
+                                       if drawing.kv_blocks is not None else [])}
+    for blocks, seats in sorted(pools):
+        found = families_past_the_pool(drawing, req, blocks, seats)
+        if found is not None:
+            out.append(found)
+    return out
 
 
 FEATURE = Feature("children", needs="n in supported_sampling (of the engine and of every engine "

@@ -99,6 +99,17 @@ def _spanning(texts: Sequence[str]) -> tuple[int, str] | None:
     return None
 
 
+def _ending_in_whitespace(text: str) -> str | None:
+    """A two-character string of `text` whose second character is whitespace and first is
+    not, at its first occurrence (None where the text has none)."""
+    for i in range(1, len(text)):
+        s = text[i - 1:i + 1]
+        if (text[i].isspace() and not text[i - 1].isspace() and REPLACEMENT not in s
+                and text.find(s) == i - 1):
+            return s
+    return None
+
+
 def completed_by(limits: EngineLimits, own: Sequence[int]) -> str | None:
     """A stop string `own` (an output) completes: two characters across a token boundary, the
     first such; else its last visible character; None where its text has none."""
@@ -116,13 +127,15 @@ def stop_string_workload(limits: EngineLimits, alone: AloneFn) -> Workload | Non
     """The hand-picked stop strings, from greedy outputs served alone: one spanning two
     tokens; a multi-byte character; one completed by a token that is also a stop id; one
     completed by the last budgeted token (STOP, not LENGTH), kept in the text; one only the
-    prompt holds; one never produced. None where the engine cannot be sent them."""
+    prompt holds; one never produced; one ending in whitespace (a detokenizer that holds a
+    trailing space back, or strips it, must still stop there). None where the engine cannot
+    be sent them."""
     if not draws_stop_strings(limits):
         return None
     assert limits.tokenizer is not None
     tok = tokenizer(limits.tokenizer)
     budget = max(1, min(12, limits.max_model_len - 8))
-    prompts = [(1, 2, 3), (4, 5), (6, 7, 8), (9, 10), (11, 12, 13), (2, 4, 6, 8)]
+    prompts = [(1, 2, 3), (4, 5), (6, 7, 8), (9, 10), (11, 12, 13), (2, 4, 6, 8), (3, 5, 7, 9)]
     plain = SamplingParams(max_tokens=budget, logprobs=limits.logprobs)
     outs = [alone(p, plain) for p in prompts]
     texts = [[visible(decode(tok, own[:k])) for k in range(len(own) + 1)] for own in outs]
@@ -144,9 +157,11 @@ def stop_string_workload(limits: EngineLimits, alone: AloneFn) -> Workload | Non
     only = [c for c in said if c not in texts[4][-1] and c != REPLACEMENT]
     found.append(dataclasses.replace(plain, stop=(only[0],) if only else MISSES[3:]))
     found.append(dataclasses.replace(plain, stop=MISSES))
+    spaced = _ending_in_whitespace(texts[6][-1])
+    found.append(dataclasses.replace(plain, stop=(spaced,) if spaced else MISSES[:1]))
     reqs = tuple(Request(p, params, request_id=f"r{i}")
                  for i, (p, params) in enumerate(zip(prompts, found, strict=True)))
-    return Workload(reqs, (0, 0, 0, 1, 1, 2), label="stop strings at the edges")
+    return Workload(reqs, (0, 0, 0, 1, 1, 2, 2), label="stop strings at the edges")
 
 
 def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
