@@ -22,6 +22,7 @@ from engines.testing.coverage import Coverage, Tally
 from engines.testing.features.top_logprobs import FEATURE as TOP_LOGPROBS_FEATURE
 from engines.testing.judging.base import Judge, describe, step_of_token, tops
 from engines.testing.oracle import served_by
+from engines.testing.precision import VALUE_TERMS
 from engines.testing.processing import comparable_kinds
 from engines.testing.recorder import Trace
 
@@ -39,12 +40,13 @@ REFERENCE_TOL = 1e-3
 
 def tolerances(judge: Judge) -> tuple[float, float, float]:
     """(batched against alone, against the reference, relative) for logprob values at the
-    judge's parity: under tie-aware parity the parity tolerance for both, plus the judge's
-    relative part per unit of the value (engines.testing.precision.relative_for: a less
-    likely token's value carries the rounding of larger terms); none under exact parity."""
+    judge's parity: under tie-aware parity VALUE_TERMS times the parity tolerance for both (a
+    value is a logit less the normaliser, each moved by up to the tolerance), plus the
+    judge's relative part per unit of the value (engines.testing.precision.relative_for);
+    none under exact parity."""
     if judge.parity == "exact":
         return BATCH_TOL, REFERENCE_TOL, 0.0
-    return judge.tolerance, judge.tolerance, judge.relative
+    return (VALUE_TERMS * judge.tolerance,) * 2 + (judge.relative,)
 
 
 def _close(a: float, b: float, tol: float, rel: float) -> bool:
