@@ -493,6 +493,9 @@ class Capabilities:
     - kv_cache_dtype: its KV cache's, one of KV_CACHE_DTYPES; None: as dtype (kv_dtype).
     - batch_invariant: every row computes the same bits whatever else is in the batch (its
       reductions in a fixed order), so that batched and alone runs agree exactly at any dtype.
+    - min_temperature: the lowest temperature it samples at: a request asking for less (and
+      more than 0) is served at this one (vLLM raises temperatures below 0.01 to 0.01, with a
+      warning). 0: every temperature asked for is served.
     """
 
     supported_sampling: frozenset[str] = BASE_PARAMS
@@ -507,6 +510,7 @@ class Capabilities:
     dtype: str = "float32"
     kv_cache_dtype: str | None = None
     batch_invariant: bool = False
+    min_temperature: float = 0.0
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -555,6 +559,11 @@ class Capabilities:
         if not isinstance(self.batch_invariant, bool):
             raise ValueError(f"batch_invariant: {self.batch_invariant!r}; expected True or "
                              "False")
+        floor = self.min_temperature
+        if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 <= floor < 2:
+            raise ValueError(f"min_temperature: {floor!r}; expected a temperature from 0 up "
+                             "to 2 (0: none)")
+        put("min_temperature", float(floor))
 
     @property
     def kv_dtype(self) -> str:
@@ -576,6 +585,8 @@ DECLARATIONS: Mapping[str, str] = {
     "dtype": "its weights' and compute dtype, one of DTYPES (default float32)",
     "kv_cache_dtype": "its KV cache's dtype, one of KV_CACHE_DTYPES (None: as dtype)",
     "batch_invariant": "every row computes the same bits whatever the batch (default False)",
+    "min_temperature": "the lowest temperature it samples at; lower ones are served at it "
+                       "(default 0: none)",
 }
 # The Capabilities fields an engine without `capabilities()` may still declare as plain
 # attributes of the same names, for one release (capabilities_of warns): all but the

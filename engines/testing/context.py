@@ -160,6 +160,8 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         logprobs=TOP_K if mode == "tie-aware" else 0,
         sampling=draws_sampling(declared),
         sampling_fields=_sampling_fields([engine, *(o for _, o in others.values())]),
+        min_temperature=max(capabilities_of(e).min_temperature
+                            for e in (engine, *(o for _, o in others.values()))),
     )
     if not limits.thresholds:
         # The same weights (the vocabularies agree): a reference or variant that knows the

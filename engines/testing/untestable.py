@@ -66,6 +66,10 @@ def untestable(ctx: SuiteContext) -> list[str]:
         out.append(f"{ctx.name} declares {_names(half)} but not "
                    f"{_names(TEXT_PARAMS - half)}: stop strings are drawn only where both are "
                    "declared, so stop_strings does not run; declare both")
+    if ctx.limits.min_temperature:
+        out.append(f"{ctx.name} (or an engine compared with it) declares min_temperature "
+                   f"{ctx.limits.min_temperature:g}: a lower temperature would be served at it, "
+                   "so no lower temperature is drawn")
     unshared = declared - ctx.limits.sampling_fields
     if unshared:
         others = " or ".join(

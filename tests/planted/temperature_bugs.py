@@ -15,7 +15,8 @@ from engines.core.request_state import RequestState
 from engines.sequential import SequentialEngine
 from tests.planted.sampler import Row, Sampled, SamplerEngine
 
-__all__ = ["TEMPERATURE_PLANTED", "SmallTemperatureAsOne", "TemperatureFloor"]
+__all__ = ["TEMPERATURE_PLANTED", "FlooredAtOneHundredth", "SmallTemperatureAsOne",
+           "TemperatureFloor"]
 
 
 def _at(seqs: list[RequestState], temperature: Any) -> list[Any]:
@@ -52,3 +53,15 @@ class TemperatureFloor(SamplerEngine):
 
 
 TEMPERATURE_PLANTED: list[Any] = [SmallTemperatureAsOne, TemperatureFloor]
+
+
+class FlooredAtOneHundredth(SamplerEngine):
+    """CORRECT, as declared: raises temperatures below 0.01 to 0.01 (vLLM's floor) and says so
+    (Capabilities.min_temperature), so the suite draws none lower."""
+
+    caught_by = None
+    reference = SequentialEngine
+    CAPABILITIES = dataclasses.replace(SamplerEngine.CAPABILITIES, min_temperature=0.01)
+
+    def _sample(self, logits: torch.Tensor, seqs: list[RequestState]) -> Sampled:
+        return sampling.sample(logits, _at(seqs, lambda t: 0.01 if 0 < t < 0.01 else None))

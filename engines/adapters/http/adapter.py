@@ -170,6 +170,7 @@ class HTTPEngine:
             output_fields=self.dialect.output_fields,
             expected_failed_checks={"seeds": refuse_seeded} if refuse_seeded else {},
             logprobs_of=self.dialect.logprobs_of,
+            min_temperature=self.dialect.min_temperature,  # vLLM's floor, where it has one
             max_concurrency=None if concurrency is None else int(concurrency),
             load_settle_s=float(load_settle) if reports else 0.0,
             tokenizer=tokenizer)

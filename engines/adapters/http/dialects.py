@@ -50,6 +50,7 @@ class Dialect(Protocol):
     health_path: str
     supported_sampling: frozenset[str]
     logprobs_of: str  # what its top logprobs are of (Capabilities.logprobs_of)
+    min_temperature: float  # the lowest temperature its server samples at (Capabilities')
     # The optional StepOutput fields its events can fill (Capabilities.output_fields).
     output_fields: frozenset[str]
     # The count of cached prompt tokens comes in a message after the finishing one (OpenAI's
@@ -168,6 +169,10 @@ class OpenAICompletions:
     # BPE's), nor n, prompt_logprobs (one stream per request here).
     supported_sampling = BASE_PARAMS | PROCESSING_PARAMS | {"allowed_token_ids", "logit_bias"}
     logprobs_of = "raw"
+    # vLLM raises a temperature below 0.01 to 0.01 (its SamplingParams, with a warning):
+    # declared (Capabilities.min_temperature), so no lower one is judged as if served. Another
+    # OpenAI server is then judged from 0.01 up too: less reach, no false alarm.
+    min_temperature = 0.01
     # usage.prompt_tokens_details.cached_tokens of the trailing usage message (stream_options
     # include_usage); vLLM sends it with --enable-prompt-tokens-details, counted when the
     # request was first scheduled. A server that does not send it leaves the count None.
@@ -296,6 +301,7 @@ class LlamaServer:
         "max_tokens", "stop_token_ids", "temperature", "seed", "logprobs", "top_k", "top_p",
         "min_p", "repetition_penalty"})
     logprobs_of = "raw"
+    min_temperature = 0.0  # llama.cpp divides by any temperature above 0
     client_stops = True  # the adapter applies stop_token_ids (see above)
     # timings.cache_n: the prompt tokens the slot reused from its cache (cache_prompt), on
     # every message with timings_per_token (so on the first, before any client stop).

