@@ -46,9 +46,13 @@ def _observed(trace: Trace, r: Request) -> str:
     outs = trace.outputs.get(r.request_id, [])
     if r.params.n > 1:
         kids: dict[int, list[int]] = {}
+        ends: dict[int, str] = {}
         for _, out in outs:
             kids.setdefault(out.index, []).extend(out.token_ids)
-        return ", ".join(f"child {i}: {kids[i]}" for i in sorted(kids)) or "no output"
+            if out.finish_reason is not None:
+                ends.setdefault(out.index, f" {out.finish_reason.value}")
+        return ", ".join(f"child {i}: {kids[i]}{ends.get(i, '')}"
+                         for i in sorted(kids)) or "no output"
     reason = trace.finish_reason(r.request_id)
     return f"{trace.tokens(r.request_id)} ({getattr(reason, 'value', reason)})"
 

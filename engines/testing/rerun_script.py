@@ -54,7 +54,7 @@ def _workload_src(w: Workload) -> list[str]:
 
 
 def rerun_script(check: str, w: Workload, setup: ScriptSetup,
-                  earlier: Sequence[Workload] = ()) -> str:
+                 earlier: Sequence[Workload] = ()) -> str:
     """A runnable script: serve `earlier` (each drained) then w on a fresh engine and judge w
     by `check` ("crash": that it runs to the end)."""
     body: list[str] = []

@@ -16,13 +16,12 @@ __all__ = ["shrink_workload", "without_requests"]
 def without_requests(w: Workload, drop: set[int]) -> Workload:
     gone = {w.requests[i].request_id for i in drop}
     keep = [i for i in range(len(w.requests)) if i not in drop]
-    return Workload(
-        tuple(w.requests[i] for i in keep),
-        tuple(w.arrivals[i] for i in keep),
-        tuple(a for a in w.aborts if a.request_id not in gone),
-        tuple(b for b in w.bad if b.duplicate_of not in gone),
-        w.label,
-    )
+    # replace, not a new Workload: what else it carries (its label, adapter swaps) stays.
+    return dataclasses.replace(
+        w, requests=tuple(w.requests[i] for i in keep),
+        arrivals=tuple(w.arrivals[i] for i in keep),
+        aborts=tuple(a for a in w.aborts if a.request_id not in gone),
+        bad=tuple(b for b in w.bad if b.duplicate_of not in gone))
 
 
 def _with_request(w: Workload, i: int, r: Request, arrival: int | None = None) -> Workload:
