@@ -7,8 +7,10 @@ import pytest
 from engines.protocol import KV_CACHE_DTYPES, Capabilities
 from engines.testing.precision import (
     FLOOR,
+    MEASURED_CONTEXT,
     SIGNIFICANT_BITS,
     choose_parity,
+    depth_factor,
     relative_for,
     tolerance_for,
 )
@@ -102,3 +104,8 @@ def test_a_quantized_engine_is_compared_with_its_reference_by_top_k(
     assert choose_parity("auto", None, {"engine": engine}).reference_rule == "parity"
     assert choose_parity("exact", None, {"engine": engine, "reference engine": reference}
                          ).reference_rule == "parity"
+
+
+def test_a_values_tolerance_grows_as_the_square_root_of_its_position() -> None:
+    assert depth_factor(1) == depth_factor(MEASURED_CONTEXT) == 1.0
+    assert depth_factor(4 * MEASURED_CONTEXT) == 2.0

@@ -22,7 +22,7 @@ from engines.testing.coverage import Coverage, Tally
 from engines.testing.features.top_logprobs import FEATURE as TOP_LOGPROBS_FEATURE
 from engines.testing.judging.base import Judge, describe, step_of_token, tops
 from engines.testing.oracle import served_by
-from engines.testing.precision import VALUE_TERMS
+from engines.testing.precision import VALUE_TERMS, depth_factor
 from engines.testing.processing import comparable_kinds
 from engines.testing.recorder import Trace
 
@@ -47,6 +47,12 @@ def tolerances(judge: Judge) -> tuple[float, float, float]:
     if judge.parity == "exact":
         return BATCH_TOL, REFERENCE_TOL, 0.0
     return (VALUE_TERMS * judge.tolerance,) * 2 + (judge.relative,)
+
+
+def at_depth(tol: float, judge: Judge, position: int) -> float:
+    """A value's absolute tolerance at `position` of its context: under tie-aware parity grown
+    with the context's length (engines.testing.precision.depth_factor), else as it is."""
+    return tol * depth_factor(position) if judge.parity == "tie-aware" else tol
 
 
 def _close(a: float, b: float, tol: float, rel: float) -> bool:
@@ -88,17 +94,18 @@ def _apart(got: Mapping[int, float], expected: Mapping[int, float], tol: float,
 
 def _compare(check: Check, trace: Trace, r: Request, got: Sequence[Mapping[int, float]],
              expected: Sequence[Mapping[int, float]], tokens: Sequence[int],
-             same: Sequence[int], tol: float, rel: float, what: str) -> None:
+             same: Sequence[int], tol: float, rel: float, what: str, judge: Judge) -> None:
     __tracebackhide__ = True
     rid, n = r.request_id, r.params.logprobs
     for i in range(min(len(got), len(expected))):
         if i >= len(same) or tokens[i] != same[i]:
             return  # the tokens parted: parity's to judge, and nothing after compares
-        where = _apart(got[i], expected[i], tol, n, rel)
+        here = at_depth(tol, judge, len(r.prompt_token_ids) + i)
+        where = _apart(got[i], expected[i], here, n, rel)
         if where is not None:
             raise check.fail(f"{describe(r, trace)} returned top logprobs for its token "
                              f"{i} (step {step_of_token(trace, rid, i)}) that differ from "
-                             f"{what}: {where} ({said(tol, rel)}).")
+                             f"{what}: {where} ({said(here, rel)}).")
 
 
 def said(tol: float, rel: float) -> str:
@@ -172,7 +179,7 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
         path = trace.lora_paths.get(r.request_id)
         alone = judge.oracle(r.prompt_token_ids, p, lora_path=path)
         _compare(check, trace, r, got, alone.top_logprobs or (), tokens, alone.tokens, batch_tol,
-                 rel, "the same request's, served alone")
+                 rel, "the same request's, served alone", judge)
         if judge.reference is not None:
             if not comparable_kinds(judge.logprobs_of, judge.reference_logprobs_of, p):
                 kinds += 1
@@ -180,7 +187,7 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
             ref = served_by(judge.reference, r.prompt_token_ids, p, path)
             if ref is not None and ref.top_logprobs:
                 _compare(check, trace, r, got, ref.top_logprobs, tokens, ref.tokens, reference_tol,
-                         rel, "the reference engine's")
+                         rel, "the reference engine's", judge)
     return judged, tied, none, kinds
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from engines.protocol import Request
 from engines.testing.checks.base import Check
-from engines.testing.checks.logprobs import LOGPROBS, _apart, said, tolerances
+from engines.testing.checks.logprobs import LOGPROBS, _apart, at_depth, said, tolerances
 from engines.testing.checks.needs import PROMPT_LOGPROBS
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.features.prompt_logprobs import FEATURE as PROMPT_LOGPROBS_FEATURE
@@ -51,16 +51,17 @@ def _shape(check: Check, trace: Trace, r: Request, got: Entries) -> None:
 
 
 def _compare(check: Check, trace: Trace, r: Request, got: Entries, expected: Entries,
-             tol: float, rel: float, what: str) -> None:
+             tol: float, rel: float, what: str, judge: Judge) -> None:
     __tracebackhide__ = True
     for i in range(1, min(len(got), len(expected))):
         mine, theirs = got[i], expected[i]
         if mine is None or theirs is None:
             continue
-        where = _apart(mine, theirs, tol, r.params.prompt_logprobs, rel)
+        here = at_depth(tol, judge, i)
+        where = _apart(mine, theirs, here, r.params.prompt_logprobs, rel)
         if where is not None:
             raise check.fail(f"{describe(r, trace)} got prompt logprobs at position {i} "
-                             f"that differ from {what}: {where} ({said(tol, rel)}; "
+                             f"that differ from {what}: {where} ({said(here, rel)}; "
                              f"prefix-cache hit tokens in this run: "
                              f"{trace.exercised.get('prefix_cache_hit_tokens', 'not counted')}).")
 
@@ -102,12 +103,12 @@ def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int
         alone = judge.oracle(r.prompt_token_ids, r.params, lora_path=path)
         if alone.prompt_logprobs is not None:
             _compare(check, trace, r, got, alone.prompt_logprobs, batch_tol, rel,
-                     "the same request's, served alone")
+                     "the same request's, served alone", judge)
         if judge.reference is not None:
             ref = served_by(judge.reference, r.prompt_token_ids, r.params, path)
             if ref is not None and ref.prompt_logprobs is not None:
                 _compare(check, trace, r, got, ref.prompt_logprobs, reference_tol, rel,
-                         "the reference engine's")
+                         "the reference engine's", judge)
     return judged, tied
 
 
