@@ -15,8 +15,9 @@ context is not the greedy run's.
 The gap is measured by the reference engine (its top logprobs at the greedy run's context), so
 the check needs one: an engine's own logprobs may be processed, or not of the distribution it
 samples (examples/toy_engine.py's are made up), and a bound read from them would be no bound.
-Where the reference gives no logprobs the divergence is not judged (counted, and the summary
-says).
+Where the reference gives no logprobs, or the engine declares reference_parity broken (its
+model is not the reference's: a converter that drops a field), the divergence is not judged
+(counted, and the summary says).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections.abc import Mapping
 from engines.protocol import Request, SamplingParams
 from engines.testing.checks.base import Check, Need
 from engines.testing.checks.needs import REFERENCE, TEMPERATURE
+from engines.testing.checks.reference_parity import CHECK as REFERENCE_PARITY
 from engines.testing.coverage import Coverage, Tally
 from engines.testing.features.low_temperature import FEATURE as LOW_TEMPERATURE_FEATURE
 from engines.testing.features.low_temperature import TEMPERATURES
@@ -40,6 +42,7 @@ ALPHA = 1e-9  # a correct engine's chance, per request, of a draw this check fai
 _JUDGED = "low-temperature requests judged"
 _NEAR = "low temperature: diverged to a token a draw could plausibly give"
 _UNKNOWN = "low temperature: diverged where the reference gave no top logprobs"
+_OTHER_MODEL = "low temperature: diverged on an engine whose model is not the reference's"
 
 
 def drawable_gap(temperature: float, vocab: int, tokens: int, tolerance: float) -> float:
@@ -57,7 +60,8 @@ def _greedy(params: SamplingParams) -> SamplingParams:
 
 
 def _judge_one(check: Check, trace: Trace, judge: Judge, r: Request) -> str:
-    """'judged', 'near' or 'unknown' for one low-temperature request; raises on a bug."""
+    """'judged', 'near', 'unknown' or 'other model' for one low-temperature request; raises
+    on a bug."""
     got = trace.tokens(r.request_id)
     expected = list(judge.oracle(r.prompt_token_ids, _greedy(r.params)).tokens)
     if r.request_id in trace.aborted_at or r.request_id not in trace.finished_at:
@@ -72,6 +76,10 @@ def _judge_one(check: Check, trace: Trace, judge: Judge, r: Request) -> str:
                              "the same tokens were expected, to the same length.")
         return "judged"
     assert judge.reference is not None  # the check's REFERENCE need
+    if REFERENCE_PARITY.name in judge.declared:
+        # The engine says its tokens are not the reference's (a converter that drops a
+        # RoPE field): the reference's distribution is not the one it draws from.
+        return "other model"
     top = judge.reference.top_at((*r.prompt_token_ids, *expected[:at]))
     if not top:
         return "unknown"
@@ -92,18 +100,20 @@ def _judge_one(check: Check, trace: Trace, judge: Judge, r: Request) -> str:
         "this.")
 
 
-def check_low_temperature(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, int]:
-    """(judged, forgiven as a plausible draw, not judged for want of logprobs)."""
+def check_low_temperature(check: Check, trace: Trace, judge: Judge
+                          ) -> tuple[int, int, int, int]:
+    """(judged, forgiven as a plausible draw, not judged for want of logprobs, not judged as
+    the reference is not the engine's model)."""
     __tracebackhide__ = True
-    counts = {"judged": 0, "near": 0, "unknown": 0}
+    counts = {"judged": 0, "near": 0, "unknown": 0, "other model": 0}
     for r in trace.workload.requests:
         if _low(r.params):
             counts[_judge_one(check, trace, judge, r)] += 1
-    return counts["judged"], counts["near"], counts["unknown"]
+    return counts["judged"], counts["near"], counts["unknown"], counts["other model"]
 
 
-def _add(coverage: Coverage, judged: tuple[int, int, int], name: str) -> None:
-    for key, n in zip((_JUDGED, _NEAR, _UNKNOWN), judged, strict=True):
+def _add(coverage: Coverage, judged: tuple[int, int, int, int], name: str) -> None:
+    for key, n in zip((_JUDGED, _NEAR, _UNKNOWN, _OTHER_MODEL), judged, strict=True):
         coverage.counts[key] += n
 
 
@@ -117,6 +127,11 @@ def _notes(data: Mapping[str, int], name: str) -> list[str]:
         out.append(f"{name}: {data[_UNKNOWN]} request(s) parted from their greedy tokens "
                    "where the reference engine returned no top logprobs, so a plausible draw "
                    "could not be told from a bug: not judged.")
+    if data.get(_OTHER_MODEL):
+        out.append(f"{name}: {data[_OTHER_MODEL]} request(s) parted from their greedy tokens "
+                   f"on an engine that declares {REFERENCE_PARITY.name} broken (its tokens "
+                   "are not the reference's model's), so the reference's logprobs cannot "
+                   "bound its draws: not judged.")
     return out
 
 

@@ -4,6 +4,7 @@ within."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -19,7 +20,11 @@ from tests.planted import expect
 from tests.planted.catalog import name_of
 from tests.planted.harness import context_of, hunt, pinned
 from tests.planted.sampler import SamplerEngine
-from tests.planted.temperature_bugs import TEMPERATURE_PLANTED, FlooredAtOneHundredth
+from tests.planted.temperature_bugs import (
+    TEMPERATURE_PLANTED,
+    FlooredAtOneHundredth,
+    TemperatureFloor,
+)
 
 CHECK = "low_temperature"
 
@@ -68,3 +73,18 @@ def test_a_declared_floor_is_not_drawn_below_and_is_said() -> None:
 def test_a_bad_floor_is_refused_by_name(value: object) -> None:
     with pytest.raises(ValueError, match="min_temperature"):
         Capabilities(min_temperature=value)  # type: ignore[arg-type]
+
+
+class _OtherModel(TemperatureFloor):
+    """TemperatureFloor's draws on an engine that declares its model is not the reference's
+    (as ctranslate2's converter dropping Llama-3 RoPE's field declares): the reference's
+    logprobs do not bound what it draws from, so nothing is judged against them."""
+
+    CAPABILITIES = dataclasses.replace(TemperatureFloor.CAPABILITIES, expected_failed_checks={
+        "reference_parity": "its model is not the reference's"})
+
+
+def test_no_judgment_against_a_reference_that_is_not_the_engines_model() -> None:
+    ctx = context_of(_OtherModel)
+    found = hunt(_OtherModel, settings=pinned(5), ctx=ctx)
+    assert found is None, str(found)[:2000]
