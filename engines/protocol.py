@@ -227,6 +227,7 @@ FIELD_SYNONYMS: Mapping[str, tuple[str, ...]] = {
     "tenants": ("lora", "cache_salt"), "lora_request": ("lora",), "lora_name": ("lora",),
     "greedy_filters": ("temperature", "top_k", "min_p", "top_p"),
     "unseeded_draws": ("temperature",), "sequence_draws": ("temperature",),
+    "low_temperature": ("temperature",),
     "seed_groups": ("seed", "temperature"),
     "max_new_tokens": ("max_tokens",), "repeat_penalty": ("repetition_penalty",),
 }
