@@ -137,8 +137,7 @@ def _bans_one_early(bad_words: Sequence[Sequence[int]], output: Sequence[int]) -
 
 
 class BadWordPrefixOneEarly(SamplerEngine):
-    """A bad word's last token is banned where the output ends with its other tokens and
-    one more: its prefix compared one position early."""
+    """A bad word's earlier tokens are compared with the output one position early."""
 
     # A word of two or more tokens the request would complete is completed, alone as in a
     # batch (a reference sharing the engine's mask code would complete it too): only the

@@ -7,7 +7,8 @@ reused with its weights.
 
 Each names the suite check that catches it (`caught_by`; its check's tests under
 tests/testing/checks/ run it on the engine built with the zoo's adapters);
-tests/engines/paged/test_lora_planted.py catches each with a hand-written probe as well.
+tests/engines/paged/test_lora_planted.py catches each with a hand-written probe as well, but
+RowsTakeAdmissionOrder and KeyIgnoresReload, which the tenants feature's seed workloads catch.
 """
 
 from __future__ import annotations

@@ -237,8 +237,9 @@ def readded_adapter(limits: EngineLimits, req: Callable[..., Request]) -> Worklo
     a, b = limits.loras[0], limits.loras[-1]
     prompt = pseudo_tokens(71, length, limits.vocab_size)
     first = _under(req(0, prompt, budget), (a, None))
-    # Served one at a time, a prompt 4 tokens a step: r0 is done by then.
-    late = -(-length // 4) + budget + 4
+    # r0 is done by then on any sane scheduler (the step bound's allowance for one request:
+    # its prompt 4 tokens a step, each token twice): an adapter in use cannot be removed.
+    late = 2 * (budget + 2) + -(-length // 4) + 4
     again = [_under(req(1, prompt, budget), (a, None)), _under(req(2, prompt, budget), (b, None)),
              _under(req(3, prompt, budget), (None, None))]
     return Workload((first, *again), (0, late, late + 1, late + 1), label=READDED,
