@@ -27,7 +27,7 @@ under tie-aware parity.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
 from engines.testing.checks.base import Check
@@ -104,17 +104,26 @@ def _alone_beams(alone: Alone, n: int) -> list[tuple[int, ...]]:
     return [alone.tokens]
 
 
-def _score(reference: AloneOracle, prompt: Sequence[int], beam: Sequence[int],
-           params: SamplingParams, vocab: int) -> float | None:
-    """The beam's score from the reference's raw logprobs (None where one is missing)."""
-    total = 0.0
+def _sums(reference: AloneOracle, prompt: Sequence[int], beam: Sequence[int],
+          vocab: int) -> list[float] | None:
+    """The beam's cumulative logprobs after each of its tokens, from the reference's raw
+    logprobs teacher-forced along it (None where one is missing)."""
+    total, sums = 0.0, []
     for j, token in enumerate(beam):
         alone = reference((*prompt, *beam[:j]), SamplingParams(max_tokens=1, logprobs=vocab))
         top = alone.top_logprobs[0] if alone.top_logprobs else {}
         if token not in top:
             return None
         total += top[token]
-    return total / (len(beam) ** params.length_penalty)
+        sums.append(total)
+    return sums
+
+
+def _score(reference: AloneOracle, prompt: Sequence[int], beam: Sequence[int],
+           params: SamplingParams, vocab: int) -> float | None:
+    """The beam's score from the reference's raw logprobs (None where one is missing)."""
+    sums = _sums(reference, prompt, beam, vocab)
+    return None if sums is None else sums[-1] / (len(beam) ** params.length_penalty)
 
 
 def _near_tie(judge: Judge, r: Request, got: list[tuple[int, ...]],
@@ -134,7 +143,10 @@ def _near_tie(judge: Judge, r: Request, got: list[tuple[int, ...]],
             return None
         scores.append([float(s) for s in row if s is not None])
     if judge.parity == "tie-aware":
-        return _worthy(judge.tolerance, r.params, got, scores[0], want, scores[1])
+        def sums(beam: tuple[int, ...]) -> list[float] | None:
+            return _sums(reference, r.prompt_token_ids, beam, judge.vocab_size)
+
+        return _worthy(judge.tolerance, r.params, got, scores[0], want, scores[1], sums)
     gaps = [abs(a - b) for a, b in zip(*scores, strict=True)]
     if max(gaps) > judge.tolerance:
         return None
@@ -147,23 +159,47 @@ def bound(tolerance: float, beam: Sequence[int], params: SamplingParams) -> floa
     return tolerance * len(beam) / len(beam) ** params.length_penalty
 
 
+def _pruned(tolerance: float, beam: tuple[int, ...], got: list[tuple[int, ...]],
+            sums: Callable[[tuple[int, ...]], list[float] | None]) -> bool:
+    """Whether the engine's search may have dropped `beam` (the other run's) at a near-tie.
+    Where the beam leaves the engine's beams (after the longest prefix it shares with one of
+    them, j tokens), its first j + 1 tokens were a candidate of the engine's search at step
+    j + 1, beside the engine's beams that reach that step. A search keeps candidates by
+    cumulative logprob, so where the dropped one's (by the reference) is within what both
+    sums may move (the tolerance per token summed, twice) of one the engine kept, rounding
+    may have made the choice: the searches parted at a near-tie there, and the beam is not
+    held against the engine. Further apart, a drop is no rounding's."""
+    j = max(next((k for k, (a, b) in enumerate(zip(beam, mine, strict=False)) if a != b),
+                 min(len(beam), len(mine))) for mine in got)
+    if j >= len(beam):
+        return False  # the beam is a prefix of one of the engine's: it is not parted
+    theirs = sums(beam)
+    kept = [s[j] for b in got if len(b) > j and (s := sums(b)) is not None]
+    if theirs is None:
+        return True  # cannot be scored: not held against the engine
+    return any(abs(theirs[j] - k) <= 2 * tolerance * (j + 1) for k in kept)
+
+
 def _worthy(tolerance: float, params: SamplingParams, got: list[tuple[int, ...]],
-            got_scores: list[float], want: list[tuple[int, ...]],
-            want_scores: list[float]) -> str | None:
+            got_scores: list[float], want: list[tuple[int, ...]], want_scores: list[float],
+            sums: Callable[[tuple[int, ...]], list[float] | None]) -> str | None:
     """Tie-aware: whether the engine's beams are as good as the best the reference knows of
     (module docstring), by the reference's scores. Rank by rank, the engine's i-th best beam
     must score within the two beams' bounds of the i-th best of both lists together, and its
-    list must be distinct and best first within the bounds of neighbours. Two
-    searches at reduced precision may part at a near-tie of their first tokens and end on
-    other beams of equal worth, so the lists are not compared as lists; an engine whose beams
-    score better than the other run's is never faulted for it."""
+    list must be distinct and best first within the bounds of neighbours. Two searches at
+    reduced precision may part at a near-tie and end on other beams, better or worse, so the
+    lists are not compared as lists: an engine whose beams score better than the other run's
+    is never faulted for it, and the other run's beams that the engine's search may have
+    dropped at a near-tie (_pruned) are not held against it."""
     if len(set(got)) < len(got):
         return None  # a search returns distinct hypotheses
     for i in range(len(got) - 1):  # best first, within what precision may reorder
         if got_scores[i + 1] - got_scores[i] > (bound(tolerance, got[i], params)
                                                 + bound(tolerance, got[i + 1], params)):
             return None
-    pool = dict(zip(want, want_scores, strict=True)) | dict(zip(got, got_scores, strict=True))
+    held = [(b, s) for b, s in zip(want, want_scores, strict=True)
+            if b in got or not _pruned(tolerance, b, got, sums)]
+    pool = dict(held) | dict(zip(got, got_scores, strict=True))
     best = sorted(pool, key=lambda b: -pool[b])
     mine = sorted(zip(got, got_scores, strict=True), key=lambda bs: -bs[1])
     worst = 0.0

@@ -46,15 +46,20 @@ class BeamModel:
     """An oracle serving one token's whole distribution at any context, and a beam request's
     children as given (`beams`: the search this run made)."""
 
-    def __init__(self, beams: Sequence[tuple[int, ...]]) -> None:
-        self.beams = list(beams)
+    def __init__(self, beams: Sequence[tuple[int, ...]], first: dict[int, float] = _FIRST,
+                 after: dict[int, dict[int, float]] = _AFTER,
+                 table: dict[tuple[int, ...], dict[int, float]] | None = None) -> None:
+        self.beams, self.first, self.after, self.table = list(beams), first, after, table
 
     def __call__(self, prompt: Sequence[int], params: SamplingParams, *,
                  lora_path: str | None = None) -> Alone:
         if params.beam_width > 1:
             return Alone(self.beams[0], FinishReason.LENGTH, None,
                          children=tuple(self.beams))
-        row = _FIRST if len(prompt) == 1 else _AFTER[prompt[1]]
+        if self.table is not None:  # by the whole generated prefix, else uniform
+            row = self.table.get(tuple(prompt[1:]), dict.fromkeys(range(VOCAB), -1.386))
+        else:
+            row = self.first if len(prompt) == 1 else self.after[prompt[1]]
         best = max(row, key=lambda t: row[t])
         return Alone((best,), FinishReason.LENGTH, (dict(row),))
 
@@ -72,14 +77,15 @@ def _beam_trace(request: Request, beams: Sequence[tuple[int, ...]]) -> Trace:
 
 
 def _beams(engine: Sequence[tuple[int, ...]], reference: Sequence[tuple[int, ...]], *,
-           length_penalty: float, stop: tuple[int, ...] = ()) -> None:
+           length_penalty: float, stop: tuple[int, ...] = (), **model: Any) -> None:
     """check_beam_search on an engine that returned `engine` (alone too) against a reference
     whose own search returned `reference`, tie-aware at bf16's tolerance."""
     request = Request((9,), SamplingParams(max_tokens=4, beam_width=2, n=2,
                                            length_penalty=length_penalty,
                                            stop_token_ids=stop), request_id="b")
-    judge = Judge(BeamModel(engine), "tie-aware", 0.125,  # type: ignore[arg-type]
-                  reference=BeamModel(reference), vocab_size=VOCAB)  # type: ignore[arg-type]
+    judge = Judge(BeamModel(engine, **model), "tie-aware", 0.125,  # type: ignore[arg-type]
+                  reference=BeamModel(reference, **model),  # type: ignore[arg-type]
+                  vocab_size=VOCAB)
     check_named(CHECK)(_beam_trace(request, engine), judge)
 
 
@@ -98,13 +104,38 @@ def test_searches_parting_at_a_first_token_near_tie_pass_in_bf16(
     _beams(engine, reference, length_penalty=0.0)
 
 
+def test_searches_parting_at_a_near_tie_later_on_pass_in_bf16() -> None:
+    """OpenVINO GenAI at its CPU defaults, seed 2: its beams are the fp32 reference's exactly,
+    while sequential_bf16's search took the other side of a near-tie at the second token and
+    found a beam that scores far better (-60.4 against -85.9, length_penalty -1). Here the
+    reference's search takes 2 after (0,) where the engine's took 1 (0.1 apart) and finds
+    (0, 2, 3), which scores -3.9 against the engine's best -12.4, past the bounds (3.1); the
+    engine's search kept a prefix within rounding of the one it dropped, so that beam is not
+    held against it. Held against it, the same lists fail."""
+    table = {(): {0: -0.1, 1: -4.0, 2: -4.0, 3: -4.0},
+             (0,): {1: -1.0, 2: -1.1, 0: -3.0, 3: -3.0},
+             (0, 1): {0: -1.0, 2: -1.5, 1: -3.0, 3: -3.0},
+             (0, 1, 0): {0: -1.0, 2: -1.2, 1: -3.0, 3: -3.0},
+             (0, 2): {3: -0.1, 0: -2.0, 1: -3.0, 2: -3.0}}
+    engine, reference = [(0, 1, 0, 0), (0, 1, 0, 2)], [(0, 2, 3), (0, 1, 0, 0)]
+    _beams(engine, reference, length_penalty=-1.0, stop=(3,), table=table)
+    far = table | {(0,): {1: -1.0, 2: -1.6, 0: -3.0, 3: -3.0}}  # 0.6 apart: past 2 x 0.125 x 2
+    with pytest.raises(Violation, match="falls below the best"):
+        _beams(engine, reference, length_penalty=-1.0, stop=(3,), table=far)
+
+
 def test_a_beam_far_below_the_best_fails_in_bf16() -> None:
     # Not length normalised (planted BeamScoresNotLengthNormalised's kind): with
-    # length_penalty 2 the long beam is best (-2.5 / 16), the short one that ends at stop id
-    # 3 scores -1.6 / 4: 0.24 below, where the bounds allow 0.125 * (4 / 16 + 2 / 4) = 0.094.
-    with pytest.raises(Violation, match=r"\[-0\.4, -0\.1562\] .* falls below the best"):
-        _beams([(0, 3), (0, 2, 2, 2)], [(0, 2, 2, 2), (0, 2, 2, 3)], length_penalty=2.0,
-               stop=(3,))
+    # length_penalty 2 the long beams are best ((0, 2, 2, 2): -0.7 / 16, (0, 2, 2, 3):
+    # -3.0 / 16), the short one that ends at stop id 3 scores -2.6 / 4, 0.46 below the second,
+    # where the bounds allow 0.125 * (2 / 4 + 4 / 16) = 0.094. Its cumulative logprob (what
+    # the bug ranks by) is above (0, 2, 2, 3)'s, and the search cannot have dropped
+    # (0, 2, 2, 3) at a near-tie (its prefix sum is 2.3 below the kept (0, 2, 2, 2)'s).
+    first, after = {0: -0.1, 1: -3.0, 2: -4.0, 3: -4.0}, {0: {0: -4.0, 1: -4.0, 2: -0.2,
+                                                               3: -2.5}}
+    with pytest.raises(Violation, match=r"\[-0\.04375, -0\.65\] .* falls below the best"):
+        _beams([(0, 2, 2, 2), (0, 3)], [(0, 2, 2, 2), (0, 2, 2, 3)], length_penalty=2.0,
+               stop=(3,), first=first, after=after)
     # Duplicated beams and beams out of order fail too, whatever their scores.
     with pytest.raises(Violation):
         _beams([(0, 2, 2, 2), (0, 2, 2, 2)], FROM_0, length_penalty=0.0)
