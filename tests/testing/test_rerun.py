@@ -13,13 +13,17 @@ from pathlib import Path
 import pytest
 
 from engines.protocol import Request, SamplingParams
+from engines.testing.judging import Violation
 from engines.testing.leaks import _shortest_history
 from engines.testing.report import explain, explain_leak
+from engines.testing.rerun import main
+from engines.testing.stateful import run_engine_machine
 from engines.testing.verdict import Leak, failure_after
 from engines.testing.workload import Workload
+from examples.toy_engine import ToyEngine
 from tests.planted.crash_bugs import PadsToFirstRow
-from tests.planted.harness import context_of, hunt
-from tests.planted.toy_bugs import CompactionLeavesKV, LeaksBlockPerRequest
+from tests.planted.harness import context_of, hunt, pinned
+from tests.planted.toy_bugs import CompactionLeavesKV, LeaksBlockPerRequest, StopOnlyFirstId
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROL = "from examples.toy_engine import ToyEngine as make_engine"
@@ -128,9 +132,6 @@ def test_a_leaks_script_carries_only_the_history_it_needs() -> None:
 
 @pytest.mark.parametrize("argv", [[], ["--steps"]])
 def test_main_exits_by_its_verdict(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    from engines.testing.rerun import main
-    from examples.toy_engine import ToyEngine
-
     w = Workload((Request((42,), SamplingParams(max_tokens=2), request_id="r0"),), (0,))
     with pytest.raises(SystemExit) as done:
         main("parity", w, ToyEngine, argv=argv)
@@ -138,3 +139,16 @@ def test_main_exits_by_its_verdict(argv: list[str], capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert out.rstrip().endswith("passes: parity")
     assert ("step 0: r0 [" in out) == bool(argv), out
+
+
+def test_the_state_machines_finding_is_shrunk_by_the_suite_and_kept_short() -> None:
+    """Hypothesis does not shrink the machine (it would replay every rule of every smaller
+    program): the report shrinks its workload, and carries the finding and its script, not
+    Hypothesis' listing of the rules."""
+    with pytest.raises(Violation) as info:
+        run_engine_machine(context_of(StopOnlyFirstId), settings=pinned(60))
+    text = str(info.value)
+    assert "Failing test case" not in text and "requests kept" in text, text
+    notes = getattr(info.value, "__notes__", None) or []
+    assert all("@reproduce_failure" in note for note in notes), notes
+    assert _run(_script(text)).returncode == 1
