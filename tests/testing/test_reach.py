@@ -225,8 +225,8 @@ def test_kv_accounting_judges_each_kv_variant_with_its_own_view() -> None:
     ok, leaky = _kv_trace(good), _kv_trace(bad)
     judge = Judge(oracle=None, variants={"small": lambda w: leaky},  # type: ignore[arg-type]
                   kv_variants={"small": "make_engine = small"})
-    with pytest.raises(Violation, match=r"(?s)on variant 'small', after step 0.*build variant "
-                                        r"'small' instead:\n\nmake_engine = small"):
+    with pytest.raises(Violation, match=r"(?s)on variant 'small', after step 0.*Variant "
+                                        r"'small' is built by:\n\nmake_engine = small"):
         check_kv_accounting(ok, judge)
     quiet = Judge(oracle=None, variants={"small": lambda w: ok},  # type: ignore[arg-type]
                   kv_variants={"small": "make_engine = small"})

@@ -190,8 +190,9 @@ def check_kv_accounting(check: Check, trace: Trace, judge: Judge) -> dict[str, i
         try:
             _judge_trace(check, other, f"on variant {name!r}, ")
         except Violation as bad:
-            raise Violation(bad.prop, f"{bad}\n\nThe script below builds the engine under "
-                            f"test; to see this, build variant {name!r} instead:\n\n"
+            # The report's script builds every variant and judges them as the run did
+            # (engines.testing.rerun): it says this again; the source says which build it is.
+            raise Violation(bad.prop, f"{bad}\n\nVariant {name!r} is built by:\n\n"
                             f"{source}") from None
         judged[f"preemptions on variant {name}"] = other.exercised.get("preemptions", 0)
     return judged
