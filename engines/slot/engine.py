@@ -40,6 +40,13 @@ class SlotEngine(BaseEngine):
             dtype=param.dtype,
         )
 
+    @property
+    def execution(self) -> str:
+        if not self.batch_invariant:
+            return super().execution
+        return (f"{super().execution}, batch-invariant (engines.core.invariant: products on "
+                "tiles of fixed shape, every token over its own keys through the native kernel)")
+
     def slot_lengths(self) -> list[int]:
         return list(self.cache.lengths)
 
