@@ -82,8 +82,9 @@ def test_a_multi_token_engine_passes() -> None:
 
 
 def test_tie_aware_values_are_judged_within_the_parity_tolerance() -> None:
-    # bf16 moves a batched logprob by a few hundredths: within the parity tolerance it
-    # passes, past it it fails, as 1e-4 does at fp32.
+    # bf16 moves a batched logprob by a few hundredths: within twice the parity tolerance (a
+    # value is a logit less the normaliser, each moved by up to it) it passes, past it it
+    # fails, as 1e-4 does at fp32.
     from engines.protocol import FinishReason, Request
     from engines.testing.judging import Judge, Violation
     from engines.testing.oracle import Alone
@@ -104,5 +105,5 @@ def test_tie_aware_values_are_judged_within_the_parity_tolerance() -> None:
         return check_named(CHECK)(t, judge)
 
     assert judged({5: -0.53, 6: -0.97}, 0.125) == (0, 1, 0, 0)
-    with pytest.raises(Violation, match="tolerance 0.01"):
+    with pytest.raises(Violation, match=r"tolerance 0\.02\)"):
         judged({5: -0.53, 6: -0.97}, 0.01)
