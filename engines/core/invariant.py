@@ -8,11 +8,12 @@ What would vary, and what this does instead:
 
 - A product's kernel, blocking and thread split are picked by its shape: fp32 sgemm gives a
   row other bits in a one-row product than in a two-row one (measured on this project's
-  AMD EPYC, torch 2.13), and AMX/oneDNN kernels switch by rows. Here every op outside
-  attention runs on tiles of exactly TILE tokens (the last one zero-padded): every call has
-  one shape whatever the step, so every token meets the same kernel; inside a tile a token's
-  row is computed as every other row is (tests/engines/core/test_invariant.py places one
-  token at every position of a tile and in steps of many sizes).
+  AMD EPYC, torch 2.13; its bf16 oneDNN product happened not to, which another CPU's kernels
+  need not repeat). Here every op outside attention runs on tiles of exactly TILE tokens
+  (the last one zero-padded): every call has one shape whatever the step, so every token
+  meets the same kernel at any thread count; inside a tile a token's row is computed as
+  every other row is (tests/engines/core/test_invariant.py places one token at every
+  position of a tile and in steps of many sizes).
 - Attention over a padded batch (the slot engines' width, the paged engine's length buckets)
   or by ATen's flash kernel (blocked by the chunk) reduces over other rows' shapes. Here each
   query token attends over exactly keys 0..its position through the native kernel
