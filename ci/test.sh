@@ -30,6 +30,8 @@ jobs=(
     # At deployment precision, under --parity=auto: our paged engine in bf16, OpenVINO GenAI
     # at its CPU defaults (bf16, u8 KV cache).
     "paged-bf16=bash ci/test-precision.sh paged$extra"
+    # Our continuous engine's batch-invariant bf16 mode, held to exact parity.
+    "continuous-bf16-invariant=bash ci/test-precision.sh invariant$extra"
     "$(third_party openvino openvino)"
     "openvino-cpu-defaults=bash ci/test-precision.sh openvino$extra"
     "$(third_party ct2 ct2)"
