@@ -118,11 +118,13 @@ class SamplingParams:
        only, the logit of a token generated c times drops by frequency_penalty x c, plus
        presence_penalty once if c > 0.
     4. temperature 0: the argmax (top_k, top_p and min_p then cannot change the choice).
-       Otherwise logits / temperature, then top_k (0 or -1: off; keep the k most likely),
-       top_p (1.0: off, in (0, 1]; keep the most likely tokens whose probabilities sum to at
-       least top_p), min_p (0.0: off, in [0, 1]; keep tokens at least min_p x the most likely
-       one's probability), each on what the previous one kept, and a draw from the rest by
-       the request's own RNG (`seed`). top_k: -1 is accepted as vLLM's older "off".
+       Otherwise logits / temperature, then min_p (0.0: off, in [0, 1]; keep tokens at
+       least min_p x the most likely one's probability), top_k (0 or -1: off; keep the k
+       most likely), top_p (1.0: off, in (0, 1]; keep the most likely tokens whose
+       probabilities sum to at least top_p), each on what the previous one kept (vLLM's
+       order: min_p is a logits processor before its top-k/top-p sampler), and a draw from
+       the rest by the request's own RNG (`seed`). top_k: -1 is accepted as vLLM's older
+       "off".
     Constraints come first, before step 1, in this order: `guided` (tokens that
     would leave the grammar at -inf), `allowed_token_ids` (every other id at -inf),
     `bad_words` (the last token of every listed sequence whose other tokens the output ends
