@@ -39,7 +39,7 @@ ParitySetting = Literal["auto", "exact", "tie-aware"]  # what a run asks for
 # How reference_parity judges a greedy divergence: by the parity (exact, or the near-tie rule
 # within the tolerance), or by top-k membership (a quantized engine against a reference that
 # is not: module docstring).
-ReferenceRule = Literal["parity", "top-k"]
+ReferenceRule = Literal["near-tie", "top-k"]
 EXACT_DTYPE = "float32"
 
 # Significant bits of each format's values (the implicit leading bit counted): the precision a
@@ -125,7 +125,7 @@ class ParityChoice:
     # (relative_for; 0 under exact parity, whose value tolerances are the checks' own).
     relative: float = 0.0
     # How reference_parity judges a divergence, and why where it is "top-k".
-    reference_rule: ReferenceRule = "parity"
+    reference_rule: ReferenceRule = "near-tie"
     reference_reason: str = ""
 
     def describe(self) -> str:

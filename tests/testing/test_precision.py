@@ -90,10 +90,10 @@ def test_values_are_judged_with_a_part_relative_to_their_magnitude() -> None:
     (Capabilities(dtype="bfloat16", kv_cache_dtype="u8"), BF16, "top-k"),
     (Capabilities(dtype="int8"), FP32, "top-k"),
     (Capabilities(dtype="int4"), FP32, "top-k"),
-    (Capabilities(dtype="bfloat16", kv_cache_dtype="float16"), BF16, "parity"),
+    (Capabilities(dtype="bfloat16", kv_cache_dtype="float16"), BF16, "near-tie"),
     (Capabilities(dtype="bfloat16", kv_cache_dtype="u8"),
-     Capabilities(dtype="bfloat16", kv_cache_dtype="u8"), "parity"),  # the same quantization
-    (BF16, BF16, "parity"),
+     Capabilities(dtype="bfloat16", kv_cache_dtype="u8"), "near-tie"),  # the same quantization
+    (BF16, BF16, "near-tie"),
 ])
 def test_a_quantized_engine_is_compared_with_its_reference_by_top_k(
         engine: Capabilities, reference: Capabilities, rule: str) -> None:
@@ -101,9 +101,9 @@ def test_a_quantized_engine_is_compared_with_its_reference_by_top_k(
     assert choice.reference_rule == rule
     assert ("top-5 membership" in choice.describe()) == (rule == "top-k")
     # Without a reference, or under exact parity, there is nothing to judge so.
-    assert choose_parity("auto", None, {"engine": engine}).reference_rule == "parity"
+    assert choose_parity("auto", None, {"engine": engine}).reference_rule == "near-tie"
     assert choose_parity("exact", None, {"engine": engine, "reference engine": reference}
-                         ).reference_rule == "parity"
+                         ).reference_rule == "near-tie"
 
 
 def test_a_values_tolerance_grows_as_the_square_root_of_its_position() -> None:

@@ -72,10 +72,10 @@ class Judge:
     # Tie-aware: a logprob value's tolerance grows by this much per unit of the value
     # (engines.testing.precision.relative_for).
     relative: float = 0.0
-    # How a divergence from the reference is judged under tie-aware parity: "parity" (the
+    # How a divergence from the reference is judged under tie-aware parity: "near-tie" (the
     # near-tie rule), or "top-k" (a quantized engine against a reference that is not:
     # engines.testing.precision).
-    reference_rule: str = "parity"
+    reference_rule: str = "near-tie"
 
     def comparable(self, params: SamplingParams) -> bool:
         """Whether a request's tokens are a function of the request, so that two runs must

@@ -167,7 +167,7 @@ def test_a_quantized_engine_is_judged_by_top_k_membership() -> None:
                for n in FORCED_TALLY.notes(coverage.as_dict(), CHECK))
     with pytest.raises(Violation, match=r"reference gave 0, batched gave 1 \(logprob margin "
                                         r"0\.6\)"):
-        _quantized(1, "parity", own={1: -1.0, 0: -1.2})
+        _quantized(1, "near-tie", own={1: -1.0, 0: -1.2})
     # A token outside the reference's top five, or an engine whose own top candidates lack
     # the reference's token, fails (a real bug: another row's logits, a dropped bias).
     with pytest.raises(Violation, match=r"gave 7, which is not among the reference's 5 most"):
