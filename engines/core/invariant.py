@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from engines.core import native
 from engines.core.decoder import DecoderParts
-from engines.core.ops import norm_parts, rms_norm, rope, rope_tables
+from engines.core.ops import Norm, rope, rope_tables
 
 __all__ = ["TILE", "Span", "TileDecoder", "attend_spans", "padded", "refusal"]
 
@@ -87,29 +87,10 @@ def attend_spans(q: torch.Tensor, spans: Sequence[Span],
     return out
 
 
-class _Norm:
-    """An RMSNorm by rms_norm where that computes the module exactly, else the module."""
-
-    __slots__ = ("eps", "module", "weight")
-
-    def __init__(self, module: Any) -> None:
-        parts = norm_parts(module)
-        self.module = None if parts else module
-        self.weight: torch.Tensor | None = parts[0] if parts else None
-        self.eps: float = parts[1] if parts else 0.0
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.module is not None:
-            out: torch.Tensor = self.module(x)
-            return out
-        assert self.weight is not None
-        return rms_norm(x, self.weight, self.eps)
-
-
 @dataclass(slots=True)
 class _Layer:
-    ln1: _Norm
-    ln2: _Norm
+    ln1: Norm
+    ln2: Norm
     qkv_w: torch.Tensor
     qkv_b: torch.Tensor | None
     o_w: torch.Tensor
@@ -117,8 +98,8 @@ class _Layer:
     gate_up_w: torch.Tensor
     down_w: torch.Tensor
     act: Any
-    q_norm: _Norm | None
-    k_norm: _Norm | None
+    q_norm: Norm | None
+    k_norm: Norm | None
 
 
 class TileDecoder:
@@ -132,14 +113,14 @@ class TileDecoder:
         self.embed_weight: torch.Tensor = parts.embed.weight  # type: ignore[assignment]
         self.rope = rope_tables(parts.rotary, max_len, device, dtype)  # [len, 2, D]
         self.layers = [
-            _Layer(ln1=_Norm(layer.ln1), ln2=_Norm(layer.ln2), qkv_w=layer.qkv_w,
+            _Layer(ln1=Norm(layer.ln1), ln2=Norm(layer.ln2), qkv_w=layer.qkv_w,
                    qkv_b=layer.qkv_b, o_w=layer.o_w, o_b=layer.o_b,
                    gate_up_w=layer.gate_up_w, down_w=layer.down_w,
                    act=layer.act,
-                   q_norm=_Norm(layer.q_norm) if layer.q_norm is not None else None,
-                   k_norm=_Norm(layer.k_norm) if layer.k_norm is not None else None)
+                   q_norm=Norm(layer.q_norm) if layer.q_norm is not None else None,
+                   k_norm=Norm(layer.k_norm) if layer.k_norm is not None else None)
             for layer in parts.layers]
-        self.final_norm = _Norm(parts.norm)
+        self.final_norm = Norm(parts.norm)
         head: Any = parts.lm_head
         self.head_w: torch.Tensor = head.weight
         self.head_b: torch.Tensor | None = head.bias

@@ -50,6 +50,26 @@ def norm_parts(module: nn.Module) -> tuple[torch.Tensor, float] | None:
     return None
 
 
+class Norm:
+    """An RMSNorm computed by rms_norm where that computes the module exactly (norm_parts),
+    else by the module itself: what the paged forward and the batch-invariant one call."""
+
+    __slots__ = ("eps", "module", "weight")
+
+    def __init__(self, module: Any) -> None:
+        parts = norm_parts(module)
+        self.module = None if parts else module
+        self.weight: torch.Tensor | None = parts[0] if parts else None
+        self.eps: float = parts[1] if parts else 0.0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.module is not None:
+            out: torch.Tensor = self.module(x)
+            return out
+        assert self.weight is not None
+        return rms_norm(x, self.weight, self.eps)
+
+
 def activation(module: Any, hidden_act: str | None) -> Any:
     """The MLP's activation as a plain function where it is SiLU (no module call)."""
     return F.silu if hidden_act == "silu" else module

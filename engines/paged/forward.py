@@ -36,7 +36,7 @@ import torch
 import engines.paged.compiled as compiled_steps
 from engines.core import native, native_ops
 from engines.core.decoder import DecoderParts
-from engines.core.ops import Linear, activation, norm_parts, rms_norm, rope, rope_tables
+from engines.core.ops import Linear, Norm, activation, rope, rope_tables
 from engines.paged.attention import (
     PAD_ELEMENTS,
     attend,
@@ -65,36 +65,17 @@ class Row:
         return (len(self.tokens) - 1,) if self.wants_logits else ()
 
 
-class _Norm:
-    """An RMSNorm as rms_norm where it computes the module exactly, else the module."""
-
-    __slots__ = ("eps", "module", "weight")
-
-    def __init__(self, module: Any) -> None:
-        parts = norm_parts(module)
-        self.module = None if parts else module
-        self.weight: torch.Tensor | None = parts[0] if parts else None
-        self.eps: float = parts[1] if parts else 0.0
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.module is not None:
-            out: torch.Tensor = self.module(x)
-            return out
-        assert self.weight is not None
-        return rms_norm(x, self.weight, self.eps)
-
-
 @dataclass(slots=True)
 class _PackedLayer:
-    ln1: _Norm
-    ln2: _Norm
+    ln1: Norm
+    ln2: Norm
     qkv: Linear
     o: Linear
     gate_up: Linear
     down: Linear
     act: Any
-    q_norm: _Norm | None
-    k_norm: _Norm | None
+    q_norm: Norm | None
+    k_norm: Norm | None
 
 
 class PagedForward(DecoderParts):
@@ -131,16 +112,16 @@ class PagedForward(DecoderParts):
         by_rows = self.transposed
         self.packed_layers = [
             _PackedLayer(
-                ln1=_Norm(layer.ln1), ln2=_Norm(layer.ln2),
+                ln1=Norm(layer.ln1), ln2=Norm(layer.ln2),
                 qkv=Linear(layer.qkv_w, layer.qkv_b, by_rows=by_rows),
                 o=Linear(layer.o_w, layer.o_b, by_rows=by_rows),
                 gate_up=Linear(layer.gate_up_w, None, by_rows=by_rows),
                 down=Linear(layer.down_w, None, by_rows=by_rows),
                 act=act or layer.act,
-                q_norm=_Norm(layer.q_norm) if layer.q_norm is not None else None,
-                k_norm=_Norm(layer.k_norm) if layer.k_norm is not None else None)
+                q_norm=Norm(layer.q_norm) if layer.q_norm is not None else None,
+                k_norm=Norm(layer.k_norm) if layer.k_norm is not None else None)
             for layer in self.layers]
-        self.final_norm = _Norm(self.norm)
+        self.final_norm = Norm(self.norm)
         head: Any = self.lm_head
         self.head = Linear(head.weight, head.bias, by_rows=by_rows)
         self.embed_weight: torch.Tensor = self.embed.weight  # type: ignore[assignment]
