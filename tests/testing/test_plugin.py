@@ -20,12 +20,13 @@ def importable_examples(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_engine_option_runs_the_suite_with_readable_ids(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(*SUITE, "--engine", "examples.toy_engine:ToyEngine", "-v")
-    # reference_parity, sampling_distribution, sequence_distribution: no reference;
+    # reference_parity, low_temperature, sampling_distribution, sequence_distribution: no
+    # reference;
     # variants: none given;
     # kv_accounting, isolation: no KV view; drain: no load view; prompt_logprobs, children,
     # greedy_filters, constraints, beam_search: not declared; streamed_text, stop_strings: no
     # tokenizer
-    result.assert_outcomes(passed=13, skipped=14)
+    result.assert_outcomes(passed=13, skipped=15)
     result.stdout.fnmatch_lines([
         "batching-engines: engine examples.toy_engine:ToyEngine, parity exact (auto: every "
         "engine compared computes float32 with a float32 KV cache), *",
@@ -78,12 +79,13 @@ def test_fixture_override_pulls_the_suite_in(pytester: pytest.Pytester) -> None:
     )
     pytester.makepyfile(test_mine="from engines.testing.conformance import *  # noqa: F403\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "--hypothesis-profile=batching-dev")
-    # reference_parity, sampling_distribution, sequence_distribution: no reference;
+    # reference_parity, low_temperature, sampling_distribution, sequence_distribution: no
+    # reference;
     # variants: none given;
     # kv_accounting, isolation: no KV view; drain: no load view; prompt_logprobs, children,
     # greedy_filters, constraints, beam_search: not declared; streamed_text, stop_strings: no
     # tokenizer
-    result.assert_outcomes(passed=13, skipped=14)
+    result.assert_outcomes(passed=13, skipped=15)
 
 
 def test_declared_expected_failures_are_strict_xfails(pytester: pytest.Pytester) -> None:
@@ -126,7 +128,7 @@ def test_an_engine_that_declares_seeds_unsupported(pytester: pytest.Pytester) ->
                 super().add_request(request)
     """)
     result = pytester.runpytest(*SUITE, "--engine", "noseeds:NoSeeds", "-rxX")
-    result.assert_outcomes(passed=12, skipped=14, xfailed=1)
+    result.assert_outcomes(passed=12, skipped=15, xfailed=1)
     result.stdout.fnmatch_lines(["*NoSeeds-seeds*refuses seeded sampling*"])
 
 
