@@ -35,6 +35,7 @@ from engines.sequential import SequentialEngine
 from engines.testing.context import SuiteOptions, build_context
 from engines.testing.verdict import verify
 from engines.testing.workload import Workload
+from tests.planted.constraint_bugs import bans_one_early
 from tests.planted.harness import check_of, fresh_engines
 
 __all__ = ["COMMON_MODE_PLANTED", "PROMPTS", "caught_only_by_the_independent_reference",
@@ -163,17 +164,8 @@ def _allowed_ids_drop_last() -> list[Patch]:
             p, allowed_token_ids=p.allowed_token_ids[:-1]))
 
 
-def _bans_one_early(bad_words: Sequence[Sequence[int]], output: Sequence[int]) -> list[int]:
-    n, banned = len(output), []
-    for word in bad_words:
-        k = len(word) - 1
-        if k == 0 or (k + 1 <= n and all(output[n - k + j - 1] == word[j] for j in range(k))):
-            banned.append(word[-1])
-    return banned
-
-
 def _bad_word_prefix_one_early() -> list[Patch]:
-    return [(constraints, "ending_bans", _bans_one_early)]
+    return [(constraints, "ending_bans", bans_one_early)]
 
 
 def _stale_advance(self: Matcher, token: int) -> bool:

@@ -125,7 +125,7 @@ class AllowedIdsLeakInSlot(SamplerEngine):
         return sampling.sample(logits, rows)
 
 
-def _bans_one_early(bad_words: Sequence[Sequence[int]], output: Sequence[int]) -> list[int]:
+def bans_one_early(bad_words: Sequence[Sequence[int]], output: Sequence[int]) -> list[int]:
     """engines.core.constraints.ending_bans with each word's earlier tokens compared one
     position early (output[n - k + j - 1] for output[n - k + j])."""
     n, banned = len(output), []
@@ -151,7 +151,7 @@ class BadWordPrefixOneEarly(SamplerEngine):
                                 for s in rows]
             mask = batch_mask(plain, vocab, device)
             for r, seq in enumerate(rows):
-                bans = _bans_one_early(seq.request.params.bad_words, seq.output)
+                bans = bans_one_early(seq.request.params.bad_words, seq.output)
                 if bans:
                     mask = mask if mask is not None else torch.zeros(len(rows), vocab,
                                                                      device=device)
