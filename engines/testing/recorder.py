@@ -166,7 +166,7 @@ class Recorder:
         parts = []
         for r in live[:IN_FLIGHT]:
             rid = r.request_id
-            state = f"{len(self.trace.tokens(rid))} of max_tokens {r.params.max_tokens} out"
+            state = self._tokens_out(r)
             if r.params.temperature > 0:
                 state += f", temperature {r.params.temperature}" + (
                     f" seed {r.params.seed}" if r.params.seed is not None else "")
@@ -179,6 +179,22 @@ class Recorder:
         if len(live) > IN_FLIGHT:
             parts.append(f"and {len(live) - IN_FLIGHT} more")
         return ", ".join(parts)
+
+    def _tokens_out(self, r: Request) -> str:
+        """What a request has got so far against its budget: a family's (n > 1, or a beam
+        search's returned beams) child by child, since each child has a budget of its own."""
+        rid, budget = r.request_id, r.params.max_tokens
+        n = self.children.get(rid, 1)
+        if n <= 1:
+            return f"{len(self.trace.tokens(rid))} of max_tokens {budget} out"
+        got = [0] * n
+        for _, out in self.trace.outputs.get(rid, []):
+            if 0 <= out.index < n:
+                got[out.index] += len(out.token_ids)
+        done = self.children_done.get(rid, set())
+        each = ", ".join(f"child {i} {c}" + (" finished" * (i in done))
+                         for i, c in enumerate(got))
+        return f"n {n}, each of max_tokens {budget}: {each} out"
 
     @property
     def unfinished(self) -> set[Hashable]:

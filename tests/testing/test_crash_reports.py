@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 
-from engines.protocol import StepOutput
+from engines.protocol import Request, SamplingParams, StepOutput
+from engines.slot.continuous import ContinuousBatchEngine
 from engines.testing import oracle as oracle_module
 from engines.testing.crash import EngineCrashed, call_engine
 from engines.testing.judging import Violation
+from engines.testing.recorder import Recorder
 from engines.testing.stateful import run_engine_machine
 from engines.testing.workload import Workload
 from examples.toy_engine import ToyEngine
@@ -266,3 +268,19 @@ def test_suite_catches_a_crash_aborting_a_family_after_a_child_finished(bug: Any
     """Only a family aborted after a child finished raises (the user's crash of issue 51):
     the children feature's seed workload holds two."""
     expect.caught_by_seed_workloads(bug)
+
+
+def test_in_flight_counts_each_childs_tokens_against_its_own_budget() -> None:
+    """A family's children each have the budget: the crash report's in-flight line gives each
+    child's tokens against it, never the family's sum (which read as 12 of max_tokens 4)."""
+    recorder = Recorder(ContinuousBatchEngine())
+    params = SamplingParams(max_tokens=4, n=3, temperature=1.0, seed=5)
+    recorder.add(Request((3, 1, 4), params, request_id="r0"))
+    recorder.add(Request((2, 7), SamplingParams(max_tokens=4), request_id="r1"))
+    for _ in range(3):
+        recorder.step()
+    line = recorder.in_flight()
+    # A token a step each; the family has 9 in all, which the line must not set against 4.
+    assert line.startswith("'r0' (prompt of 3 tokens, n 3, each of max_tokens 4: child 0 3, "
+                           "child 1 3, child 2 3 out, temperature 1.0 seed 5), 'r1' (prompt "
+                           "of 2 tokens, 3 of max_tokens 4 out"), line
