@@ -45,6 +45,26 @@ def _spans(tok: Tokenizer, toks: Sequence[int], at: StopAt, stop: Sequence[str])
     return not any(s in last for s in stop)
 
 
+def _completed(tok: Tokenizer, toks: Sequence[int], at: StopAt, stop: Sequence[str]) -> str:
+    """Which stop string completed at token `at.earliest - 1` and the tokens it spans, in
+    words: "the stop string 'ab' (tokens 2..3: ids [17, 40], texts 'xa', 'b')"."""
+    k = at.earliest
+    text = visible(decode(tok, toks[:k]))
+    before = len(visible(decode(tok, toks[:k - 1])))
+    # The stop string that completed: an occurrence ending past the text before token k - 1
+    # (one completed earlier, within min_tokens, does not count), the earliest ending first.
+    found = [(a + len(s), a, s) for s in stop
+             if (a := text.find(s, max(0, before - len(s) + 1))) >= 0]
+    if not found:
+        return "a stop string"
+    _, start, s = min(found)
+    first = next(j for j in range(k) if len(visible(decode(tok, toks[:j + 1]))) > start)
+    ids = list(toks[first:k])
+    texts = ", ".join(repr(decode(tok, [t])) for t in ids)
+    where = f"token {first}" if first == k - 1 else f"tokens {first}..{k - 1}"
+    return f"the stop string {s!r} ({where}: ids {ids}, texts {texts})"
+
+
 def _tokens(check: Check, trace: Trace, r: Request, tok: Tokenizer, at: StopAt | None,
             child: str = "") -> bool:
     """Judge where the tokens end; True if a stop string ended the request."""
@@ -57,7 +77,8 @@ def _tokens(check: Check, trace: Trace, r: Request, tok: Tokenizer, at: StopAt |
         k = at.earliest
         raise check.fail(
             f"{describe(r, trace)} with {_about(r, child)}: its text "
-            f"{visible(decode(tok, toks[:k]))!r} holds a stop string once its token {k - 1} "
+            f"{visible(decode(tok, toks[:k]))!r} holds {_completed(tok, toks, at, p.stop)} "
+            f"once its token {k - 1} "
             f"(step {step_of_token(trace, rid, k - 1)}) is out, but it went on to "
             f"{len(toks)} tokens {toks}, finishing {reason}. Expected it to end there "
             "with STOP" + (" (the stop string spans tokens)" if _spans(tok, toks, at, p.stop)
@@ -71,9 +92,13 @@ def _tokens(check: Check, trace: Trace, r: Request, tok: Tokenizer, at: StopAt |
             "from another request?)")
     if len(toks) in ends and reason not in (FinishReason.STOP, FinishReason.ABORT):
         raise check.fail(
-            f"{describe(r, trace)} with {_about(r, child)} completed a stop string with its last "
-            f"token {len(toks) - 1} but finished {reason}. Expected STOP (a stop string "
-            "wins over LENGTH at the last budgeted token, as a stop id does).")
+            f"{describe(r, trace)} with {_about(r, child)}: its text "
+            f"{visible(decode(tok, toks))!r} completes "
+            f"{_completed(tok, toks, at, p.stop) if at is not None else 'a stop string'} "
+            f"with its last token {len(toks) - 1} (step "
+            f"{step_of_token(trace, rid, len(toks) - 1)}), but it finished {reason}. Expected "
+            "STOP: the token that completes a stop string ends the request STOP, whatever "
+            "else (its budget) ends it at the same token.")
     return len(toks) in ends and reason == FinishReason.STOP
 
 

@@ -4,6 +4,8 @@ decode: tests/engines/core/test_detokenize.py."""
 
 from __future__ import annotations
 
+import ast
+import re
 from typing import Any
 
 import pytest
@@ -11,7 +13,8 @@ import pytest
 from tests.planted import expect
 from tests.planted.catalog import name_of, planted
 from tests.planted.composition_bugs import COMPOSITION_PLANTED
-from tests.planted.text_bugs import TEXT_PLANTED
+from tests.planted.harness import hunt
+from tests.planted.text_bugs import TEXT_PLANTED, StopStringAcrossStepsMissed
 
 CHECK = "stop_strings"
 
@@ -33,3 +36,22 @@ def test_suite_catches_a_family_ended_by_one_childs_stop_string(bug: Any) -> Non
     """Only a family that carries stop strings shows it (tests/testing/test_composition.py):
     the children feature's seed workload holds one."""
     expect.caught_by_seed_workloads(bug)
+
+
+def test_the_report_names_the_stop_string_and_the_tokens_it_spans() -> None:
+    """Issue 51's done-when: the report of the missed spanning stop string says which stop
+    string it was and which tokens (ids and their texts) it spans, and those tokens' text
+    does hold it."""
+    caught = hunt(StopStringAcrossStepsMissed, settings=expect.SEEDS_ONLY)
+    assert caught is not None and caught.prop == CHECK, str(caught)
+    text = str(caught)
+    found = re.search(r"the stop string ('[^']+') \(tokens (\d+)\.\.(\d+): ids \[([\d, ]+)\], "
+                      r"texts (.*?)\) (?:once its token|with its last token) (\d+)", text)
+    assert found is not None, text
+    stop, first, last, ids, texts, end = found.groups()
+    ids_list = [int(i) for i in ids.split(", ")]
+    # The bug misses only a stop string no one token holds: it spans two tokens or more.
+    assert int(last) == int(end) and len(ids_list) == int(last) - int(first) + 1 >= 2, text
+    # The report's own texts of those tokens, joined, hold the stop string.
+    joined = "".join(ast.literal_eval(f"[{texts}]"))
+    assert ast.literal_eval(stop) in joined, (stop, joined)
