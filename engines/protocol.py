@@ -38,6 +38,7 @@ __all__ = [
     "FinishReason",
     "Guided",
     "GuidedKind",
+    "IndependentTwin",
     "InvalidRequest",
     "KVIntrospection",
     "LoRAManagement",
@@ -325,6 +326,18 @@ class LoRAManagement(Protocol):
     def add_lora(self, name: str, path: str) -> None: ...
 
     def remove_lora(self, name: str) -> None: ...
+
+
+@runtime_checkable
+class IndependentTwin(Protocol):
+    """Optional, for a reference engine: a zero-argument factory of an engine over the same
+    weights, dtype, context and adapters whose processing after the logits shares no code
+    with this one's (engines.independent for engines.sequential), or None where there is
+    none. Given as `--reference-engine`, such an engine judges plain requests and the suite
+    sends every request that uses a feature the twin declares to the twin
+    (engines.testing.routing); both must give raw top logprobs of the same kind."""
+
+    def independent_twin(self) -> Callable[[], Engine] | None: ...
 
 
 @runtime_checkable

@@ -21,7 +21,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,13 @@ from engines.core.prompt_logprobs import whole_prompt
 from engines.core.request_state import RequestState
 from engines.core.sampling import sample
 from engines.core.slots import BaseEngine
-from engines.models import long_rope_threshold
+from engines.models import DEFAULT_PRESET, long_rope_threshold
 from engines.protocol import (
     BASE_PARAMS,
     CONSTRAINT_PARAMS,
     PROCESSING_PARAMS,
     TEXT_PARAMS,
+    Engine,
     Request,
     StepOutput,
 )
@@ -59,6 +61,10 @@ class SequentialEngine(BaseEngine):
                  **kwargs: Any) -> None:
         kwargs["max_batch_size"] = 1
         super().__init__(*args, **kwargs)
+        # What independent_twin builds over: the model as given (a preset, a checkpoint
+        # directory or a module), its seed and the adapters named here.
+        self._source = (args[0] if args else kwargs.get("model", DEFAULT_PRESET),
+                        kwargs.get("seed", 0), dict(loras or {}))
         self._loras = LoraNames(loras)
         self._peft: Any = None  # a PeftModel over a copy of self.model, once an adapter is
         for name, path in self._loras.paths.items():
@@ -76,6 +82,17 @@ class SequentialEngine(BaseEngine):
         # beam_width > 1: the running request's search (engines.core.beams); its beams are
         # the rows of self._kv.
         self._search: BeamSearch | None = None
+
+    def independent_twin(self) -> Callable[[], Engine] | None:
+        """engines.protocol.IndependentTwin: the independent reference (engines.independent)
+        over the same model, seed, dtype, device, context and adapters; an adapter added at
+        run time is added to it by whoever serves it there (engines.testing.tenant_oracle)."""
+        from engines.independent import IndependentEngine
+
+        model, seed, loras = self._source
+        dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        return partial(IndependentEngine, model, device=str(self.device), dtype=dtype,
+                       max_model_len=self.max_model_len, seed=seed, loras=loras or None)
 
     def slot_lengths(self) -> list[int]:
         return [self._cached]
@@ -263,6 +280,11 @@ class ProcessedSequentialEngine(SequentialEngine):
     logit and multiplies a negative one, a sign raw logprobs do not carry."""
 
     CAPABILITIES = dataclasses.replace(SequentialEngine.CAPABILITIES, logprobs_of="processed")
+
+    def independent_twin(self) -> None:
+        """None: the independent reference's top logprobs are raw, and the suite reads this
+        one's as processed."""
+        return None
 
 
 def processed_bf16() -> ProcessedSequentialEngine:

@@ -27,14 +27,18 @@ def test_conformance(conformance_context: SuiteContext, conformance_check: str,
                      request: pytest.FixtureRequest) -> None:
     """One check (docs/architecture.md), on seed workloads and then a Hypothesis search."""
     __tracebackhide__ = True
-    from engines.testing.plugin import run_options
+    from engines.testing.plugin import ROUTED, run_options
     from engines.testing.progress_lines import watching
+    from engines.testing.routing import routed_during
     from engines.testing.shrink_budget import bounded_shrinking
 
     options = run_options(request.config)
-    # Progress lines while it runs; its shrinking bounded, the report saying where it was cut.
+    # Progress lines while it runs; its shrinking bounded, the report saying where it was cut;
+    # the requests each reference served alone meanwhile recorded for the summary.
     with watching(request.config, f"{conformance_context.name}-{conformance_check}",
-                  options.progress_interval), bounded_shrinking(options.shrink_budget):
+                  options.progress_interval), bounded_shrinking(options.shrink_budget), \
+            routed_during(conformance_context.judge.reference, request.node.user_properties,
+                          ROUTED):
         _check_or_finding(conformance_context, conformance_check, request)
 
 

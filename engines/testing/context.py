@@ -27,6 +27,7 @@ from engines.testing.oracle import TOP_K, AloneOracle, ParityMode
 from engines.testing.pool import EnginePool
 from engines.testing.precision import ParityChoice, ParitySetting, choose_parity
 from engines.testing.recorder import Trace, run_workload
+from engines.testing.routing import RoutedOracle, describe, twin_of
 from engines.testing.runs import RunCache
 from engines.testing.threads import limit_torch_threads
 from engines.testing.workload import Workload, factory_source
@@ -48,6 +49,11 @@ class SuiteOptions:
     reference: Factory | None = None  # --reference-engine
     reference_spec: str | None = None
     variants: Mapping[str, Factory] = field(default_factory=dict)  # --engine-variant
+    # --independent-reference: "auto" (the reference's own twin, engines.protocol's
+    # IndependentTwin, where it names one), "off", or the MODULE:CALLABLE of
+    # `independent_factory`; the features it serves are judged by it (engines.testing.routing).
+    independent: str = "auto"
+    independent_factory: Factory | None = None
     torch_threads: int | None = None  # --torch-threads: torch's intra-op threads (None: as is)
 
 
@@ -75,9 +81,22 @@ class SuiteContext:
     def step_timeout(self) -> float | None:
         return self.options.step_timeout
 
+    @property
+    def routing(self) -> str | None:
+        """The header's line on who judges which feature (None: no reference)."""
+        reference = self.judge.reference
+        if reference is None or self.options.reference is None:
+            return None
+        given = self.options.reference_spec or factory_source(self.options.reference, None)
+        twin = reference.twin if isinstance(reference, RoutedOracle) else None
+        return describe(given, twin, self.options.independent)
+
     def close(self) -> None:
-        """Close every idle engine of every pool (the plugin calls it as pytest exits)."""
-        for pool in self.pools:
+        """Close every idle engine of every pool (the plugin calls it as pytest exits), the
+        independent reference's too where one was built."""
+        reference = self.judge.reference
+        built = reference.pools[1:] if isinstance(reference, RoutedOracle) else ()
+        for pool in (*self.pools, *built):
             pool.close()
 
 
@@ -157,7 +176,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         # Every engine compared must accept every request drawn.
         max_model_len=min(int(e.max_model_len) for e in (engine, *(o for _, o in
                                                                     others.values()))),
-        logprobs=TOP_K if mode == "tie-aware" else 0,
+        logprobs=TOP_K if "tie-aware" in (mode, choice.versus_reference) else 0,
         sampling=draws_sampling(declared),
         sampling_fields=_sampling_fields([engine, *(o for _, o in others.values())]),
         min_temperature=max(capabilities_of(e).min_temperature
@@ -191,11 +210,19 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
                          repro_source=repro_source)
     reference = None
     reference_logprobs = "raw"
+    if options.independent_factory is not None and options.reference is None:
+        raise EngineSpecError(f"--independent-reference {options.independent}: needs a "
+                              "reference engine (--reference-engine) to route from")
     if "reference" in others and options.reference is not None:
-        reference_logprobs = capabilities_of(others["reference"][1]).logprobs_of
+        ref_pool, ref_engine = others.pop("reference")
+        reference_logprobs = capabilities_of(ref_engine).logprobs_of
         reference = AloneOracle(
-            others.pop("reference")[0], deadline=options.step_timeout,
+            ref_pool, deadline=options.step_timeout,
             repro_source=factory_source(options.reference, options.reference_spec))
+        twin = twin_of(ref_engine, options.independent, options.independent_factory)
+        if twin is not None:  # built at the first request routed to it
+            reference = RoutedOracle(reference, twin, vocab_size=int(ref_engine.vocab_size),
+                                     logprobs_of=reference_logprobs)
     variant_pools = [p for p, _ in others.values()]
     variants = {n: _variant_runner(p, options.step_timeout) for n, (p, _) in others.items()}
     # Variants with a KV view of their own: kv_accounting judges their runs too (a variant
@@ -205,7 +232,10 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
     judge = Judge(oracle, mode, choice.tolerance, reference, variants, kv_variants,
                   frozenset(declared), logprobs_of=capabilities_of(engine).logprobs_of,
                   reference_logprobs_of=reference_logprobs, vocab_size=int(engine.vocab_size),
-                  relative=choice.relative, reference_rule=choice.reference_rule)
+                  relative=choice.relative, reference_rule=choice.reference_rule,
+                  reference_parity=choice.reference_mode,
+                  reference_value=choice.reference_value,
+                  reference_relative=choice.reference_relative)
     return SuiteContext(
         name=name,
         factory=factory,

@@ -30,6 +30,8 @@ Factory = Callable[[], "Engine"]
 # ini key (also the name in messages) -> (namespaced flag, generic alias, argparse attributes).
 ENGINE = "engine"
 REFERENCE = "reference_engine"
+INDEPENDENT = "independent_reference"
+INDEPENDENT_SETTINGS = ("auto", "off")
 VARIANTS = "engine_variants"
 PARITY = "parity"
 TOLERANCE = "parity_tolerance"
@@ -49,6 +51,12 @@ _FLAGS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "help": "reference engine factory over the same weights: every greedy request must get "
         "the tokens it gets there alone (check reference_parity; e.g. "
         "engines.sequential:SequentialEngine)"}),
+    INDEPENDENT: ("--batching-independent-reference", "--independent-reference", {
+        "metavar": "auto|off|MODULE:CALLABLE",
+        "help": "which reference judges the requests that use a feature beyond the base "
+        "fields: auto (default: the reference engine's independent twin, where it names one: "
+        "engines.sequential's is engines.independent), off (the reference engine judges "
+        "all), or an independent reference factory"}),
     VARIANTS: ("--batching-engine-variant", "--engine-variant", {
         "action": "append", "default": [], "metavar": "NAME=MODULE:CALLABLE",
         "help": "a config variant of the engine (repeatable): the same workload must give every "
@@ -81,6 +89,8 @@ _FLAGS: dict[str, tuple[str, str, dict[str, Any]]] = {
 _INI: dict[str, tuple[str, Any]] = {
     ENGINE: ("engine factory module:callable for the conformance suite", None),
     REFERENCE: ("reference engine factory module:callable (reference_parity)", None),
+    INDEPENDENT: ("auto, off or module:callable: who judges the reference engine's features "
+                  "(--independent-reference)", "auto"),
     VARIANTS: ("config variants, one NAME=module:callable a line (variants)", []),
     PARITY: ("parity comparison: auto, exact or tie-aware", "auto"),
     TOLERANCE: ("tie-aware parity tolerance (logprob gap; default: from the declared dtypes)",
@@ -143,6 +153,8 @@ class RunOptions:
     engine: Factory | None = None
     reference_spec: str | None = None
     reference: Factory | None = None
+    independent: str = "auto"  # auto, off, or the spec of `independent_factory`
+    independent_factory: Factory | None = None
     variant_specs: tuple[str, ...] = ()
     variants: Mapping[str, Factory] = field(default_factory=dict)
     parity: str = "auto"
@@ -213,9 +225,14 @@ def read_options(config: pytest.Config, aliases: tuple[str, ...]) -> RunOptions:
     progress_interval = _seconds(config, PROGRESS, aliases)
     engine_spec = str(_value(config, ENGINE) or "") or None
     reference_spec = str(_value(config, REFERENCE) or "") or None
+    independent = str(_value(config, INDEPENDENT) or "auto")
+    if independent not in INDEPENDENT_SETTINGS and ":" not in independent:
+        raise pytest.UsageError(f"{INDEPENDENT} ({flag(INDEPENDENT, aliases)}): {independent!r} "
+                                "is not auto, off or MODULE:CALLABLE")
     variant_specs = tuple(str(v) for v in _value(config, VARIANTS) or ())
     options = RunOptions(engine_spec=engine_spec, reference_spec=reference_spec,
-                         variant_specs=variant_specs, parity=parity, tolerance=tolerance,
+                         independent=independent, variant_specs=variant_specs, parity=parity,
+                         tolerance=tolerance,
                          step_timeout=step_timeout, torch_threads=torch_threads,
                          aliases=aliases, shrink_budget=shrink_budget,
                          progress_interval=progress_interval)
@@ -227,6 +244,12 @@ def read_options(config: pytest.Config, aliases: tuple[str, ...]) -> RunOptions:
         engine = load_factory(engine_spec, option=options.flag(ENGINE)) if engine_spec else None
         reference = (load_factory(reference_spec, option=options.flag(REFERENCE))
                      if reference_spec else None)
+        twin = (None if independent in INDEPENDENT_SETTINGS else
+                load_factory(independent, option=options.flag(INDEPENDENT)))
+        if twin is not None and reference is None:
+            raise EngineSpecError(f"{options.flag(INDEPENDENT)} {independent}: needs "
+                                  f"{options.flag(REFERENCE)}, the reference it takes features "
+                                  "from")
         variants = {}
         variant_flag = options.flag(VARIANTS)
         for spec in variant_specs:
@@ -237,7 +260,8 @@ def read_options(config: pytest.Config, aliases: tuple[str, ...]) -> RunOptions:
     except EngineSpecError as exc:
         raise pytest.UsageError(str(exc)) from None
     return RunOptions(engine_spec=engine_spec, engine=engine, reference_spec=reference_spec,
-                      reference=reference, variant_specs=variant_specs, variants=variants,
+                      reference=reference, independent=independent,
+                      independent_factory=twin, variant_specs=variant_specs, variants=variants,
                       parity=parity, tolerance=tolerance, step_timeout=step_timeout,
                       torch_threads=torch_threads, aliases=aliases,
                       shrink_budget=shrink_budget, progress_interval=progress_interval)

@@ -40,6 +40,8 @@ FATE = "batching-engines fate"  # (status, reason): a skip or declared xfail, se
 COVERAGE = "batching-engines coverage"  # what a check exercised
 PROFILE = "batching-engines profile"  # the profile a check ran under
 PARITY = "batching-engines parity"  # the parity a check judged by, and why
+ROUTING = "batching-engines routing"  # who judged which feature (engines.testing.routing)
+ROUTED = "batching-engines routed"  # requests each reference served alone in a check's run
 
 
 def _no_engine(options: RunOptions) -> str:
@@ -148,7 +150,8 @@ def pytest_report_collectionfinish(config: pytest.Config,
                      f"{current!r}; pass --hypothesis-profile={current} to run the suite under "
                      "it too")
     if options.reference_spec:
-        lines.append(f"batching-engines: reference engine {options.reference_spec}")
+        routing = ctx.routing if ctx is not None else None
+        lines.append(f"batching-engines: {routing or 'reference engine ' + options.reference_spec}")
     if options.variant_specs:
         lines.append(f"batching-engines: variants {', '.join(options.variant_specs)}")
     return lines
@@ -157,10 +160,14 @@ def pytest_report_collectionfinish(config: pytest.Config,
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """What the conformance checks exercised, per engine, and why any did not run: a pass says
     how much it covered, and nothing is skipped silently. -v adds a line per check."""
+    from collections import Counter
+
     from engines.testing.checks import summary_notes
     from engines.testing.coverage import Coverage
+    from engines.testing.routing import lines as routed_lines
 
     engines: dict[str, tuple[Coverage, list[str], list[str]]] = {}
+    routed: dict[str, Counter[str]] = {}  # engine -> requests each reference served
     seconds: dict[str, dict[str, float]] = {}  # engine -> check -> seconds its run took
     for kind in ("passed", "skipped", "xfailed", "failed", "xpassed"):
         for report in terminalreporter.stats.get(kind, ()):
@@ -169,6 +176,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             if check_id is None or getattr(report, "when", "call") == "teardown":
                 continue
             engine, _, check = str(check_id).rpartition("-")
+            routed.setdefault(engine, Counter()).update(props.get(ROUTED, {}))
             total, passed, other = engines.setdefault(engine, (Coverage(), [], []))
             if getattr(report, "when", "call") == "call":
                 seconds.setdefault(engine, {})[check] = float(getattr(report, "duration", 0.0))
@@ -191,6 +199,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"checks run under {described}")
     for described in sorted(_profiles_reported(terminalreporter, PARITY)):
         terminalreporter.write_line(f"parity: {described}")
+    for described in sorted(_profiles_reported(terminalreporter, ROUTING)):
+        terminalreporter.write_line(f"reference: {described}")
     for engine, (total, passed, other) in engines.items():
         if passed:
             data = total.as_dict()
@@ -198,6 +208,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                                         f"{Coverage.describe(data)}")
             for note in summary_notes(data):  # what was not judged, and what would change it
                 terminalreporter.write_line(f"  {note}")
+        for line in routed_lines(routed.get(engine, Counter())):
+            terminalreporter.write_line(f"  {line}")
         for line in other:
             terminalreporter.write_line(line if passed else f"{engine}:{line}")
         if seconds.get(engine):
@@ -305,6 +317,8 @@ def context_for(config: pytest.Config, factory: Callable[[], Engine], name: str,
         torch_threads=options.torch_threads,
         reference=reference,
         reference_spec=options.reference_spec,
+        independent=options.independent,
+        independent_factory=options.independent_factory,
         variants=variants,
     ))
     contexts.append(ctx)
@@ -371,6 +385,8 @@ def conformance_context(
     except EngineSpecError as exc:
         pytest.fail(str(exc), pytrace=False)
     props.append((PARITY, ctx.parity.describe()))
+    if ctx.routing is not None:
+        props.append((ROUTING, ctx.routing))
     from engines.testing.untestable import say_once
 
     say_once(pytestconfig, ctx)  # where the header did not (a fixture's engine, xdist)

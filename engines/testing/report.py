@@ -38,7 +38,10 @@ def script_setup(ctx: SuiteContext, variant: str | None = None) -> ScriptSetup:
         (factory_source(options.reference, options.reference_spec)
          if options.reference is not None else None),
         {n: factory_source(options.variants[n], None) for n in names},
-        None if auto else ctx.parity.mode, ctx.parity.tolerance, ctx.step_timeout)
+        None if auto else ctx.parity.mode, ctx.parity.tolerance, ctx.step_timeout,
+        options.independent,
+        (factory_source(options.independent_factory, options.independent)
+         if options.independent_factory is not None else None))
 
 
 def explain(ctx: SuiteContext, failure: Failure, w: Workload, *,

@@ -130,12 +130,17 @@ def main(check: str, workload: Workload, make_engine: Factory, *,
          earlier: Sequence[Workload] = (), reference: Factory | None = None,
          variants: Mapping[str, Factory] | None = None, parity: ParitySetting = "auto",
          tolerance: float | None = None, step_timeout: float | None = 60.0,
-         argv: Sequence[str] | None = None) -> None:
+         independent: Factory | str = "auto", argv: Sequence[str] | None = None) -> None:
     """A report's script: judge the replay, print the verdict, and exit 0 if it passes,
-    1 if it fails (SystemExit). `--steps` in argv prints every step's outputs too."""
+    1 if it fails (SystemExit). `--steps` in argv prints every step's outputs too.
+    `independent`: as --independent-reference, "auto", "off" or the factory itself."""
     args = sys.argv[1:] if argv is None else list(argv)
+    named = None if isinstance(independent, str) else independent
     options = SuiteOptions(parity=parity, tolerance=tolerance, step_timeout=step_timeout,
-                           reference=reference, variants=dict(variants or {}))
+                           reference=reference, variants=dict(variants or {}),
+                           independent=(independent if isinstance(independent, str) else
+                                        getattr(independent, "__name__", "make_independent")),
+                           independent_factory=named)
     ctx = build_context(make_engine, name=getattr(make_engine, "__name__", "engine"),
                         options=options)
     try:

@@ -26,6 +26,10 @@ class ScriptSetup:
     parity: str | None = None  # None: auto, as the suite chose it; else the mode in force
     tolerance: float | None = None
     step_timeout: float | None = 60.0
+    # --independent-reference: "auto" (the reference's own twin), "off", or a factory's
+    # spec, whose source lines (binding `make_engine`) are `independent_src`.
+    independent: str = "auto"
+    independent_src: str | None = None
 
 
 def _bound_to(src: str, name: str) -> str:
@@ -76,6 +80,11 @@ def rerun_script(check: str, w: Workload, setup: ScriptSetup,
     if setup.reference_src is not None:
         heads.append(_bound_to(setup.reference_src, "make_reference"))
         args.append("reference=make_reference")
+    if setup.independent_src is not None:
+        heads.append(_bound_to(setup.independent_src, "make_independent"))
+        args.append("independent=make_independent")
+    elif setup.independent == "off":
+        args.append("independent='off'")
     if setup.variants_src:
         for i, src in enumerate(setup.variants_src.values()):
             heads.append(_bound_to(src, f"make_variant{i}"))

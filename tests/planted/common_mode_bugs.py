@@ -4,7 +4,10 @@ run engines/core's sampling, constraints, grammar, prompt-logprob and beam code)
 cannot see them (alone runs are as wrong as batched ones), nor reference parity against the
 sequential reference (it is as wrong): only a reference that shares none of that code can,
 engines.independent (each class's `reference`). `shared_reference` is the sequential
-reference with the same bug, which the tests hold to passing the same hunt.
+reference with the same bug: what a user passes as `--reference-engine` when the bug is in
+engines/core. By default the suite sends every request that uses a feature to its
+independent twin (engines.testing.routing), which catches the bug; with the routing off the
+tests hold it to passing the same hunt.
 
 Each bug is a patch of one engines/core function, in force only while the planted engine's
 (or its shared reference's) add_request or step runs, so nothing else in the process sees
@@ -269,24 +272,27 @@ def hard_case(bug: Any) -> Workload:
     return Workload(tuple(requests), (0, 0, 1, 2), label=f"{bug.__name__}'s hard case")
 
 
-def verdict(bug: Any, reference: Any, engine: Any = None) -> str | None:
+def verdict(bug: Any, reference: Any, engine: Any = None, *,
+            independent: str = "auto") -> str | None:
     """How the bug's check fails its hard case on `engine` (default: the bug's) judged
-    against `reference` (None: it passes)."""
+    against `reference` (None: it passes), routed as --independent-reference says."""
     engine = engine or bug
     ctx = build_context(engine, name=engine.__name__,
                         spec=f"{engine.__module__}:{engine.__name__}",
-                        options=SuiteOptions(reference=reference))
+                        options=SuiteOptions(reference=reference, independent=independent))
     fresh_engines(ctx)
     failure = verify(ctx, hard_case(bug), check_of(bug)).failure
     return None if failure is None else str(failure.error)
 
 
 def caught_only_by_the_independent_reference(bug: Any) -> None:
-    """The bug's check fails its hard case against the independent reference, passes it
-    against the sequential reference that shares the bug, and the correct paged engine passes
-    it against the independent reference (no false alarm)."""
+    """The bug's check fails its hard case against the sequential reference that shares the
+    bug, as the suite routes by default (its independent twin judges the feature), passes it
+    with the routing off (the shared reference alone is blind), and the correct paged engine
+    passes it against the routed sequential reference (no false alarm)."""
     __tracebackhide__ = True
-    found = verdict(bug, bug.reference)
+    found = verdict(bug, bug.shared_reference)
     assert found is not None and found.startswith(f"{bug.caught_by}: "), found
-    assert verdict(bug, bug.shared_reference) is None, "the shared reference saw the bug"
-    assert verdict(bug, bug.reference, engine=PagedEngine) is None, "a false alarm"
+    assert verdict(bug, bug.shared_reference, independent="off") is None, \
+        "the shared reference saw the bug"
+    assert verdict(bug, SequentialEngine, engine=PagedEngine) is None, "a false alarm"
