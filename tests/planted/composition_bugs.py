@@ -1,18 +1,32 @@
 """Planted bugs that only features drawn together expose (issue 51): each needs an n > 1
 family that carries stop strings, or one aborted after a child finished; families alone,
 stop strings alone and aborts alone pass. The draws compose them
-(engines.testing.composition) and the children feature's seed workloads hold both."""
+(engines.testing.composition) and the children feature's seed workloads hold both.
+PAIRED_PLANTED: a LoRA adapter with constraints, speculation with penalties, each on one
+request (the constraints feature's seed workload under adapters; the drafts feature's
+penalized prompts whose drafts hit)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
+import torch
+
+import engines.paged.engine as paged_engine
+from engines.core.constraints import batch_mask
+from engines.core.request_state import RequestState
+from engines.loras import zoo_loras
+from engines.models import DEFAULT_PRESET
 from engines.paged.engine import PagedEngine
+from engines.paged.speculate import Speculation
 from engines.paged.state import PagedRequest
 from engines.protocol import FinishReason, Request, StepOutput
+from engines.sequential import SequentialEngine
 from engines.slot.continuous import ContinuousBatchEngine
+from engines.zoo import ZOO_ADAPTERS
+from tests.planted.sampler import Row
 
 
 class ChildStopStringEndsFamily(ContinuousBatchEngine):
@@ -97,3 +111,68 @@ class AbortedFamilyLeaksBlocks(PagedEngine):
 
 COMPOSITION_PLANTED: list[Any] = [ChildStopStringEndsFamily, AbortAfterChildFinishedCrashes,
                                   AbortedFamilyLeaksBlocks]
+
+
+class LoraRowsUnconstrained(PagedEngine):
+    """The constraint mask is built for the base model's rows only: a row under a LoRA
+    adapter samples unmasked (its allowed ids, bad words and bias ignored; a guided row keeps
+    its grammar). Constraints on base rows, and adapters without constraints, are right.
+    Built with adapters (tests.planted.tenants.with_zoo_loras)."""
+
+    caught_by = "constraints"
+
+    def _step(self) -> list[StepOutput]:
+        plain = paged_engine.sample
+
+        def skips_lora_rows(logits: torch.Tensor, seqs: Sequence[RequestState],
+                            **kw: Any) -> Any:
+            def masks(rows: Sequence[RequestState], vocab: int, device: torch.device
+                      ) -> torch.Tensor | None:
+                mask = batch_mask(rows, vocab, device)
+                for i, seq in enumerate(rows):
+                    if mask is not None and seq.request.lora is not None and seq.matcher is None:
+                        mask[i] = 0.0
+                return mask
+            return plain(logits, seqs, masks=masks, **kw)
+
+        paged_engine.sample = skips_lora_rows  # this engine's step only, then put back
+        try:
+            return super()._step()
+        finally:
+            paged_engine.sample = plain
+
+
+class SpeculationSkipsPenalties(PagedEngine):
+    """A speculating engine (drafting with the target itself, as tests/planted/spec_bugs.py's
+    do) samples the verify step's draft positions (every round after the first) without the
+    request's repetition, presence and frequency penalties: an accepted run follows the raw
+    logits. Penalties without speculation, and speculation without penalties, are right;
+    the reference engine applies the penalties at every position."""
+
+    caught_by = "reference_parity"
+    reference = SequentialEngine
+
+    def __init__(self, **kw: Any) -> None:
+        kw.setdefault("speculation", Speculation("draft", num_tokens=3, draft_model="tiny"))
+        super().__init__(**kw)
+
+    def _round(self, x: torch.Tensor, seqs: list[PagedRequest], rnd: int,
+               drafts: Mapping[PagedRequest, Sequence[int]]
+               ) -> tuple[list[int], list[Mapping[int, float] | None], list[float | None]]:
+        if rnd == 0:
+            return super()._round(x, seqs, rnd, drafts)
+        rows: list[Any] = [Row(s, dataclasses.replace(
+            s.request.params, repetition_penalty=1.0, presence_penalty=0.0,
+            frequency_penalty=0.0)) for s in seqs]
+        return super()._round(x, rows, rnd, drafts)
+
+
+def lora_rows_unconstrained_with_loras() -> PagedEngine:
+    """LoraRowsUnconstrained serving the zoo's adapters, by a spec a report's script (and
+    `--engine`) can name."""
+    return LoraRowsUnconstrained(DEFAULT_PRESET, loras=zoo_loras(DEFAULT_PRESET, ZOO_ADAPTERS))
+
+
+# Features drawn together that each needs its own engine's set-up (adapters, speculation):
+# each caught by its check's seed workloads (tests/testing/test_composition.py).
+PAIRED_PLANTED: list[Any] = [LoraRowsUnconstrained, SpeculationSkipsPenalties]

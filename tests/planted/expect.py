@@ -32,7 +32,7 @@ from tests.planted.multitoken import MultiTokenSteps
 from tests.planted.spec_bugs import SpeculatingControl
 
 __all__ = ["SEEDS_ONLY", "a_multi_token_engine_passes", "caught_by_seed_workloads",
-           "caught_by_the_hard_case",
+           "caught_by_the_hard_case", "caught_by_the_hard_case_not_its_control",
            "caught_by_the_search", "caught_in_a_fresh_process", "caught_with_a_script",
            "found_by_the_search_alone", "not_everywhere", "passes", "passes_beside_the_reference",
            "run_script", "script_of", "SPEC_EXAMPLES", "a_speculation_bug_is_caught",
@@ -107,6 +107,26 @@ def caught_by_the_hard_case(bug: Any, label: str, ctx: SuiteContext | None = Non
     failures = [o.failure.error for o in outcomes if o.failure is not None]
     assert failures, f"{bug.__name__}: the {label!r} seed workload passed {check}"
     assert any(str(e).startswith(f"{bug.caught_by}: ") for e in failures), str(failures[0])
+
+
+def caught_by_the_hard_case_not_its_control(bug: Any, control: Any, check: str, label: str,
+                                            contexts: Any = context_of) -> None:
+    """Features drawn together (issue 51): the seed workloads of `check` labelled `label`
+    (run before any draw, whatever the Hypothesis seed) fail the planted bug by `check`, and
+    the correct engine it is planted in (`control`) passes the same workloads. `contexts`
+    makes each engine's context (adapters: tests.planted.tenants.lora_context)."""
+    ctx = contexts(bug)
+    found = [w for w in seed_workloads(drawing_of(ctx, check), alone=ctx.oracle.tokens)
+             if label in w.label]
+    assert found, f"no seed workload of {check} is labelled {label!r}"
+    failures = [o.failure.error for w in found
+                if (o := verify(ctx, w, check)).failure is not None]
+    assert failures, f"{bug.__name__}: the {label!r} seed workload passed {check}"
+    assert all(str(e).startswith(f"{check}: ") for e in failures), str(failures[0])
+    correct = contexts(control)
+    for w in found:
+        outcome = verify(correct, w, check)
+        assert outcome.ok, str(outcome.failure.error if outcome.failure else w.label)[:2000]
 
 
 def caught_by_the_search(bug: Any, examples: int) -> None:

@@ -88,8 +88,10 @@ def _tokens(check: Check, trace: Trace, r: Request, tok: Tokenizer, at: StopAt |
         raise check.fail(
             f"{describe(r, trace)} with {_about(r, child)} finished STOP after {len(toks)} tokens "
             f"{toks}, whose generated text {decode(tok, toks)!r} completes no stop string "
-            "there and whose last token is no stop id. (Was the prompt searched, or text "
-            "from another request?)")
+            "there and whose last token is no stop id. " + (
+                f"It was aborted at step {trace.aborted_at[rid]}: expected ABORT." if rid in
+                trace.aborted_at else "(Was the prompt searched, or text from another "
+                "request?)"))
     if len(toks) in ends and reason not in (FinishReason.STOP, FinishReason.ABORT):
         raise check.fail(
             f"{describe(r, trace)} with {_about(r, child)}: its text "

@@ -56,6 +56,7 @@ from engines.testing.limits import EngineLimits
 from engines.testing.workload import Workload
 
 __all__ = ["CHOICES", "DENSE", "FEATURE", "GRAMMARS", "HARD_CASES", "JSON_SCHEMAS", "LONG_REGEX",
+           "UNDER_ADAPTERS",
            "REGEXES",
            "constrained", "constraint_workloads", "guided_specs",
            "satisfiable"]
@@ -239,7 +240,28 @@ def constraint_workloads(limits: Drawing, alone: AloneFn | None) -> list[Workloa
         found = _guided_past_the_pool(limits, req)
         if found is not None:
             out.append(found)
+    # Only in the constraints check's seed workloads (the one whose draws are dense): the
+    # checks that draw tenants meet adapters and constraints together in their draws.
+    if limits.loras and limits.constraints_dense and "allowed_token_ids" in declared:
+        out.append(_under_adapters(limits, req))
     return out
+
+
+UNDER_ADAPTERS = "constraints under each LoRA adapter"
+
+
+def _under_adapters(limits: EngineLimits, req: Make) -> Workload:
+    """Per adapter the engine serves (two at most) and the base model, arriving together:
+    two prompts under a small allowed-ids set (the mask, not the adapter, decides every
+    token: a row whose mask is skipped for its adapter's sake leaves the set)."""
+    v = limits.vocab_size
+    allowed = tuple(dict.fromkeys((5 % v, 9 % v, 77 % v, 300 % v)))
+    reqs: list[Request] = []
+    for lora in (None, *limits.loras[:2]):
+        for prompt in ((3, 1, 4), (8, 6)):
+            r = req(len(reqs), prompt, 6, allowed_token_ids=allowed)
+            reqs.append(dataclasses.replace(r, lora=lora))
+    return Workload(tuple(reqs), (0,) * len(reqs), label=UNDER_ADAPTERS)
 
 
 def _mid_batch(limits: EngineLimits, req: Make, declared: frozenset[str],

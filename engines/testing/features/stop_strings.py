@@ -17,13 +17,13 @@ from engines.protocol import TEXT_PARAMS, Request, SamplingParams
 from engines.testing.features.base import AloneFn, Drawing, Feature, Make
 from engines.testing.limits import EngineLimits
 from engines.testing.text import REPLACEMENT, decode, tokenizer, visible
-from engines.testing.workload import Workload
+from engines.testing.workload import Abort, Workload
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["FEATURE", "MISSES", "completed_by", "draws_stop_strings", "stop_string_params",
-           "stop_string_workload"]
+__all__ = ["FEATURE", "HELD_BACK", "MISSES", "completed_by", "draws_stop_strings",
+           "held_back_workload", "stop_string_params", "stop_string_workload"]
 
 # Text no preset's output is likely to hold, ASCII and multi-byte alike; a drawn one that the
 # output does hold is simply a hit.
@@ -164,9 +164,28 @@ def stop_string_workload(limits: EngineLimits, alone: AloneFn) -> Workload | Non
     return Workload(reqs, (0, 0, 0, 1, 1, 2, 2), label="stop strings at the edges")
 
 
+HELD_BACK = "aborted while text is held back"
+
+
+def held_back_workload(limits: EngineLimits) -> Workload | None:
+    """Requests whose stop strings (MISSES: 3 and 4 characters) they never produce, so that
+    the stream holds the last 2 or 3 characters of their text back all along (one might
+    begin there), aborted at their third and fifth steps: the abort must finish them ABORT,
+    whatever is held. None where the engine cannot be sent them or aborts nothing."""
+    if not draws_stop_strings(limits) or not limits.abortable:
+        return None
+    budget = max(1, min(12, limits.max_model_len - 4))
+    plain = SamplingParams(max_tokens=budget, logprobs=limits.logprobs)
+    reqs = (Request((2, 9, 4), dataclasses.replace(plain, stop=MISSES[2:3]), request_id="r0"),
+            Request((7, 3), dataclasses.replace(plain, stop=MISSES[3:]), request_id="r1"),
+            Request((5, 8), dataclasses.replace(plain, stop=MISSES[2:3]), request_id="r2"))
+    return Workload(reqs, (0, 0, 0), (Abort(2, "r0"), Abort(4, "r1")), label=HELD_BACK)
+
+
 def _seeds(drawing: Drawing, req: Make, alone: AloneFn | None) -> list[Workload]:
     found = stop_string_workload(drawing, alone) if alone is not None else None
-    return [] if found is None else [found]
+    held = held_back_workload(drawing)
+    return [w for w in (found, held) if w is not None]
 
 
 FEATURE = Feature("stop_strings", needs="stop and include_stop_str_in_output in "

@@ -7,9 +7,12 @@ from typing import Any
 
 import pytest
 
+from engines.testing.features.children import PAST_THE_POOL
 from tests.planted import expect
 from tests.planted.catalog import name_of, planted
 from tests.planted.children_bugs import CHILDREN_PLANTED
+from tests.planted.lifecycle_bugs import PreemptedChildTakesSiblingsTokens
+from tests.planted.paged_bugs import SmallPool
 
 CHECK = "children"
 
@@ -43,3 +46,10 @@ def test_tie_aware_greedy_children_part_only_at_a_near_tie() -> None:
     assert run((5, 7)) == (1, 0, 0, 1, 0)
     with pytest.raises(Violation, match="children differ"):
         run((5, 70))
+
+
+def test_the_hard_case_catches_a_preempted_child_resumed_with_its_siblings_tokens() -> None:
+    """Issue 51's preempted family: the children feature's families past the engine's small
+    pool preempt children while their siblings run; the correct small-pool engine passes."""
+    expect.caught_by_the_hard_case_not_its_control(
+        PreemptedChildTakesSiblingsTokens, SmallPool, CHECK, PAST_THE_POOL)

@@ -17,15 +17,18 @@ from engines.protocol import BASE_PARAMS, CONSTRAINT_PARAMS, FinishReason, Guide
 from engines.protocol import SamplingParams as P
 from engines.testing.checks import check_named
 from engines.testing.features.base import Drawing
-from engines.testing.features.constraints import HARD_CASES, constrained
+from engines.testing.features.constraints import HARD_CASES, UNDER_ADAPTERS, constrained
 from engines.testing.limits import EngineLimits
 from engines.testing.recorder import Trace
 from engines.tokenizer import load, tokenizer_for
+from engines.zoo import paged_with_loras
 from tests.helpers import JUDGE, Out, fails, trace
 from tests.planted import expect
 from tests.planted.catalog import ALL_CONTROLS, name_of, planted
+from tests.planted.composition_bugs import LoraRowsUnconstrained, lora_rows_unconstrained_with_loras
 from tests.planted.constraint_bugs import CONSTRAINT_PLANTED, CONTROLS, BadWordPrefixOneEarly
 from tests.planted.harness import pinned
+from tests.planted.tenants import lora_context
 
 CHECK = "constraints"
 check_constraints = check_named(CHECK)
@@ -136,3 +139,14 @@ def test_correct_engines_pass(name: str) -> None:
 @pytest.mark.parametrize("control", ALL_CONTROLS, ids=name_of)
 def test_a_correct_engine_passes(control: Any) -> None:
     expect.passes(control, CHECK, pinned(30))
+
+
+def test_the_hard_case_catches_lora_rows_left_unconstrained() -> None:
+    """Issue 51's LoRA with constraints: the constraints check's seed workload puts allowed
+    ids on requests under each adapter and the base model; a mask skipped for adapter rows
+    (LoraRowsUnconstrained, served by lora_rows_unconstrained_with_loras) leaves them, and
+    the correct paged engine with the same adapters passes."""
+    assert LoraRowsUnconstrained.caught_by == CHECK
+    expect.caught_by_the_hard_case_not_its_control(
+        lora_rows_unconstrained_with_loras, paged_with_loras, CHECK, UNDER_ADAPTERS,
+        lora_context)

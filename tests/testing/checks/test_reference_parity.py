@@ -30,12 +30,13 @@ from tests.planted.common_mode_bugs import (
     COMMON_MODE_PLANTED,
     caught_only_by_the_independent_reference,
 )
+from tests.planted.composition_bugs import SpeculationSkipsPenalties
 from tests.planted.constraint_bugs import CONSTRAINT_PLANTED, CONTROLS
 from tests.planted.harness import hunt, pinned
 from tests.planted.lora_bugs import LORA_PLANTED
 from tests.planted.paged_bugs import ResumeKeepsOldBlockIds, resume_keeps_old_block_ids_eight_seats
 from tests.planted.sampling_bugs import SAMPLING_PLANTED
-from tests.planted.spec_bugs import SPEC_SEARCHED, AcceptsOnAnotherRowsDraft
+from tests.planted.spec_bugs import SPEC_SEARCHED, AcceptsOnAnotherRowsDraft, SpeculatingControl
 from tests.planted.tenants import caught_on_the_zoos_adapters, lora_context, settings_for
 from tests.spec_drafts import scripted
 
@@ -181,3 +182,13 @@ def test_common_mode_bugs_are_caught_against_the_independent_reference(bug: Any)
     """A bug in engines/core, made alike by the engine and the sequential reference: the
     independent reference (engines.independent) sees it, the shared one cannot."""
     caught_only_by_the_independent_reference(bug)
+
+
+def test_the_hard_case_catches_penalties_skipped_on_speculated_positions() -> None:
+    """Issue 51's speculation with penalties: the bias-beside-a-repetition-penalty seed
+    workload's penalized greedy rows, speculated (the engine drafts with the target itself,
+    so runs are accepted), part from the reference where the verify step samples a draft
+    position without the penalty; the correct speculating engine passes."""
+    expect.caught_by_the_hard_case_not_its_control(
+        SpeculationSkipsPenalties, SpeculatingControl, CHECK,
+        "logit bias beside a repetition penalty")

@@ -10,10 +10,13 @@ from typing import Any
 
 import pytest
 
+from engines.slot.continuous import ContinuousBatchEngine
+from engines.testing.features.stop_strings import HELD_BACK
 from tests.planted import expect
 from tests.planted.catalog import name_of, planted
 from tests.planted.composition_bugs import COMPOSITION_PLANTED
 from tests.planted.harness import hunt
+from tests.planted.lifecycle_bugs import AbortDuringHoldBackEndsStop
 from tests.planted.text_bugs import TEXT_PLANTED, StopStringAcrossStepsMissed
 
 CHECK = "stop_strings"
@@ -55,3 +58,10 @@ def test_the_report_names_the_stop_string_and_the_tokens_it_spans() -> None:
     # The report's own texts of those tokens, joined, hold the stop string.
     joined = "".join(ast.literal_eval(f"[{texts}]"))
     assert ast.literal_eval(stop) in joined, (stop, joined)
+
+
+def test_the_hard_case_catches_an_abort_during_the_hold_back_finishing_stop() -> None:
+    """Issue 51's abort during a stop string's hold-back: the feature's seed workload aborts
+    requests while their streams hold text back; the correct engine finishes them ABORT."""
+    expect.caught_by_the_hard_case_not_its_control(
+        AbortDuringHoldBackEndsStop, ContinuousBatchEngine, CHECK, HELD_BACK)
