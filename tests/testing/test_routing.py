@@ -105,3 +105,23 @@ def test_the_bf16_reference_names_a_bf16_twin() -> None:
     built = twin()
     assert isinstance(built, IndependentEngine)
     assert capabilities_of(built).dtype == "bfloat16"
+
+
+SUITE = ("-p", "no:cacheprovider", "--hypothesis-profile=batching-dev", "--pyargs",
+         "engines.testing.conformance", "--engine", "examples.toy_engine:ToyEngine")
+
+
+def test_the_option_and_the_header(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(*SUITE, "--reference-engine", "examples.toy_engine:ToyEngine",
+                                "-k", "liveness")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["batching-engines: reference engine examples.toy_engine:"
+                                 "ToyEngine for every feature (it names no independent twin*"])
+    result = pytester.runpytest(*SUITE, "--reference-engine", "examples.toy_engine:ToyEngine",
+                                "--independent-reference", "sometimes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*'sometimes' is not auto, off or MODULE:CALLABLE*"])
+    result = pytester.runpytest(*SUITE, "--independent-reference",
+                                "engines.independent:independent_reference")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*needs --reference-engine*"])
