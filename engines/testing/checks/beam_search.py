@@ -291,8 +291,8 @@ def check_beam_search(check: Check, trace: Trace, judge: Judge
             continue
         referenced += 1
         want = _alone_beams(judge.reference(r.prompt_token_ids, p), n)
-        forgiven += _compare(check, judge, trace, r, beams, want, "on the reference engine",
-                             True)
+        forgiven += _compare(check, judge.versus_reference(), trace, r, beams, want,
+                             "on the reference engine", True)
     return judged, referenced, forgiven, unreferenced
 
 

@@ -38,15 +38,24 @@ BATCH_TOL = 1e-4
 REFERENCE_TOL = 1e-3
 
 
-def tolerances(judge: Judge) -> tuple[float, float, float]:
-    """(batched against alone, against the reference, relative) for logprob values at the
-    judge's parity: under tie-aware parity VALUE_TERMS times the parity tolerance for both (a
-    value is a logit less the normaliser, each moved by up to the tolerance), plus the
-    judge's relative part per unit of the value (engines.testing.precision.relative_for);
-    none under exact parity."""
-    if judge.parity == "exact":
-        return BATCH_TOL, REFERENCE_TOL, 0.0
-    return (VALUE_TERMS * judge.tolerance,) * 2 + (judge.relative,)
+def tolerances(judge: Judge) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(absolute, relative) tolerances for logprob values, batched against alone and against
+    the reference, each at its comparison's parity. Tie-aware, one run's value errs by up to
+    VALUE_TERMS times the parity tolerance (a logit less the normaliser, each moved by up to
+    it) plus the relative part per unit of the value (engines.testing.precision.relative_for):
+    batched against alone, the engine's two runs differ by that (the same format, rounded
+    the same ways but for reduction order); against the reference, by the sum of the
+    engine's and the reference's own parts (engines.testing.precision.value_part). Exact:
+    BATCH_TOL and REFERENCE_TOL, nothing relative."""
+    batch = ((BATCH_TOL, 0.0) if judge.parity == "exact"
+             else (VALUE_TERMS * judge.tolerance, judge.relative))
+    versus = judge.versus_reference()
+    if versus.parity == "exact":
+        return batch, (REFERENCE_TOL, 0.0)
+    if versus.reference_value:
+        return batch, (versus.reference_value, versus.reference_relative)
+    # Not told each side's part: both sides at the precision the tolerance is of.
+    return batch, (2 * VALUE_TERMS * versus.tolerance, 2 * versus.relative)
 
 
 def at_depth(tol: float, judge: Judge, position: int) -> float:
@@ -151,11 +160,12 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
     mappings equal to the request's served alone (within BATCH_TOL) and to the reference
     engine's (within REFERENCE_TOL) for as long as the tokens agree, where both engines'
     logprobs are of one kind for the request (raw, processed, or processing the identity).
-    Under tie-aware parity both within the parity tolerance (a seeded request's tokens may
-    part at a sampling boundary there: its values are compared up to it, at one context)."""
+    Under tie-aware parity within the values' tolerances (`tolerances`; a seeded request's
+    tokens may part at a sampling boundary there: its values are compared up to it, at one
+    context)."""
     __tracebackhide__ = True
     exact = judge.parity == "exact"
-    batch_tol, reference_tol, rel = tolerances(judge)
+    (batch_tol, rel), (reference_tol, reference_rel) = tolerances(judge)
     judged = tied = none = kinds = 0
     for r in trace.workload.requests:
         p, rid = r.params, r.request_id
@@ -187,7 +197,7 @@ def check_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int, 
             ref = served_by(judge.reference, r.prompt_token_ids, p, path)
             if ref is not None and ref.top_logprobs:
                 _compare(check, trace, r, got, ref.top_logprobs, tokens, ref.tokens, reference_tol,
-                         rel, "the reference engine's", judge)
+                         reference_rel, "the reference engine's", judge.versus_reference())
     return judged, tied, none, kinds
 
 

@@ -77,12 +77,12 @@ TALLY = Tally(_add)
 def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int, int]:
     """Every request that asked for prompt logprobs and got a token: its first output (only)
     carries them, well formed, and equal to the request's served alone (within BATCH_TOL) and
-    to the reference engine's (within REFERENCE_TOL); under tie-aware parity both within the
-    parity tolerance plus the judge's relative part of the value (engines.testing.precision).
+    to the reference engine's (within REFERENCE_TOL); under tie-aware parity within the
+    values' tolerances (engines.testing.checks.logprobs.tolerances).
     Prompt logprobs depend on the prompt alone, so sampled and unseeded requests are judged
     too."""
     __tracebackhide__ = True
-    batch_tol, reference_tol, rel = tolerances(judge)
+    (batch_tol, rel), (reference_tol, reference_rel) = tolerances(judge)
     judged = tied = 0
     for r in trace.workload.requests:
         if not r.params.prompt_logprobs:
@@ -107,8 +107,8 @@ def check_prompt_logprobs(check: Check, trace: Trace, judge: Judge) -> tuple[int
         if judge.reference is not None:
             ref = served_by(judge.reference, r.prompt_token_ids, r.params, path)
             if ref is not None and ref.prompt_logprobs is not None:
-                _compare(check, trace, r, got, ref.prompt_logprobs, reference_tol, rel,
-                         "the reference engine's", judge)
+                _compare(check, trace, r, got, ref.prompt_logprobs, reference_tol, reference_rel,
+                         "the reference engine's", judge.versus_reference())
     return judged, tied
 
 

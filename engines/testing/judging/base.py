@@ -3,6 +3,7 @@ the sentence pieces that name a request, a step and a token."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -76,6 +77,22 @@ class Judge:
     # near-tie rule), or "top-k" (a quantized engine against a reference that is not:
     # engines.testing.precision).
     reference_rule: str = "near-tie"
+    # The parity of comparisons against the reference where it is not `parity` (None: it
+    # is): an engine that declares batch invariance is exact against itself and tie-aware
+    # against a reference that does not (engines.testing.precision). Tie-aware against the
+    # reference, a logprob value's tolerance: the sum of both sides' own parts (absolute, per
+    # unit of the value; 0: two parts of `tolerance` and `relative`, both sides at one
+    # precision).
+    reference_parity: ParityMode | None = None
+    reference_value: float = 0.0
+    reference_relative: float = 0.0
+
+    def versus_reference(self) -> Judge:
+        """The judge of comparisons against the reference engine: this one, or this one at
+        the reference's parity where that differs (an invariant engine, exact against itself,
+        beside a reference that is not)."""
+        mode = self.reference_parity or self.parity
+        return self if mode == self.parity else dataclasses.replace(self, parity=mode)
 
     def comparable(self, params: SamplingParams) -> bool:
         """Whether a request's tokens are a function of the request, so that two runs must
@@ -104,7 +121,13 @@ class Judge:
         where and how they diverge. A greedy request under logits processing (`params`) in
         tie-aware mode is judged by engines.testing.judging.processed from its first
         divergence on, counted into `forced`. `reference`: expected is the reference
-        engine's, judged by top-k membership where the judge's reference_rule says so."""
+        engine's, judged at the reference's parity (versus_reference) and by top-k
+        membership where the judge's reference_rule says so."""
+        versus = self.versus_reference() if reference else self
+        if versus is not self:
+            return versus.diverges(prompt, observed, expected, observed_top=observed_top,
+                                   expected_top=expected_top, params=params, forced=forced,
+                                   reference=True)
         top_k = self.top_k if reference else 0
         if params is not None and judged_forced(params, self.parity == "tie-aware"):
             return self._forced(prompt, params, observed, expected, forced or Forced(), top_k)

@@ -11,9 +11,10 @@ import pytest
 
 from engines.paged.variants import bf16_invariant
 from engines.protocol import FinishReason, Request, SamplingParams
+from engines.sequential import sequential_bf16
 from engines.slot.continuous import continuous_bf16_invariant
 from engines.testing.checks import check_named
-from engines.testing.context import build_context
+from engines.testing.context import SuiteOptions, build_context
 from engines.testing.features.tenants import OUT_OF_ORDER, READDED
 from engines.testing.verdict import verify
 from engines.testing.workload import Abort, Workload
@@ -22,7 +23,7 @@ from tests.helpers import GOOD, JUDGE, MULTI_TOKEN, Steps, fails, make_prompts, 
 from tests.planted import expect
 from tests.planted.catalog import ALL_CONTROLS, REFERENCE_ENGINES, TOY, name_of, planted
 from tests.planted.constraint_bugs import CONSTRAINT_PLANTED, CONTROLS
-from tests.planted.harness import context_of, hunt, pinned
+from tests.planted.harness import hunt, pinned
 from tests.planted.invariance_bugs import ClaimsBatchInvariance
 from tests.planted.lora_bugs import LORA_PLANTED, KeyIgnoresReload, RowsTakeAdmissionOrder
 from tests.planted.multitoken import DropsSecondOfRun
@@ -154,14 +155,33 @@ def _many_long_requests() -> Workload:
                     label="batch invariance")
 
 
-def test_a_declared_batch_invariance_that_is_not_fails_exact_parity() -> None:
+@pytest.mark.parametrize("reference", [None, sequential_bf16], ids=["alone", "bf16_reference"])
+def test_a_declared_batch_invariance_that_is_not_fails_exact_parity(reference: Any) -> None:
     """The planted liar: bf16, batch_invariant declared, the plain forward. --parity=auto
-    takes its word (exact parity), and parity catches the near-ties it flips."""
-    ctx = context_of(ClaimsBatchInvariance)
+    takes its word (exact parity against itself), and parity catches the near-ties it flips;
+    beside a bf16 reference too, which is compared tie-aware (issue 50: the choice is per
+    comparison, not for the whole run)."""
+    ctx = build_context(ClaimsBatchInvariance, name="ClaimsBatchInvariance",
+                        options=SuiteOptions(reference=reference))
     assert ctx.parity.mode == "exact" and "batch_invariant" in ctx.parity.reason
+    assert ctx.parity.versus_reference == ("exact" if reference is None else "tie-aware")
     outcome = verify(ctx, _many_long_requests(), CHECK)
     assert outcome.failure is not None
     assert str(outcome.failure.error).startswith("parity: "), str(outcome.failure.error)
+
+
+@pytest.mark.parametrize("factory", [bf16_invariant, continuous_bf16_invariant], ids=name_of)
+def test_an_invariant_engine_beside_a_bf16_reference_is_exact_against_itself(
+        factory: Any) -> None:
+    """Exact parity batched against alone, tie-aware reference_parity, on the workload that
+    flips the liar's near-ties."""
+    ctx = build_context(factory, name=factory.__name__,
+                        options=SuiteOptions(reference=sequential_bf16))
+    assert (ctx.parity.mode, ctx.parity.versus_reference) == ("exact", "tie-aware")
+    assert ctx.judge.parity == "exact" and ctx.judge.versus_reference().parity == "tie-aware"
+    for check in (CHECK, "reference_parity"):
+        outcome = verify(ctx, _many_long_requests(), check)
+        assert outcome.failure is None, str(outcome.failure)
 
 
 # Drawn examples (pinned) for the invariant engines' hunt, after the workload above; no seed
