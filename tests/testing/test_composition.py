@@ -3,7 +3,9 @@ and late aborts on n > 1 families, shrink to families without them, and the seed
 hold them, which a correct engine passes; each planted bug of tests/planted/composition_bugs.py
 passes a family alone and a stop string alone (its check's tests show the composed seed
 workloads catch it: tests/testing/checks/test_stop_strings.py, test_kv_accounting.py and
-tests/testing/test_crash_reports.py)."""
+tests/testing/test_crash_reports.py); so do the bugs of the remaining classes, each
+feature without its partner (their checks' tests: test_stop_strings.py, test_children.py,
+test_constraints.py, test_reference_parity.py)."""
 
 from __future__ import annotations
 
@@ -21,9 +23,16 @@ from engines.testing.features.children import family_workloads
 from engines.testing.search import drawing_of
 from engines.testing.strategies import workloads
 from engines.testing.verdict import verify
-from engines.testing.workload import Workload
-from tests.planted.composition_bugs import COMPOSITION_PLANTED
+from engines.testing.workload import Abort, Workload
+from tests.planted.catalog import name_of
+from tests.planted.composition_bugs import (
+    COMPOSITION_PLANTED,
+    SpeculationSkipsPenalties,
+    lora_rows_unconstrained_with_loras,
+)
 from tests.planted.harness import check_of, context_of
+from tests.planted.lifecycle_bugs import AbortDuringHoldBackEndsStop
+from tests.planted.tenants import lora_context
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +98,37 @@ def test_the_bug_needs_features_together(bug: Any) -> None:
     lone = Request((1, 2, 3), SamplingParams(max_tokens=6, stop=("e",)), request_id="r1")
     for w in (Workload((_family(),), (0,)), Workload((lone,), (0,))):
         assert verify(ctx, w, check_of(bug)).ok, w
+
+
+def _alone_cases() -> list[tuple[Any, str, list[Workload]]]:
+    """Issue 51's remaining compositions, each feature without the other: an abort of a
+    request without stop strings, and stop strings not aborted; allowed ids on a base row,
+    and an adapter's row unconstrained; a speculated row without penalties."""
+    held = (Request((2, 9, 4), SamplingParams(max_tokens=8), request_id="r0"),
+            Request((7, 3), SamplingParams(max_tokens=8, stop=("zzq",)), request_id="r1"))
+    plain = tuple(Request(p, SamplingParams(max_tokens=6), request_id=f"r{i}")
+                  for i, p in enumerate(((3, 3, 9, 3, 3, 9), (5, 1, 5, 1))))
+    return [
+        (AbortDuringHoldBackEndsStop, "stop_strings",
+         [Workload(held[:1], (0,), (Abort(2, "r0"),)), Workload(held[1:], (0,))]),
+        (SpeculationSkipsPenalties, "reference_parity", [Workload(plain, (0, 0))]),
+    ]
+
+
+@pytest.mark.parametrize("case", _alone_cases(), ids=lambda c: name_of(c[0]))
+def test_each_feature_alone_passes_the_composed_bugs(case: tuple[Any, str, list[Workload]]
+                                                      ) -> None:
+    bug, check, alone = case
+    ctx = context_of(bug)
+    for w in alone:
+        assert verify(ctx, w, check).ok, w
+
+
+def test_lora_rows_unconstrained_needs_an_adapter_and_a_constraint() -> None:
+    ctx = lora_context(lora_rows_unconstrained_with_loras)
+    adapter = drawing_of(ctx, "constraints").loras[0]
+    base = Request((3, 1, 4), SamplingParams(max_tokens=6, allowed_token_ids=(5, 9, 77)),
+                   request_id="r0")
+    tenant = Request((3, 1, 4), SamplingParams(max_tokens=6), request_id="r1", lora=adapter)
+    for w in (Workload((base,), (0,)), Workload((tenant,), (0,))):
+        assert verify(ctx, w, "constraints").ok, w
