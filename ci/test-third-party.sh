@@ -251,7 +251,8 @@ if want ortgenai && [[ -z ${ONLY:-} || ${#ORTGENAI_FACTORIES[@]} -gt 0 ]]; then
     if [[ -z $GPY ]]; then
         skipped "onnxruntime-genai"
     else
-        adapter_tests "$GPY" tests/adapters/common/test_contract.py tests/adapters/ortgenai/test_ortgenai.py
+        adapter_tests "$GPY" tests/adapters/common/test_contract.py tests/adapters/ortgenai/test_ortgenai.py \
+            tests/adapters/ortgenai/test_reference.py
         suites "$GPY" "$@" -- "${ORTGENAI_FACTORIES[@]+"${ORTGENAI_FACTORIES[@]}"}"
     fi
 fi

@@ -161,6 +161,9 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "vllm_loras serves the zoo's seeded PEFT adapters (their directories, built once)",
     ("engines.adapters.http.variants", "engines.loras"):
         "vllm_server_loras launches vLLM's server with the zoo's PEFT adapters (as vllm_loras)",
+    ("engines.adapters.ortgenai.reference", "engines.sequential"):
+        "sequential_int4: our reference over onnxruntime-genai's int4 weights, dequantized "
+        "(the reference at that variant's precision, issue 50)",
     ("engines.sequential", "engines.independent"):
         "independent_twin (engines.protocol.IndependentTwin) builds the independent reference "
         "over the sequential reference's own model, imported when called; never the reverse",

@@ -46,10 +46,15 @@ def ortgenai_guided() -> OrtGenaiEngine:
 # Deployment precision: the builder's other precisions for a CPU (-p fp16, -p int4), each built
 # once and cached apart from the fp32 model; the default batch size.
 def ortgenai_fp16() -> OrtGenaiEngine:
-    """fp16 weights, activations and KV cache (the builder's -p fp16 -e cpu)."""
+    """fp16 weights, activations and KV cache (the builder's -p fp16 -e cpu). On 0.18.0 a
+    model with fewer KV heads than heads (the tiny preset) fails its first decoding step:
+    the builder's shape annotations of repeat_kv (docs/findings.md, report 48)."""
     return ortgenai_engine(label="ortgenai_fp16", precision="fp16")
 
 
 def ortgenai_int4() -> OrtGenaiEngine:
-    """int4 matrix weights (MatMulNBits), fp32 activations and KV cache (-p int4 -e cpu)."""
+    """int4 matrix weights (MatMulNBits), fp32 KV cache (-p int4 -e cpu; accuracy level 4
+    quantizes the activations to int8 for each product). Its reference holds the same int4
+    weights: `--reference-engine engines.adapters.ortgenai.reference:sequential_int4
+    --parity-tolerance=0.25` (that module says why int8's tolerance)."""
     return ortgenai_engine(label="ortgenai_int4", precision="int4")
