@@ -27,7 +27,7 @@ under tie-aware parity.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from engines.protocol import FinishReason, Request, SamplingParams, StepOutput
 from engines.testing.checks.base import Check
@@ -104,14 +104,21 @@ def _alone_beams(alone: Alone, n: int) -> list[tuple[int, ...]]:
     return [alone.tokens]
 
 
+def _row(reference: AloneOracle, prompt: Sequence[int], generated: Sequence[int],
+         vocab: int) -> Mapping[int, float]:
+    """The reference's raw logprobs of every token after prompt + generated (empty where it
+    gives none)."""
+    alone = reference((*prompt, *generated), SamplingParams(max_tokens=1, logprobs=vocab))
+    return alone.top_logprobs[0] if alone.top_logprobs else {}
+
+
 def _sums(reference: AloneOracle, prompt: Sequence[int], beam: Sequence[int],
           vocab: int) -> list[float] | None:
     """The beam's cumulative logprobs after each of its tokens, from the reference's raw
     logprobs teacher-forced along it (None where one is missing)."""
     total, sums = 0.0, []
     for j, token in enumerate(beam):
-        alone = reference((*prompt, *beam[:j]), SamplingParams(max_tokens=1, logprobs=vocab))
-        top = alone.top_logprobs[0] if alone.top_logprobs else {}
+        top = _row(reference, prompt, beam[:j], vocab)
         if token not in top:
             return None
         total += top[token]
@@ -146,7 +153,11 @@ def _near_tie(judge: Judge, r: Request, got: list[tuple[int, ...]],
         def sums(beam: tuple[int, ...]) -> list[float] | None:
             return _sums(reference, r.prompt_token_ids, beam, judge.vocab_size)
 
-        return _worthy(judge.tolerance, r.params, got, scores[0], want, scores[1], sums)
+        def after(generated: tuple[int, ...]) -> Mapping[int, float]:
+            return _row(reference, r.prompt_token_ids, generated, judge.vocab_size)
+
+        return _worthy(judge.tolerance, r.params, got, scores[0], want, scores[1], sums,
+                       after)
     gaps = [abs(a - b) for a, b in zip(*scores, strict=True)]
     if max(gaps) > judge.tolerance:
         return None
@@ -159,30 +170,68 @@ def bound(tolerance: float, beam: Sequence[int], params: SamplingParams) -> floa
     return tolerance * len(beam) / len(beam) ** params.length_penalty
 
 
-def _pruned(tolerance: float, beam: tuple[int, ...], got: list[tuple[int, ...]],
-            sums: Callable[[tuple[int, ...]], list[float] | None]) -> bool:
+def _pruned(tolerance: float, params: SamplingParams, beam: tuple[int, ...],
+            got: list[tuple[int, ...]], sums: Callable[[tuple[int, ...]], list[float] | None],
+            row: Callable[[tuple[int, ...]], Mapping[int, float]]) -> bool:
     """Whether the engine's search may have dropped `beam` (the other run's) at a near-tie.
     Where the beam leaves the engine's beams (after the longest prefix it shares with one of
     them, j tokens), its first j + 1 tokens were a candidate of the engine's search at step
-    j + 1, beside the engine's beams that reach that step. A search keeps candidates by
-    cumulative logprob, so where the dropped one's (by the reference) is within what both
-    sums may move (the tolerance per token summed, twice) of one the engine kept, rounding
-    may have made the choice: the searches parted at a near-tie there, and the beam is not
-    held against the engine. Further apart, a drop is no rounding's."""
+    j + 1. A search keeps candidates by cumulative logprob, so the searches parted at a
+    near-tie there, and the beam is not held against the engine, where the dropped one's (by
+    the reference) is within what two sums may move (the tolerance per token summed, twice)
+    of one the engine kept, or of the last place the engine had to give (`_boundary`).
+    Further apart, a drop is no rounding's."""
     j = max(next((k for k, (a, b) in enumerate(zip(beam, mine, strict=False)) if a != b),
                  min(len(beam), len(mine))) for mine in got)
     if j >= len(beam):
         return False  # the beam is a prefix of one of the engine's: it is not parted
     theirs = sums(beam)
-    kept = [s[j] for b in got if len(b) > j and (s := sums(b)) is not None]
     if theirs is None:
         return True  # cannot be scored: not held against the engine
-    return any(abs(theirs[j] - k) <= 2 * tolerance * (j + 1) for k in kept)
+    slack = 2 * tolerance * (j + 1)
+    kept = [s[j] for b in got if len(b) > j and (s := sums(b)) is not None]
+    if any(abs(theirs[j] - k) <= slack for k in kept):
+        return True
+    last = _boundary(params, beam[:j + 1], got, sums, row)
+    return last is not None and theirs[j] <= last + slack
+
+
+def _boundary(params: SamplingParams, candidate: tuple[int, ...], got: list[tuple[int, ...]],
+              sums: Callable[[tuple[int, ...]], list[float] | None],
+              row: Callable[[tuple[int, ...]], Mapping[int, float]]) -> float | None:
+    """The cumulative logprob (by the reference) of the last candidate the engine's search
+    could keep instead of `candidate` at its step k, among the candidates known to be there:
+    the extensions of every prefix the engine's returned beams show running at step k - 1
+    (at step 1 the prompt alone, so all of them). A candidate that ends its hypothesis must
+    rank among the first beam_width of all; one that goes on, among the first beam_width that
+    go on (engines.core.beams). The engine's full candidate set holds at least these, so its
+    last kept place is at least this good: a `candidate` within rounding of it, or below it,
+    may have been dropped without a bug. Running beams that were dropped later (a first-token
+    near-tie of two beams the engine returned neither of) are seen this way, where the beams
+    returned show only those that survived. None: fewer candidates known than places."""
+    k = len(candidate)
+    running = {b[:k - 1] for b in got if len(b) > k - 1}
+    if candidate[:-1] not in running:
+        return None  # the candidate's own prefix is not known to have been running
+    stops, width = set(params.stop_token_ids), params.beam_width
+    ends = candidate[-1] in stops or k >= params.max_tokens
+    others: list[float] = []
+    for prefix in running:
+        found = sums(prefix) if prefix else [0.0]
+        if found is None:
+            continue  # fewer known: the place found can only be worse, the rule stricter
+        others += [found[-1] + lp for token, lp in row(prefix).items()
+                   if (*prefix, token) != candidate
+                   and (ends or not (token in stops or k >= params.max_tokens))]
+    if len(others) < width:
+        return None
+    return sorted(others, reverse=True)[width - 1]
 
 
 def _worthy(tolerance: float, params: SamplingParams, got: list[tuple[int, ...]],
             got_scores: list[float], want: list[tuple[int, ...]], want_scores: list[float],
-            sums: Callable[[tuple[int, ...]], list[float] | None]) -> str | None:
+            sums: Callable[[tuple[int, ...]], list[float] | None],
+            row: Callable[[tuple[int, ...]], Mapping[int, float]]) -> str | None:
     """Tie-aware: whether the engine's beams are as good as the best the reference knows of
     (module docstring), by the reference's scores. Rank by rank, the engine's i-th best beam
     must score within the two beams' bounds of the i-th best of both lists together, and its
@@ -198,7 +247,7 @@ def _worthy(tolerance: float, params: SamplingParams, got: list[tuple[int, ...]]
                                                 + bound(tolerance, got[i + 1], params)):
             return None
     held = [(b, s) for b, s in zip(want, want_scores, strict=True)
-            if b in got or not _pruned(tolerance, b, got, sums)]
+            if b in got or not _pruned(tolerance, params, b, got, sums, row)]
     pool = dict(held) | dict(zip(got, got_scores, strict=True))
     best = sorted(pool, key=lambda b: -pool[b])
     mine = sorted(zip(got, got_scores, strict=True), key=lambda bs: -bs[1])

@@ -124,6 +124,38 @@ def test_searches_parting_at_a_near_tie_later_on_pass_in_bf16() -> None:
         _beams(engine, reference, length_penalty=-1.0, stop=(3,), table=far)
 
 
+# OpenVINO GenAI with an f16 KV cache against sequential_bf16, batching-ci seeds 1-3
+# (beam_width 4, length_penalty 0, every 8th token a stop id): the 4th running place after
+# the first token was an exact bf16 tie of 551 and 727 (-5.0639 each; 0.012 apart in fp32).
+# The reference kept 551 and finished (551, 814) at -8.747; the engine kept 727, whose
+# children lost at the second token, and ended on (637, 616, 1008) at -12.12. Neither 551
+# nor 727 starts a beam the engine returned. The shape, with beam_width 2 and stop id 3: at
+# the first token 3 finishes (-0.5), and 0 (-1.0) and 1 or 2 (-2.0, -2.02) go on.
+PARTED = {(): {3: -0.5, 0: -1.0, 1: -2.0, 2: -2.02},
+          (0,): {0: -1.5, 1: -1.6, 2: -3.0, 3: -3.0},
+          (1,): {3: -0.1, 0: -3.0, 1: -3.0, 2: -3.0},
+          (2,): {0: -1.0, 1: -1.0, 2: -1.0, 3: -2.0}}
+# engines.core.beams over PARTED, and over PARTED with 2 at -1.98 (the engine's rounding).
+KEPT_1, KEPT_2 = [(3,), (1, 3)], [(3,), (0, 0, 0, 2)]
+
+
+def test_searches_parting_at_a_near_tie_of_a_dropped_running_beam_pass_in_bf16() -> None:
+    """The engine's search kept 2 where the reference's kept 1 (0.02 apart), and 2's
+    children lost at the second token, so no beam it returns starts with 2: the beams
+    returned do not show the near-tie, the candidates after the prompt do (the last place
+    that goes on, -2.02, against 1's -2.0). (1, 3) scores -2.1 against the engine's -5.27,
+    past the bounds (0.75), and is not held against the engine."""
+    _beams(KEPT_2, KEPT_1, length_penalty=0.0, stop=(3,), table=PARTED)
+
+
+def test_a_beam_dropped_far_from_the_last_place_fails_in_bf16() -> None:
+    """The same lists where 1 (-2.0) beats the other candidate for the last place, 2, by 0.7
+    (past 2 x 0.125): a search that drops 1 there has a bug, not a rounding."""
+    far = PARTED | {(): {3: -0.5, 0: -1.0, 1: -2.0, 2: -2.7}}
+    with pytest.raises(Violation, match="falls below the best"):
+        _beams(KEPT_2, KEPT_1, length_penalty=0.0, stop=(3,), table=far)
+
+
 def test_a_beam_far_below_the_best_fails_in_bf16() -> None:
     # Not length normalised (planted BeamScoresNotLengthNormalised's kind): with
     # length_penalty 2 the long beams are best ((0, 2, 2, 2): -0.7 / 16, (0, 2, 2, 3):
