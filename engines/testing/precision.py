@@ -188,16 +188,16 @@ def value_part(caps: Capabilities, tolerance: float | None = None) -> tuple[floa
     that format. Two runs compared each deviate from the exact value by their own part, so a
     comparison of the engine with the reference allows the sum of the two parts.
 
-    Measured (the tiny preset, 6 prompts of 512 tokens, the top-5 logprobs of each position
-    against the float32 SequentialEngine, the closest we have to exact values): our reference
-    in float16 (`sequential_fp16`) deviates by at most 0.014 at positions 1-49, 0.020 at
-    50-149, 0.025 at 150-299, 0.023 at 300-511; in bfloat16 by 0.114, 0.151, 0.153, 0.173:
-    at most 0.57 (float16) and 0.47 (bfloat16) of its part at each position (2 x 2**-6 and
-    2 x 0.125, grown by depth_factor, plus 2 ulps of the value). llama-server's F16 GGUF is
-    within 0.008 of float32 (docs/engines.md note f), vLLM's bf16 within 0.105. One side at its
-    worst reaches 0.6 of the old value tolerance, which counted one side's part alone: two runs
-    erring the opposite ways pass it (sequential_fp16 at 0.0650 and llama-server F16 on a
-    71-token prompt, -4.0907 against -4.0256, past 0.039)."""
+    Measured (scripts/value_drift.py: the tiny preset, 6 prompts of 512 tokens, the top-5
+    logprobs of each position against the float32 model, the closest we have to exact
+    values): our reference in float16 (`sequential_fp16`) deviates by at most 0.015 at
+    positions 1-49, 0.027 at 50-149, 0.025 at 150-299, 0.025 at 300-511; in bfloat16 by
+    0.118, 0.151, 0.153, 0.173: at most 0.57 (float16) and 0.47 (bfloat16) of its part at
+    each position (2 x 2**-6 and 2 x 0.125, grown by depth_factor, plus 2 ulps of the value).
+    llama-server's F16 GGUF is within 0.008 of float32 (docs/engines.md note f), vLLM's bf16
+    within 0.105. A tolerance of one part, as values against the reference had before, fails
+    two sides erring the opposite ways: llama-server F16 and sequential_fp16 parted by 0.065
+    on a 71-token prompt (-4.0256 against -4.0907), past one part's 0.039."""
     fmt = _coarsest({"engine": caps})[0]
     part = tolerance if tolerance is not None else tolerance_for(fmt)
     return VALUE_TERMS * part, relative_for(fmt)
