@@ -164,6 +164,9 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("engines.adapters.ortgenai.reference", "engines.sequential"):
         "sequential_int4: our reference over onnxruntime-genai's int4 weights, dequantized "
         "(the reference at that variant's precision, issue 50)",
+    ("engines.adapters.ortgenai.reference", "engines.independent"):
+        "independent_int4: sequential_int4's independent twin over the same weights, imported "
+        "when called",
     ("engines.sequential", "engines.independent"):
         "independent_twin (engines.protocol.IndependentTwin) builds the independent reference "
         "over the sequential reference's own model, imported when called; never the reverse",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,11 @@ import torch
 
 from engines.adapters.ortgenai.convert import ortgenai_dir
 from engines.models import DEFAULT_PRESET, DEFAULT_SEED, load_model, preset_max_model_len
-from engines.protocol import Capabilities
+from engines.protocol import Capabilities, Engine
 from engines.sequential import SequentialEngine
 
-__all__ = ["Int4Reference", "dequantize", "dequantized_model", "int4_weights", "sequential_int4"]
+__all__ = ["Int4Reference", "dequantize", "dequantized_model", "independent_int4", "int4_weights",
+           "sequential_int4"]
 
 
 def dequantize(b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, *, n: int,
@@ -120,14 +122,31 @@ def dequantized_model(preset: str = DEFAULT_PRESET, seed: int = DEFAULT_SEED) ->
 
 
 class Int4Reference(SequentialEngine):
-    """SequentialEngine over dequantized int4 weights; declares int4 weights and a float32
-    KV cache, as ortgenai_int4 does, so that the suite compares the two tie-aware."""
+    """SequentialEngine over dequantized int4 weights (sequential_int4's); declares int4
+    weights and a float32 KV cache, as ortgenai_int4 does, so that the suite compares the two
+    tie-aware."""
 
     name = "sequential_int4"
 
     def capabilities(self) -> Capabilities:
         return dataclasses.replace(super().capabilities(), dtype="int4",
                                    kv_cache_dtype="float32")
+
+    def independent_twin(self) -> Callable[[], Engine] | None:
+        """engines.protocol.IndependentTwin: the independent reference over the same weights,
+        by name (the sequential one's own would be a partial over the module, which a repro
+        script cannot name)."""
+        return independent_int4
+
+
+def independent_int4() -> Engine:
+    """engines.independent's reference over sequential_int4's dequantized weights: its
+    independent twin, serving the features the suite routes there."""
+    from engines.independent import IndependentEngine
+
+    return IndependentEngine(dequantized_model(),
+                             max_model_len=preset_max_model_len(DEFAULT_PRESET),
+                             seed=DEFAULT_SEED)
 
 
 def sequential_int4() -> Int4Reference:

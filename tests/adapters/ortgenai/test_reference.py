@@ -21,6 +21,7 @@ from engines.adapters.ortgenai.convert import ortgenai_dir  # noqa: E402
 from engines.adapters.ortgenai.reference import (  # noqa: E402
     dequantize,
     dequantized_model,
+    independent_int4,
     int4_weights,
     sequential_int4,
 )
@@ -81,6 +82,12 @@ def test_every_linear_weight_comes_from_the_int4_model() -> None:
 def test_the_reference_declares_the_engines_precision() -> None:
     caps = capabilities_of(sequential_int4())
     assert (caps.dtype, caps.kv_dtype) == ("int4", "float32")
+
+
+def test_its_independent_twin_runs_the_same_weights_and_is_named() -> None:
+    twin = sequential_int4().independent_twin()
+    assert twin is independent_int4  # a repro script imports it by name
+    assert getattr(twin(), "model", None) is dequantized_model()
 
 
 # Prompts of 3 to 70 tokens, the lengths the tolerances were measured over.
