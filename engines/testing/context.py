@@ -76,6 +76,9 @@ class SuiteContext:
     pools: tuple[EnginePool, ...] = ()
     # The parity in force and why (the header and the summary state it).
     parity: ParityChoice = ParityChoice("exact", 1e-3, "default")
+    # The --parity and --parity-tolerance the suite was given (options holds the choice made
+    # from them): a report's script passes these, so that its choice is made the same way.
+    asked: tuple[ParitySetting, float | None] = ("auto", None)
 
     @property
     def step_timeout(self) -> float | None:
@@ -168,6 +171,7 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         "engine": capabilities_of(engine),
         **{("reference engine" if n == "reference" else f"variant {n!r}"): capabilities_of(o)
            for n, (_, o) in others.items()}})
+    asked = (options.parity, options.tolerance)
     options = dataclasses.replace(options, parity=choice.mode, tolerance=choice.tolerance)
     mode: ParityMode = choice.mode
     declared = dict(capabilities_of(engine).expected_failed_checks)
@@ -250,5 +254,6 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         pools=(pool, oracle.pool, *((reference.pool,) if reference is not None else ()),
                *variant_pools),
         parity=choice,
+        asked=asked,
     )
 

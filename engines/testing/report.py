@@ -28,20 +28,23 @@ def _size(w: Workload, steps: int) -> str:
 def script_setup(ctx: SuiteContext, variant: str | None = None) -> ScriptSetup:
     """What a script must rebuild to judge as the suite did: the reference engine, the config
     variants (the one that failed, where one did; else all, for the checks that read them),
-    the parity in force."""
+    the parity options the suite was given (the script chooses from them as the suite did:
+    the mode and tolerance in force alone, passed as explicit options, choose otherwise, e.g.
+    each side's part of a logprob value's tolerance), torch's threads."""
     options = ctx.options
     names = ([variant] if variant is not None and variant in options.variants
              else list(options.variants))
-    auto = ctx.parity.reason.startswith("auto") and ctx.parity.mode == "exact"
+    setting, tolerance = ctx.asked
     return ScriptSetup(
         ctx.repro_source,
         (factory_source(options.reference, options.reference_spec)
          if options.reference is not None else None),
         {n: factory_source(options.variants[n], None) for n in names},
-        None if auto else ctx.parity.mode, ctx.parity.tolerance, ctx.step_timeout,
+        None if setting == "auto" else setting, tolerance, ctx.step_timeout,
         options.independent,
         (factory_source(options.independent_factory, options.independent)
-         if options.independent_factory is not None else None))
+         if options.independent_factory is not None else None),
+        options.torch_threads)
 
 
 def explain(ctx: SuiteContext, failure: Failure, w: Workload, *,

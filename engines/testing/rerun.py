@@ -25,7 +25,7 @@ from engines.testing.precision import ParitySetting
 from engines.testing.recorder import Trace, run_workload
 from engines.testing.workload import Workload, render_outputs
 
-__all__ = ["CRASH", "Verdict", "judge", "main"]
+__all__ = ["CRASH", "Verdict", "judge", "main", "script_context"]
 
 CRASH = "crash"  # the check name of a crash: no property, the run itself must not raise
 Factory = Callable[[], Engine]
@@ -126,23 +126,37 @@ def judge(ctx: SuiteContext, check: str, w: Workload, earlier: Sequence[Workload
     return Verdict(True, f"{shown}passes: {check}")
 
 
-def main(check: str, workload: Workload, make_engine: Factory, *,
-         earlier: Sequence[Workload] = (), reference: Factory | None = None,
-         variants: Mapping[str, Factory] | None = None, parity: ParitySetting = "auto",
-         tolerance: float | None = None, step_timeout: float | None = 60.0,
-         independent: Factory | str = "auto", argv: Sequence[str] | None = None) -> None:
-    """A report's script: judge the replay, print the verdict, and exit 0 if it passes,
-    1 if it fails (SystemExit). `--steps` in argv prints every step's outputs too.
-    `independent`: as --independent-reference, "auto", "off" or the factory itself."""
-    args = sys.argv[1:] if argv is None else list(argv)
+def script_context(make_engine: Factory, *, reference: Factory | None = None,
+                   variants: Mapping[str, Factory] | None = None,
+                   parity: ParitySetting = "auto", tolerance: float | None = None,
+                   step_timeout: float | None = 60.0, independent: Factory | str = "auto",
+                   torch_threads: int | None = None) -> SuiteContext:
+    """The context a script judges in, built from the options the suite was given (its
+    `parity` and `tolerance` as asked, not the choice made from them), as the suite built its
+    own. `independent`: as --independent-reference, "auto", "off" or the factory itself."""
     named = None if isinstance(independent, str) else independent
     options = SuiteOptions(parity=parity, tolerance=tolerance, step_timeout=step_timeout,
                            reference=reference, variants=dict(variants or {}),
                            independent=(independent if isinstance(independent, str) else
                                         getattr(independent, "__name__", "make_independent")),
-                           independent_factory=named)
-    ctx = build_context(make_engine, name=getattr(make_engine, "__name__", "engine"),
-                        options=options)
+                           independent_factory=named, torch_threads=torch_threads)
+    return build_context(make_engine, name=getattr(make_engine, "__name__", "engine"),
+                         options=options)
+
+
+def main(check: str, workload: Workload, make_engine: Factory, *,
+         earlier: Sequence[Workload] = (), reference: Factory | None = None,
+         variants: Mapping[str, Factory] | None = None, parity: ParitySetting = "auto",
+         tolerance: float | None = None, step_timeout: float | None = 60.0,
+         independent: Factory | str = "auto", torch_threads: int | None = None,
+         argv: Sequence[str] | None = None) -> None:
+    """A report's script: judge the replay, print the verdict, and exit 0 if it passes,
+    1 if it fails (SystemExit). `--steps` in argv prints every step's outputs too. The
+    options are script_context's."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    ctx = script_context(make_engine, reference=reference, variants=variants, parity=parity,
+                         tolerance=tolerance, step_timeout=step_timeout,
+                         independent=independent, torch_threads=torch_threads)
     try:
         verdict = judge(ctx, check, workload, earlier, steps="--steps" in args)
     finally:

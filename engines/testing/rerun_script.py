@@ -23,13 +23,16 @@ class ScriptSetup:
     factory_src: str  # source lines binding `make_engine` (engines.testing.workload)
     reference_src: str | None = None  # the same for the reference engine, where there is one
     variants_src: Mapping[str, str] = field(default_factory=dict)  # by variant name
-    parity: str | None = None  # None: auto, as the suite chose it; else the mode in force
+    # The --parity and --parity-tolerance the suite was given (None: auto, derived), not the
+    # choice made from them: the script makes it again from the same declarations.
+    parity: str | None = None
     tolerance: float | None = None
     step_timeout: float | None = 60.0
     # --independent-reference: "auto" (the reference's own twin), "off", or a factory's
     # spec, whose source lines (binding `make_engine`) are `independent_src`.
     independent: str = "auto"
     independent_src: str | None = None
+    torch_threads: int | None = None  # --torch-threads (None: torch's own)
 
 
 def _bound_to(src: str, name: str) -> str:
@@ -92,10 +95,12 @@ def rerun_script(check: str, w: Workload, setup: ScriptSetup,
                                              enumerate(setup.variants_src)) + "}")
     if setup.parity is not None:
         args.append(f"parity={setup.parity!r}")
-        if setup.parity == "tie-aware":
-            args.append(f"tolerance={setup.tolerance!r}")
+    if setup.tolerance is not None and setup.parity != "exact":
+        args.append(f"tolerance={setup.tolerance!r}")
     if setup.step_timeout != 60.0:
         args.append(f"step_timeout={setup.step_timeout!r}")
+    if setup.torch_threads is not None:
+        args.append(f"torch_threads={setup.torch_threads!r}")
     text = "\n".join(body)
     names = ["Request", "SamplingParams"] + (["Guided"] if "Guided(" in text else [])
     kinds = ["Workload"] + [k for k in ("Abort", "AdapterSwap", "BadRequest") if f"{k}(" in text]

@@ -6,17 +6,20 @@ and a report keeps only the requests that matter (engines/testing/trim.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from engines.protocol import Request, SamplingParams
+from engines.protocol import Capabilities, Request, SamplingParams
+from engines.testing.context import SuiteContext, SuiteOptions, build_context
 from engines.testing.judging import Violation
 from engines.testing.leaks import _shortest_history
-from engines.testing.report import explain, explain_leak
-from engines.testing.rerun import main
+from engines.testing.report import explain, explain_leak, script_setup
+from engines.testing.rerun import main, script_context
+from engines.testing.rerun_script import rerun_script
 from engines.testing.stateful import run_engine_machine
 from engines.testing.verdict import Leak, failure_after
 from engines.testing.workload import Workload
@@ -152,3 +155,62 @@ def test_the_state_machines_finding_is_shrunk_by_the_suite_and_kept_short() -> N
     notes = getattr(info.value, "__notes__", None) or []
     assert all("@reproduce_failure" in note for note in notes), notes
     assert _run(_script(text)).returncode == 1
+
+
+class ToyFP16(ToyEngine):
+    def capabilities(self) -> Capabilities:
+        return Capabilities(dtype="float16")
+
+
+class ToyBF16(ToyEngine):
+    def capabilities(self) -> Capabilities:
+        return Capabilities(dtype="bfloat16")
+
+
+class ToyInvariant(ToyEngine):
+    def capabilities(self) -> Capabilities:
+        return Capabilities(dtype="bfloat16", batch_invariant=True)
+
+
+def _judged_by(ctx: SuiteContext) -> tuple[object, ...]:
+    """What a context judges by: the parity chosen (mode, tolerances, rules, reasons) and the
+    judge's settings."""
+    values = [(f.name, getattr(ctx.judge, f.name)) for f in dataclasses.fields(ctx.judge)]
+    settings = [(k, v) for k, v in values if isinstance(v, (str, int, float, frozenset))]
+    return ctx.parity, settings, ctx.options.torch_threads
+
+
+@pytest.mark.parametrize(("engine", "reference", "parity", "tolerance"), [
+    (ToyFP16, ToyBF16, "auto", None),  # auto picks tie-aware from the coarser side
+    (ToyFP16, ToyBF16, "tie-aware", None),
+    (ToyBF16, ToyBF16, "auto", 0.2),
+    (ToyInvariant, ToyBF16, "auto", None),  # exact against itself, tie-aware against it
+    (ToyBF16, None, "exact", None),
+], ids=["auto-fp16-vs-bf16", "tie-aware-derived", "auto-given-tolerance", "auto-invariant",
+        "exact"])
+def test_a_script_judges_as_the_suite_did(engine: type[ToyEngine], reference: type[ToyEngine]
+                                          | None, parity: str, tolerance: float | None,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 51: a replay script judges exactly as the suite did. It rebuilds the context
+    from the options the suite was given, not from the choice made from them: an auto choice
+    passed on as an explicit --parity=tie-aware with its tolerance chooses otherwise (its
+    reason; against a reference at another precision, each side's part of a value's
+    tolerance)."""
+    suite = build_context(engine, options=SuiteOptions(
+        parity=parity, tolerance=tolerance, reference=reference,  # type: ignore[arg-type]
+        torch_threads=1))
+    w = Workload((Request((42,), SamplingParams(max_tokens=2), request_id="r0"),), (0,))
+    script = rerun_script("parity", w, script_setup(suite))
+    built: list[SuiteContext] = []
+
+    def rebuilt(check: str, workload: Workload, make_engine: object, **kwargs: object) -> None:
+        built.append(script_context(make_engine, **kwargs))  # type: ignore[arg-type]
+
+    monkeypatch.setattr("engines.testing.rerun.main", rebuilt)
+    exec(compile(script, "<script>", "exec"), {})
+    try:
+        assert len(built) == 1, script
+        assert _judged_by(built[0]) == _judged_by(suite), script
+    finally:
+        for ctx in (suite, *built):
+            ctx.close()
