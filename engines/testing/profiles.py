@@ -87,10 +87,21 @@ class ProfileInForce:
 
     def describe(self) -> str:
         s = self.settings
-        extra = ", derandomized" if s.derandomize else ""
+        seed = forced_seed()
+        extra = ((f", derandomized but for --hypothesis-seed={seed}, which wins" if seed is not None
+                  else ", derandomized") if s.derandomize else "")
         return (f"hypothesis profile {self.name!r} (from {self.source}): {s.max_examples} "
                 f"examples a check after its seed workloads, state machine up to "
                 f"{s.stateful_step_count} steps{extra}")
+
+
+def forced_seed() -> int | None:
+    """The seed --hypothesis-seed forces on this run (None: none given). It wins over a
+    derandomized profile (engines.testing.search.search_settings)."""
+    from hypothesis import core
+
+    seed = getattr(core, "global_force_seed", None)
+    return None if seed is None else int(seed)
 
 
 def resolve_profile(flag: str | None, environ: Mapping[str, str] | None = None,

@@ -13,7 +13,6 @@ import hashlib
 from typing import Any
 
 from hypothesis import HealthCheck, given, note
-from hypothesis import core as hypothesis_core
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from engines.testing.context import SuiteContext
 from engines.testing.coverage import BEAMS_UNFIT, Coverage
 from engines.testing.features import Drawing, drawing_for
 from engines.testing.features.beams import FEATURE as BEAMS
+from engines.testing.profiles import forced_seed
 from engines.testing.report import explain, explain_leak
 from engines.testing.seed_workloads import seed_workloads
 from engines.testing.shrink import shrink_workload
@@ -38,9 +38,15 @@ _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filte
 
 def search_settings(parent: Settings | None = None, **overrides: Any) -> Settings:
     """The current Hypothesis profile (or `parent`), minus what cannot suit whole engine runs:
-    no per-example deadline (the step timeout guards hangs), no too-slow health checks."""
+    no per-example deadline (the step timeout guards hangs), no too-slow health checks.
+    A seed given with --hypothesis-seed wins over a derandomized profile (batching-ci):
+    Hypothesis lets derandomize win, so seeds 1, 2 and 3 would draw the same workloads, and
+    a user asking for three runs would get one run three times."""
+    if forced_seed() is not None:
+        overrides = {"derandomize": False, **overrides}
     return Settings(parent, **{"deadline": None, "suppress_health_check": _SUPPRESS,
                                **overrides})
+
 
 
 def drawing_of(ctx: SuiteContext, check: str | Check) -> Drawing:
@@ -67,7 +73,7 @@ def _stream_seed(ctx: SuiteContext, settings: Settings) -> int | None:
     check's own search is as random as before, and later checks pay only for judging.
     Derandomized runs get a seed derived from the engine's name, so they stay reproducible;
     others one drawn per session (ctx.stream_seed)."""
-    if getattr(hypothesis_core, "global_force_seed", None) is not None:
+    if forced_seed() is not None:
         return None
     if settings.derandomize:
         return int.from_bytes(hashlib.sha256(ctx.name.encode()).digest()[:8], "big")

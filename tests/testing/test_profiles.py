@@ -101,3 +101,25 @@ def test_a_profile_that_does_not_exist_is_named(monkeypatch: pytest.MonkeyPatch,
         monkeypatch.setenv("HYPOTHESIS_PROFILE", env)
     with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
         _settings(_Config(ini=ini))
+
+
+def test_a_forced_seed_wins_over_a_derandomized_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """batching-ci is derandomized, and Hypothesis lets derandomize win over --hypothesis-seed:
+    seeds 1, 2 and 3 would draw the same workloads. The suite's searches let the seed win, and
+    the header says so."""
+    from hypothesis import core
+
+    from engines.testing.profiles import register_profiles
+    from engines.testing.search import search_settings
+
+    register_profiles()
+    ci = Settings.get_profile("batching-ci")
+    monkeypatch.setattr(core, "global_force_seed", None)
+    assert search_settings(ci).derandomize
+    said = ProfileInForce("batching-ci", "--hypothesis-profile", ci).describe()
+    assert said.endswith(", derandomized")
+    monkeypatch.setattr(core, "global_force_seed", 2)
+    assert not search_settings(ci).derandomize
+    assert search_settings(ci).max_examples == ci.max_examples
+    said = ProfileInForce("batching-ci", "--hypothesis-profile", ci).describe()
+    assert "derandomized but for --hypothesis-seed=2, which wins" in said
