@@ -25,6 +25,7 @@ from engines.protocol import Request, SamplingParams
 from engines.testing.features import FEATURES, default_drawing
 from engines.testing.features.base import AloneFn, pseudo_tokens, short_and_long
 from engines.testing.limits import EngineLimits
+from engines.testing.penalty_cases import penalty_cases
 from engines.testing.workload import Abort, Workload
 
 __all__ = ["again_after_finish", "seed_workloads", "seeded"]
@@ -38,7 +39,8 @@ def seed_workloads(limits: EngineLimits, *, alone: AloneFn | None = None) -> lis
     after two different prefixes; near misses of a cached and a running prompt; prompts and
     budgets across each declared position threshold; the same prompts again after they
     finished (full prefix hits); seeded sampling past a KV pool (`seeded`, below);
-    the whole context; then each drawn feature's own (`limits` may be a check's Drawing:
+    the whole context; penalties on each prompt's own continuation
+    (engines.testing.penalty_cases); then each drawn feature's own (`limits` may be a check's Drawing:
     plain limits draw what every check draws)."""
     drawing = default_drawing(limits)
     v = limits.vocab_size
@@ -95,6 +97,9 @@ def seed_workloads(limits: EngineLimits, *, alone: AloneFn | None = None) -> lis
         out.append(Workload(tuple(burst), tuple(0 for _ in burst), aborts, label="aborts"))
     if alone is not None:
         out.append(_stop_edges(limits, alone, budget))
+        penalties = penalty_cases(limits, req, alone)
+        if penalties is not None:
+            out.append(penalties)
     if limits.sampling:
         # The unseeded request first, so it shares the first step with seeded ones however
         # few slots the engine has; six distinct seeds and one repeated.

@@ -55,8 +55,9 @@ def _candidates(w: Workload) -> Iterator[Workload]:
         b = p.max_tokens
         for fewer in sorted({1, b // 2, b - b // 4, b - 1} - {0}):
             if fewer < b:
-                yield _with_request(w, i, dataclasses.replace(
-                    r, params=dataclasses.replace(p, max_tokens=fewer)))
+                # min_tokens may not pass max_tokens (bad input, not the failure shrunk).
+                yield _with_request(w, i, dataclasses.replace(r, params=dataclasses.replace(
+                    p, max_tokens=fewer, min_tokens=min(p.min_tokens, fewer))))
         if len(r.prompt_token_ids) > 1:
             half = r.prompt_token_ids[: len(r.prompt_token_ids) // 2]
             yield _with_request(w, i, dataclasses.replace(r, prompt_token_ids=half))
