@@ -77,7 +77,9 @@ def check_budget_finish(check: Check, trace: Trace, judge: Judge) -> None:
             ok = True
         else:
             ok = reason == FinishReason.LENGTH and len(toks) == p.max_tokens
-            expected = f"LENGTH after exactly {p.max_tokens} tokens"
+            expected = f"LENGTH after exactly {p.max_tokens} tokens" + (
+                f", or ABORT: it was aborted at step {trace.aborted_at[rid]}"
+                if rid in trace.aborted_at else "")
         if not ok:
             raise check.fail(
                 f"{describe(r, trace)} finished in step {fin_step} with {reason} after "
