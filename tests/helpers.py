@@ -315,7 +315,8 @@ def beam_generate(model: Any, prompt: tuple[int, ...], p: SamplingParams) -> lis
     config = GenerationConfig(num_beams=p.beam_width, num_return_sequences=p.n,
                               length_penalty=p.length_penalty, do_sample=False,
                               early_stopping="never", max_new_tokens=p.max_tokens,
-                              eos_token_id=eos, pad_token_id=eos[0] if eos else None)
+                              eos_token_id=eos, pad_token_id=eos[0] if eos else None,
+                              min_new_tokens=p.min_tokens or None)
     with torch.inference_mode():
         rows = model.generate(torch.tensor([prompt]), generation_config=config,
                               attention_mask=torch.ones(1, len(prompt), dtype=torch.long))

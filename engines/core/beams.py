@@ -7,7 +7,9 @@ an engine needs no transformers to follow it:
 
 - Each step, every running beam's next-token log-softmax (fp32, no processing) is added to
   its cumulative logprob; the K = max(2, 1 + #stop ids) * W best (beam, token) candidates are
-  taken, best first (the first step has one beam: the prompt).
+  taken, best first (the first step has one beam: the prompt). While fewer than min_tokens
+  tokens are generated, a stop id's log-softmax is -inf (generate's min_new_tokens processor,
+  applied to the log-softmax without renormalising: the other tokens keep their raw values).
 - A candidate that ends its hypothesis (its token is a stop id, or it is the max_tokens-th
   token) is a finished hypothesis if it ranks among the first W, scored cumulative logprob /
   length ** length_penalty (length: its generated tokens, the stop id included); the best W
@@ -23,8 +25,8 @@ an engine needs no transformers to follow it:
 - The n best finished hypotheses are the children 0..n-1, best first, each finishing STOP if
   it ends with a stop id, else LENGTH.
 
-Only greedy beams are searched: no sampling, processing, constraints, logprobs or stop
-strings (check_beam_request refuses those rather than ignore them).
+Only greedy beams are searched: no sampling, processing (but min_tokens), constraints, logprobs
+or stop strings (check_beam_request refuses those rather than ignore them).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ __all__ = ["BeamSearch", "Hypothesis", "check_beam_request"]
 
 _OFF = SamplingParams()
 # The fields a beam request may set besides the search's own.
-_BEAM_FIELDS = frozenset({"max_tokens", "stop_token_ids", "n", "beam_width", "length_penalty"})
+_BEAM_FIELDS = frozenset({"max_tokens", "stop_token_ids", "n", "beam_width", "length_penalty",
+                          "min_tokens"})
 
 
 def check_beam_request(params: SamplingParams) -> None:
@@ -77,7 +80,8 @@ class BeamSearch:
         cache is reordered by it); [] once the search is done."""
         width, stops = self.params.beam_width, set(self.params.stop_token_ids)
         length = len(self.beams[0]) + 1
-        total = (logprobs.float() + self.logprobs.to(logprobs.device)[:, None]).flatten()
+        raw = self.processed(logprobs.float())  # min_tokens' mask only
+        total = (raw + self.logprobs.to(logprobs.device)[:, None]).flatten()
         k = min(max(2, 1 + len(self.params.stop_token_ids)) * width, total.numel())
         values, ids = torch.topk(total, k)
         vocab = logprobs.shape[-1]
@@ -112,6 +116,16 @@ class BeamSearch:
                 self.done = True
                 return []
         return rows
+
+    def processed(self, logprobs: torch.Tensor) -> torch.Tensor:
+        """The step's log-softmax with the stop ids at -inf while fewer than min_tokens
+        tokens are generated (the others left raw, as generate's min_new_tokens leaves them)."""
+        stops = list(self.params.stop_token_ids)
+        if not stops or len(self.beams[0]) >= self.params.min_tokens:
+            return logprobs
+        out = logprobs.clone()
+        out[:, stops] = float("-inf")
+        return out
 
     def normalise(self, logprobs: torch.Tensor, length: int) -> torch.Tensor:
         """Scores of hypotheses of `length` generated tokens with these cumulative logprobs."""

@@ -44,7 +44,8 @@ __all__ = ["IndependentEngine"]
 
 _OFF = SamplingParams()
 # What a beam request may set: generate's beam search is greedy over the raw logprobs.
-_BEAM_FIELDS = frozenset({"max_tokens", "stop_token_ids", "n", "beam_width", "length_penalty"})
+_BEAM_FIELDS = frozenset({"max_tokens", "stop_token_ids", "n", "beam_width", "length_penalty",
+                          "min_tokens"})
 
 
 class IndependentEngine:

@@ -93,8 +93,10 @@ def beams(model: Any, prompt: Sequence[int], p: SamplingParams
     cumulative logprob / length ** length_penalty), each cut after its first stop id
     (generate pads the shorter beams with it)."""
     ids = torch.tensor([list(prompt)], device=model.device)
+    # min_new_tokens: generate's own processor, -inf on the stop ids over the log-softmax.
     config = _config(p, num_beams=p.beam_width, num_return_sequences=p.n,
-                     length_penalty=p.length_penalty, early_stopping="never")
+                     length_penalty=p.length_penalty, early_stopping="never",
+                     min_new_tokens=p.min_tokens or None)
     rows = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
     out = []
     for row in rows[:, len(prompt):].tolist():

@@ -100,6 +100,9 @@ def _cases(engines: Any, feature: str) -> Iterator[tuple[tuple[int, ...], Sampli
             yield prompt, SamplingParams(max_tokens=6, beam_width=3, n=2,
                                          length_penalty=(1.0, 0.0, 2.0, -1.0)[k],
                                          stop_token_ids=g[1:2])
+            # min_tokens with beams: the greedy first token a stop id it holds back.
+            yield prompt, SamplingParams(max_tokens=5, beam_width=2, n=2, min_tokens=2,
+                                         stop_token_ids=g[0:2])
             yield prompt, dataclasses.replace(base, n=2, stop_token_ids=g[4:5])
 
 

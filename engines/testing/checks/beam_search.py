@@ -1,10 +1,10 @@
 """beam_search: a request with beam_width > 1 gets its n best beams as children 0..n-1, each
 finishing once (STOP exactly when it ends with a stop id, LENGTH at max_tokens, no stop id
-before its end); batched it returns the beams it returns served alone; and the reference
-engine's beams (engines.core.beams states the rule: transformers' generate with
-early_stopping="never"). Catches beam state mixed between requests batched together
-(tensorrtllm_backend #682), beam index arithmetic (vLLM #31081), scores ranked without the
-length normalisation.
+before its end, none among its first min_tokens tokens); batched it returns the beams it
+returns served alone; and the reference engine's beams (engines.core.beams states the rule:
+transformers' generate with early_stopping="never"). Catches beam state mixed between
+requests batched together (tensorrtllm_backend #682), beam index arithmetic (vLLM #31081),
+scores ranked without the length normalisation, a search ignoring min_tokens.
 
 Ties. Served alone and batched on one engine under exact parity, the beams must be equal.
 Against the reference (or batched vs alone under tie-aware parity), fp32 noise may reorder
@@ -54,7 +54,8 @@ def _count(params: SamplingParams) -> int:
 def _about(r: Request) -> str:
     p = r.params
     return (f"beam_width={p.beam_width}, n={p.n}, length_penalty={p.length_penalty}, "
-            f"max_tokens={p.max_tokens}, {len(p.stop_token_ids)} stop id(s)")
+            f"max_tokens={p.max_tokens}, {len(p.stop_token_ids)} stop id(s)"
+            + (f", min_tokens={p.min_tokens}" if p.min_tokens else ""))
 
 
 def _streams(trace: Trace, rid: Hashable) -> dict[int, list[StepOutput]]:
@@ -87,13 +88,17 @@ def _shape(check: Check, trace: Trace, r: Request,
         toks = tuple(t for o in outs for t in o.token_ids)
         reason = outs[-1].finish_reason
         early = [k for k, t in enumerate(toks[:-1]) if t in stops]
-        wrong = (not toks or len(toks) > p.max_tokens or bool(early)
+        # min_tokens: no stop id among the first min_tokens tokens (its score is -inf then).
+        held = bool(toks) and toks[-1] in stops and len(toks) <= p.min_tokens
+        wrong = (not toks or len(toks) > p.max_tokens or bool(early) or held
                  or (reason == FinishReason.STOP) != (toks[-1] in stops)
                  or (reason == FinishReason.LENGTH and len(toks) != p.max_tokens)
                  or reason not in (FinishReason.STOP, FinishReason.LENGTH))
         if wrong:
             raise check.fail(f"{where}: beam {i} is {list(toks)}, finishing {reason}; a beam "
-                             "ends at its first stop id (STOP) or at max_tokens (LENGTH).")
+                             "ends at its first stop id (STOP) or at max_tokens (LENGTH)"
+                             + (f", and holds no stop id among its first {p.min_tokens} "
+                                "tokens (min_tokens)" if p.min_tokens else "") + ".")
         beams.append(toks)
     return beams
 
@@ -222,7 +227,8 @@ def _boundary(params: SamplingParams, candidate: tuple[int, ...], got: list[tupl
             continue  # fewer known: the place found can only be worse, the rule stricter
         others += [found[-1] + lp for token, lp in row(prefix).items()
                    if (*prefix, token) != candidate
-                   and (ends or not (token in stops or k >= params.max_tokens))]
+                   and (ends or not (token in stops or k >= params.max_tokens))
+                   and not (token in stops and k <= params.min_tokens)]  # -inf: min_tokens
     if len(others) < width:
         return None
     return sorted(others, reverse=True)[width - 1]

@@ -6,6 +6,7 @@ tests/testing/checks/test_beam_search.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -54,6 +55,24 @@ def test_beams_equal_transformers_generate() -> None:
                                               FinishReason.LENGTH)
         uneven += len({len(b) for b in got}) > 1
     assert uneven >= 3  # the length normalisation decided between beams of unequal length
+
+
+def test_beams_with_min_tokens_equal_transformers_generate() -> None:
+    # min_tokens: generate's min_new_tokens, the stop ids at -inf over the raw log-softmax.
+    engine = SequentialEngine()
+    moved = 0  # cases whose beams min_tokens changed
+    for prompt, plain in _cases(24):
+        if not plain.stop_token_ids or plain.max_tokens < 2:
+            continue
+        params = dataclasses.replace(plain, min_tokens=min(3, plain.max_tokens))
+        want = beam_generate(engine.model, prompt, params)
+        got = [tuple(t for o in child for t in o.token_ids)
+               for child in _serve(engine, prompt, params)]
+        assert got == want, (prompt, params)
+        assert all(len(b) > params.min_tokens or b[-1] not in params.stop_token_ids
+                   for b in got)
+        moved += got != beam_generate(engine.model, prompt, plain)
+    assert moved >= 2
 
 
 def test_beam_requests_refuse_what_the_search_does_not_do() -> None:
