@@ -512,6 +512,9 @@ class Capabilities:
     - min_temperature: the lowest temperature it samples at: a request asking for less (and
       more than 0) is served at this one (vLLM raises temperatures below 0.01 to 0.01, with a
       warning). 0: every temperature asked for is served.
+    - refused_with_beams: declared fields it refuses on a beam search (beam_width > 1), with
+      InvalidRequest naming the field (its library's beam search ignores them); the suite
+      draws no beam request that sets them.
     """
 
     supported_sampling: frozenset[str] = BASE_PARAMS
@@ -527,6 +530,7 @@ class Capabilities:
     kv_cache_dtype: str | None = None
     batch_invariant: bool = False
     min_temperature: float = 0.0
+    refused_with_beams: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -580,6 +584,8 @@ class Capabilities:
             raise ValueError(f"min_temperature: {floor!r}; expected a temperature from 0 up "
                              "to 2 (0: none)")
         put("min_temperature", float(floor))
+        put("refused_with_beams", _field_names("refused_with_beams", self.refused_with_beams,
+                                               DECLARABLE_FIELDS))
 
     @property
     def kv_dtype(self) -> str:
@@ -603,6 +609,8 @@ DECLARATIONS: Mapping[str, str] = {
     "batch_invariant": "every row computes the same bits whatever the batch (default False)",
     "min_temperature": "the lowest temperature it samples at; lower ones are served at it "
                        "(default 0: none)",
+    "refused_with_beams": "declared fields it refuses on a beam search, naming the field "
+                          "(none drawn on beams)",
 }
 # The Capabilities fields an engine without `capabilities()` may still declare as plain
 # attributes of the same names, for one release (capabilities_of warns): all but the

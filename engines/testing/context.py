@@ -185,6 +185,9 @@ def build_context(factory: Factory, *, name: str = "engine", spec: str | None = 
         sampling_fields=_sampling_fields([engine, *(o for _, o in others.values())]),
         min_temperature=max(capabilities_of(e).min_temperature
                             for e in (engine, *(o for _, o in others.values()))),
+        refused_with_beams=frozenset().union(*(
+            capabilities_of(e).refused_with_beams
+            for e in (engine, *(o for _, o in others.values())))),
     )
     if not limits.thresholds:
         # The same weights (the vocabularies agree): a reference or variant that knows the

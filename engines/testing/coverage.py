@@ -41,6 +41,7 @@ UNDRAWN = "sampling: not drawn, "
 # A check that replays its workloads on the KV variants drew no beam search: one of them has
 # a single seat (engines.testing.search.beam_width_cap).
 BEAMS_UNFIT = "beams: none fit every variant"
+BEAMS_REFUSED = "beams: not drawn with, "  # + a field some engine refuses on beams
 # Said once per engine where nothing could be counted: no threshold declared, or a KV pool
 # that the requests running at once cannot overflow (so the engine never preempts).
 NO_THRESHOLDS = "limits: no position thresholds declared"
@@ -107,6 +108,9 @@ class Coverage:
             self.most[GREEDY_ONLY] = 1
         for name in sorted(DRAWN_FIELDS - limits.sampling_fields):  # said, not silently skipped
             self.most[f"{UNDRAWN}{name}"] = 1
+        if "beam_width" in limits.sampling_fields:  # said, not silently skipped
+            for name in sorted(limits.refused_with_beams & limits.sampling_fields):
+                self.most[f"{BEAMS_REFUSED}{name}"] = 1
         for name, n in trace.exercised.items():  # the engine's own counters (Exercised)
             c[f"{ENGINE}{name.replace('_', ' ')}"] += n
 
@@ -154,6 +158,12 @@ class Coverage:
                        "a RoPE scaling threshold: `position_thresholds`), nor does an engine "
                        "compared with it, so no request was drawn to cross one and none was "
                        "counted")
+        refused = sorted(k.removeprefix(f"max {BEAMS_REFUSED}") for k in data
+                         if k.startswith(f"max {BEAMS_REFUSED}"))
+        if refused:
+            out.append("beams: drawn without " + ", ".join(refused) + ", as an engine "
+                       "compared refuses them on a beam search (Capabilities."
+                       "refused_with_beams); each is drawn without beams")
         if data.get(f"max {BEAMS_UNFIT}"):
             out.append("beams: the KV check, which replays every workload on each config "
                        "variant with a KV view, drew no beam search, as one of them has one "

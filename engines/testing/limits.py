@@ -68,6 +68,9 @@ class EngineLimits:
     # The lowest temperature every engine compared samples at (Capabilities.min_temperature):
     # no lower one is drawn, as it would be served at this one.
     min_temperature: float = 0.0
+    # Fields some engine compared refuses on a beam search (Capabilities.refused_with_beams):
+    # never drawn on beams.
+    refused_with_beams: frozenset[str] = frozenset()
     max_tokens: int = 6  # the usual budget cap: small budgets keep examples cheap
     short_prompt: int = 8  # the usual prompt length cap; some prompts are far longer
 
@@ -91,6 +94,7 @@ class EngineLimits:
             "tokenizer": declared.tokenizer,
             "cached_counts": "cached_prompt_tokens" in declared.output_fields,
             "min_temperature": declared.min_temperature,
+            "refused_with_beams": declared.refused_with_beams,
         }
         if declared.position_thresholds:
             fields["thresholds"] = tuple(sorted(declared.position_thresholds.items()))

@@ -4,7 +4,8 @@ stop strings alone and aborts alone pass. The draws compose them
 (engines.testing.composition) and the children feature's seed workloads hold both.
 PAIRED_PLANTED: a LoRA adapter with constraints, speculation with penalties, each on one
 request (the constraints feature's seed workload under adapters; the drafts feature's
-penalized prompts whose drafts hit)."""
+penalized prompts whose drafts hit). BeamIgnoresMinTokens: beams with min_tokens (the beams
+feature's seed workload, beam_search)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 
 import engines.paged.engine as paged_engine
+from engines.core.beams import BeamSearch
 from engines.core.constraints import batch_mask
 from engines.core.request_state import RequestState
 from engines.loras import zoo_loras
@@ -176,3 +178,25 @@ def lora_rows_unconstrained_with_loras() -> PagedEngine:
 # Features drawn together that each needs its own engine's set-up (adapters, speculation):
 # each caught by its check's seed workloads (tests/testing/test_composition.py).
 PAIRED_PLANTED: list[Any] = [LoraRowsUnconstrained, SpeculationSkipsPenalties]
+
+
+class _NoMinTokens(BeamSearch):
+    def processed(self, logprobs: torch.Tensor) -> torch.Tensor:
+        return logprobs  # planted: the stop ids never held back
+
+
+class BeamIgnoresMinTokens(PagedEngine):
+    """The paged engine's beam search drops the min_tokens mask: a stop id may end a
+    hypothesis before min_tokens tokens are out (a beam of the best first token alone, STOP).
+    Beams without min_tokens, and min_tokens without beams, are right."""
+
+    caught_by = "beam_search"
+    reference = SequentialEngine
+
+    beam_search = _NoMinTokens
+
+
+class PagedBesideSequential(PagedEngine):
+    """The correct paged engine beside the same reference: BeamIgnoresMinTokens' control."""
+
+    reference = SequentialEngine

@@ -87,6 +87,7 @@ from engines.protocol import (
     PROCESSING_PARAMS,
     Capabilities,
     FinishReason,
+    InvalidRequest,
     Request,
     SamplingParams,
     StepOutput,
@@ -94,6 +95,7 @@ from engines.protocol import (
 from engines.threads import engine_threads
 
 __all__ = [
+    "BEAM_MIN_TOKENS",
     "BLOCK_SIZE",
     "LOGPROBS_LIMIT",
     "LONGROPE_FAILS",
@@ -125,6 +127,10 @@ LOGPROBS_LIMIT = ("openvino-genai returns the chosen token's logprob only: top_l
 # salts (no such field).
 SUPPORTED_SAMPLING = ((BASE_PARAMS | PROCESSING_PARAMS) - {"presence_penalty", "frequency_penalty"}
                       | {"n", "beam_width", "length_penalty"})
+# The library's beam search ignores min_new_tokens (2026.4.1: a beam of the best first token
+# alone, a stop id, came back under min_tokens 2; issue 51): refused rather than ignored.
+BEAM_MIN_TOKENS = ("min_tokens: {!r} is not supported with beam search (beam_width {}): "
+                   "openvino-genai's beam search ignores min_new_tokens")
 # The structured-output variant's (engines.adapters.openvino.variants).
 STRUCTURED_SAMPLING = SUPPORTED_SAMPLING | {"guided"}
 # A speculating pipeline refuses beams and n > 1 ("Beam search and parallel sampling are not
@@ -169,6 +175,8 @@ class OpenVINOConfig:
 
 def _generation_config(p: SamplingParams, speculation: Speculation | None = None,
                        eos: int = 0, vocab_size: int | None = None) -> Any:
+    if p.beam_width > 1 and p.min_tokens:
+        raise InvalidRequest(BEAM_MIN_TOKENS.format(p.min_tokens, p.beam_width))
     gc = openvino_genai.GenerationConfig()
     if speculation is not None:
         speculation.configure(gc)
@@ -254,7 +262,8 @@ class OpenVINOEngine:
     # What it declares whatever its configuration: raw logprobs (the library snapshots the
     # logits before any processing). A variant narrows or widens what an engine declares
     # with declare(): one that maps text declares its tokenizer.
-    CAPABILITIES = Capabilities(supported_sampling=SUPPORTED_SAMPLING, logprobs_of="raw")
+    CAPABILITIES = Capabilities(supported_sampling=SUPPORTED_SAMPLING, logprobs_of="raw",
+                                refused_with_beams=frozenset({"min_tokens"}))
 
     def __init__(self, model_dir: str | Path, config: OpenVINOConfig, *, max_model_len: int,
                  vocab_size: int, label: str = "openvino_genai",

@@ -3,13 +3,17 @@
 draws beams): greedy only, as beams are; widths 2..4; n up to the width where `n` is
 declared; length penalties around generate's default (where `length_penalty` is declared);
 half of them with many stop ids, so that beams end at different lengths and the length
-normalisation decides between them.
+normalisation decides between them, and those with min_tokens 0 or 1..budget where
+`min_tokens` is declared and not refused on beams (beams with min_tokens, issue 51).
 
 The seed workload (`beam_stop_workload`), from each prompt's best beam served alone without
 stop ids: the same search with that beam's first token a stop id (the best candidate of the
 first step ends its hypothesis), and with its third token one (the best beam ends there
-while the others go on, every beam returned). A search in which a stop id does not end a
-hypothesis returns a beam holding it before its end, or ending on it with LENGTH.
+while the others go on, every beam returned); where `min_tokens` is declared, also with its
+first token a stop id under min_tokens 2 and length penalty 0 (that token alone would be the
+best hypothesis: no beam may end on it before its third token). A
+search in which a stop id does not end a hypothesis returns a beam holding it before its
+end, or ending on it with LENGTH; one that ignores min_tokens, a beam ending on it early.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ def draws_beams(limits: EngineLimits) -> bool:
     return "beam_width" in limits.sampling_fields
 
 
+def _min_tokens(limits: EngineLimits) -> bool:
+    """Whether beams may set min_tokens: every engine compared declares it, and none refuses
+    it on beams (Capabilities.refused_with_beams)."""
+    return "min_tokens" in limits.sampling_fields and "min_tokens" not in limits.refused_with_beams
+
+
 @st.composite
 def beam_requests(draw: st.DrawFn, limits: EngineLimits, start: int,
                   max_width: int = MAX_BEAM_WIDTH) -> list[Request]:
@@ -60,7 +70,10 @@ def beam_requests(draw: st.DrawFn, limits: EngineLimits, start: int,
         if stride is not None:
             offset = draw(st.integers(0, stride - 1), label=f"beam{i}.stops")
             stops = tuple(range(offset, limits.vocab_size, stride))
-        params = SamplingParams(max_tokens=budget, beam_width=width, n=n,
+        # min_tokens (where declared): its stop ids held back over the first tokens.
+        least = (draw(st.one_of(st.just(0), st.integers(1, budget)), label=f"beam{i}.min_tokens")
+                 if _min_tokens(limits) and stops else 0)
+        params = SamplingParams(max_tokens=budget, beam_width=width, n=n, min_tokens=least,
                                 length_penalty=penalty, stop_token_ids=stops)
         out.append(Request(prompt, params, request_id=f"r{start + i}"))
     return out
@@ -96,8 +109,9 @@ _STOP_PROMPTS = ((2, 7, 1, 8), (3, 3, 9))
 def beam_stop_workload(limits: Drawing, alone: AloneFn) -> Workload | None:
     """Per prompt, two searches of the widest width drawn (3 at most) and budget BEAM_BUDGET:
     one whose stop id is its best beam's first token, one whose stop id is its best beam's
-    third token (n = the width: every beam returned), beside a search without stop ids.
-    None where no width fits or the context is too short."""
+    third token (n = the width: every beam returned), beside a search without stop ids; and
+    where `min_tokens` is declared, the first under min_tokens 2. None where no width fits or
+    the context is too short."""
     width = min(limits.beam_width, 3)
     budget = min(BEAM_BUDGET, limits.max_model_len - 5)
     if width < 2 or budget < 4:
@@ -114,6 +128,13 @@ def beam_stop_workload(limits: Drawing, alone: AloneFn) -> Workload | None:
                 params = SamplingParams(max_tokens=budget, beam_width=width,
                                         n=n if at else 1, stop_token_ids=(best[at],))
                 reqs.append(Request(prompt, params, request_id=f"r{len(reqs)}"))
+        if best and _min_tokens(limits):  # the best first token held back
+            # Length penalty 0 where declared: the score is the cumulative logprob, so a
+            # hypothesis of that first token alone would win, were it not held back.
+            flat = 0.0 if "length_penalty" in limits.sampling_fields else 1.0
+            params = SamplingParams(max_tokens=budget, beam_width=width, n=n, min_tokens=2,
+                                    length_penalty=flat, stop_token_ids=(best[0],))
+            reqs.append(Request(prompt, params, request_id=f"r{len(reqs)}"))
     return Workload(tuple(reqs), tuple(i % 2 for i in range(len(reqs))), label=BEAM_STOPS)
 
 

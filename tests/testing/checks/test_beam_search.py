@@ -5,6 +5,7 @@ search itself against transformers' generate: tests/engines/core/test_beam_searc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,9 @@ from engines.testing.features.beams import BEAM_STOPS
 from engines.testing.judging import Judge, Violation
 from engines.testing.oracle import Alone
 from engines.testing.recorder import StepRecord, Trace
+from engines.testing.search import drawing_of
+from engines.testing.seed_workloads import seed_workloads
+from engines.testing.verdict import verify
 from engines.testing.workload import Workload
 from tests.planted import expect
 from tests.planted.beam_bugs import BEAM_PLANTED, PagedBeamStopDoesNotFinish
@@ -25,6 +29,8 @@ from tests.planted.common_mode_bugs import (
     COMMON_MODE_PLANTED,
     caught_only_by_the_independent_reference,
 )
+from tests.planted.composition_bugs import BeamIgnoresMinTokens, PagedBesideSequential
+from tests.planted.harness import context_of
 
 CHECK = "beam_search"
 
@@ -32,6 +38,29 @@ CHECK = "beam_search"
 @pytest.mark.parametrize("bug", planted(CHECK, BEAM_PLANTED), ids=name_of)
 def test_suite_catches_beam_bugs(bug: Any) -> None:
     expect.caught_in_a_fresh_process(bug)
+
+
+def test_the_hard_case_catches_beams_ignoring_min_tokens() -> None:
+    """Issue 51's beams with min_tokens: the beams feature's seed workload holds a search
+    whose best first token is a stop id under min_tokens 2; the correct paged engine passes."""
+    expect.caught_by_the_hard_case_not_its_control(
+        BeamIgnoresMinTokens, PagedBesideSequential, CHECK, BEAM_STOPS)
+
+
+def test_beams_ignoring_min_tokens_pass_where_no_beam_has_min_tokens() -> None:
+    """The same bug on the seed workload without its min_tokens requests: it passes (only
+    the two features drawn together show it)."""
+    ctx = context_of(BeamIgnoresMinTokens)
+    found = [w for w in seed_workloads(drawing_of(ctx, CHECK), alone=ctx.oracle.tokens)
+             if BEAM_STOPS in w.label]
+    assert found and any(r.params.min_tokens for w in found for r in w.requests)
+    for w in found:
+        keep = [i for i, r in enumerate(w.requests) if not r.params.min_tokens]
+        plain = Workload(tuple(dataclasses.replace(w.requests[i], request_id=f"r{j}")
+                               for j, i in enumerate(keep)),
+                         tuple(w.arrivals[i] for i in keep), label=w.label)
+        outcome = verify(ctx, plain, CHECK)
+        assert outcome.ok, str(outcome.failure.error if outcome.failure else w.label)[:2000]
 
 
 # Reduced precision (tie-aware parity): a fake model over 4 tokens whose distribution after
