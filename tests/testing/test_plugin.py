@@ -54,9 +54,11 @@ def test_auto_parity_on_a_real_bf16_engine(pytester: pytest.Pytester) -> None:
                                 "-k", "parity or prefill_decode or seeds or stateful")
     result.assert_outcomes(passed=5)  # the checks that compare tokens
     result.stdout.fnmatch_lines([
-        "*parity tie-aware, tolerance 0.125 (auto: engine declares bfloat16; margins from the "
+        "*parity tie-aware, tolerance 0.125, logprob values against the reference within *, "
+        "the two sides' own errors summed (auto: engine declares bfloat16; margins from the "
         "reference engine)*",
-        "parity: tie-aware, tolerance 0.125 (auto: engine declares bfloat16)"])
+        "parity: tie-aware, tolerance 0.125, logprob values against the reference within *"
+        "(auto: engine declares bfloat16)"])
     # The suite's own warning line (pytest's warnings summary depends on the environment).
     assert "batching-engines: warning" not in result.stdout.str()
 
@@ -67,7 +69,7 @@ def test_a_reference_at_another_precision_is_a_header_warning(pytester: pytest.P
                                 "-k", "liveness")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
-        "*parity tie-aware, tolerance 0.125 (auto: engine declares bfloat16;*",
+        "*parity tie-aware, tolerance 0.125, * (auto: engine declares bfloat16;*",
         "batching-engines: warning: the reference engine computes in float32, the engine in "
         "bfloat16: *engines.sequential:sequential_bf16*"])
 
