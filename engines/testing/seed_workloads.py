@@ -40,8 +40,8 @@ def seed_workloads(limits: EngineLimits, *, alone: AloneFn | None = None) -> lis
     budgets across each declared position threshold; the same prompts again after they
     finished (full prefix hits); seeded sampling past a KV pool (`seeded`, below);
     the whole context; penalties on each prompt's own continuation
-    (engines.testing.penalty_cases); then each drawn feature's own (`limits` may be a check's Drawing:
-    plain limits draw what every check draws)."""
+    (engines.testing.penalty_cases); then each drawn feature's own (`limits` may be a check's
+    Drawing: plain limits draw what every check draws)."""
     drawing = default_drawing(limits)
     v = limits.vocab_size
     budget = max(1, min(limits.max_tokens, 4))
