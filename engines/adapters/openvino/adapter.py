@@ -128,9 +128,11 @@ LOGPROBS_LIMIT = ("openvino-genai returns the chosen token's logprob only: top_l
 SUPPORTED_SAMPLING = ((BASE_PARAMS | PROCESSING_PARAMS) - {"presence_penalty", "frequency_penalty"}
                       | {"n", "beam_width", "length_penalty"})
 # The library's beam search ignores min_new_tokens (2026.4.1: a beam of the best first token
-# alone, a stop id, came back under min_tokens 2; issue 51): refused rather than ignored.
+# alone, a stop id, came back under min_tokens 2; issue 51, docs/findings.md report 49):
+# refused rather than ignored.
 BEAM_MIN_TOKENS = ("min_tokens: {!r} is not supported with beam search (beam_width {}): "
-                   "openvino-genai's beam search ignores min_new_tokens")
+                   "openvino-genai's beam search ignores min_new_tokens "
+                   "(docs/findings.md report 49)")
 # The structured-output variant's (engines.adapters.openvino.variants).
 STRUCTURED_SAMPLING = SUPPORTED_SAMPLING | {"guided"}
 # A speculating pipeline refuses beams and n > 1 ("Beam search and parallel sampling are not
